@@ -1,0 +1,22 @@
+//! listwatch-core: the pure (no I/O) vocabulary of the Kubernetes read path.
+//!
+//! - [`options`]: where query parameters are parsed and validated (`ListOptions`).
+//! - [`labels`], [`fields`]: selectors with kube-apiserver's grammar and messages.
+//! - [`continue_token`]: continue tokens compatible with kube-apiserver.
+//! - [`status`]: typed errors and their single mapping to the wire `Status`.
+//! - [`resource`]: what the server knows about each resource type.
+
+pub mod continue_token;
+pub mod fields;
+pub mod json;
+pub mod labels;
+pub mod options;
+pub mod resource;
+pub mod status;
+
+pub use continue_token::ContinueToken;
+pub use fields::FieldSelector;
+pub use labels::LabelSelector;
+pub use options::{ListOptions, ResourceVersion, RvMatch};
+pub use resource::{ResourceInfo, builtin_resources};
+pub use status::{ApiError, FieldError, ObjectRef, Status};

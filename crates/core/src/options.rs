@@ -1,0 +1,296 @@
+//! `ListOptions` for LIST, WATCH and watch-list: parsed from the query string and validated
+//! in kube-apiserver's order (decode → validate → field labels → resourceVersion → continue),
+//! so the first error a client sees is the one kube-apiserver would show.
+
+use crate::continue_token::ContinueToken;
+use crate::fields::FieldSelector;
+use crate::labels::LabelSelector;
+use crate::resource::ResourceInfo;
+use crate::status::{ApiError, FieldError};
+
+/// The `resourceVersion` parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResourceVersion {
+    /// Not given: the most recent data, read consistently.
+    Unset,
+    /// `"0"`: any data the server has.
+    Any,
+    /// A specific RV.
+    At(u64),
+}
+
+/// `resourceVersionMatch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RvMatch {
+    /// `NotOlderThan`: data at least as new as the RV.
+    NotOlderThan,
+    /// `Exact`: data at exactly the RV.
+    Exact,
+}
+
+/// Parsed and validated list/watch options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListOptions {
+    /// `resourceVersion`.
+    pub resource_version: ResourceVersion,
+    /// `resourceVersionMatch`.
+    pub rv_match: Option<RvMatch>,
+    /// `limit` (None when absent or ≤ 0).
+    pub limit: Option<u64>,
+    /// `continue`, decoded against the request's key prefix.
+    pub continue_token: Option<ContinueToken>,
+    /// `labelSelector`.
+    pub label_selector: LabelSelector,
+    /// `fieldSelector`.
+    pub field_selector: FieldSelector,
+    /// `watch`.
+    pub watch: bool,
+    /// `allowWatchBookmarks`.
+    pub allow_watch_bookmarks: bool,
+    /// `sendInitialEvents`.
+    pub send_initial_events: Option<bool>,
+    /// `timeoutSeconds`.
+    pub timeout_seconds: Option<i64>,
+}
+
+/// Go's `strconv.ParseInt`/`ParseUint` error text.
+fn go_parse_int_error(func: &str, s: &str, e: &std::num::ParseIntError) -> String {
+    use std::num::IntErrorKind::*;
+    let why = match e.kind() {
+        PosOverflow | NegOverflow => "value out of range",
+        _ => "invalid syntax",
+    };
+    format!("strconv.{func}: parsing {}: {why}", crate::json::go_string(s))
+}
+
+fn parse_i64(s: &str) -> Result<i64, ApiError> {
+    // Go accepts a leading '+'; Rust does too.
+    s.parse::<i64>().map_err(|e| ApiError::BadRequest(go_parse_int_error("ParseInt", s, &e)))
+}
+
+/// Go's query-to-bool conversion: only "0", "f" and "false" (any case) are false.
+fn parse_bool(s: &str) -> bool {
+    !matches!(s.to_ascii_lowercase().as_str(), "0" | "f" | "false")
+}
+
+/// Parses an RV string as kube-apiserver's versioner does.
+pub fn parse_resource_version(s: &str) -> Result<u64, ApiError> {
+    // Go's ParseUint rejects a sign, Rust's accepts '+'.
+    let r = if s.starts_with('+') { "x".parse::<u64>() } else { s.parse::<u64>() };
+    r.map_err(|e| {
+        ApiError::BadRequest(format!(
+            "invalid resource version: resourceVersion: Invalid value: {}: {}",
+            crate::json::go_string(s),
+            go_parse_int_error("ParseUint", s, &e)
+        ))
+    })
+}
+
+impl ListOptions {
+    /// Parses `query` (the raw URL query) for a request on `info` scoped to `namespace`
+    /// (`None` for all namespaces or cluster-scoped types).
+    pub fn parse(query: &str, info: &ResourceInfo, namespace: Option<&str>) -> Result<Self, ApiError> {
+        let mut rv = String::new();
+        let mut rv_match = String::new();
+        let mut limit = None;
+        let mut cont = String::new();
+        let mut label = String::new();
+        let mut field = String::new();
+        let mut watch = false;
+        let mut bookmarks = false;
+        let mut initial = None;
+        let mut timeout = None;
+        // Go keeps the first value of a repeated parameter.
+        let mut seen = std::collections::HashSet::new();
+        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+            if !seen.insert(k.clone()) {
+                continue;
+            }
+            match k.as_ref() {
+                "resourceVersion" => rv = v.into_owned(),
+                "resourceVersionMatch" => rv_match = v.into_owned(),
+                "limit" => limit = Some(v.into_owned()),
+                "continue" => cont = v.into_owned(),
+                "labelSelector" => label = v.into_owned(),
+                "fieldSelector" => field = v.into_owned(),
+                "watch" => watch = parse_bool(&v),
+                "allowWatchBookmarks" => bookmarks = parse_bool(&v),
+                "sendInitialEvents" => initial = Some(parse_bool(&v)),
+                "timeoutSeconds" => timeout = Some(v.into_owned()),
+                _ => {}
+            }
+        }
+
+        // 1. Decoding (400): numbers, then selectors, in Go's conversion order.
+        let timeout_seconds = timeout.as_deref().filter(|s| !s.is_empty()).map(parse_i64).transpose()?;
+        let limit = limit.as_deref().filter(|s| !s.is_empty()).map(parse_i64).transpose()?;
+        let label_selector = LabelSelector::parse(&label).map_err(ApiError::BadRequest)?;
+        let field_selector = FieldSelector::parse(&field).map_err(ApiError::BadRequest)?;
+
+        // 2. Validation (422).
+        let errs = validate(watch, &rv, &rv_match, &cont, initial);
+        if !errs.is_empty() {
+            return Err(ApiError::InvalidListOptions(errs));
+        }
+        let rv_match = match rv_match.as_str() {
+            "" => None,
+            "Exact" => Some(RvMatch::Exact),
+            _ => Some(RvMatch::NotOlderThan),
+        };
+
+        // 3. Field labels (400).
+        field_selector.check_supported(info).map_err(ApiError::BadRequest)?;
+
+        // 4. Continue token and resourceVersion (400).
+        let mut continue_token = None;
+        let resource_version;
+        if !cont.is_empty() && !watch {
+            let prefix = list_prefix(info, namespace);
+            let token = ContinueToken::decode(&cont, &prefix)
+                .map_err(|e| ApiError::BadRequest(format!("invalid continue token: {e}")))?;
+            if !rv.is_empty() && rv != "0" {
+                return Err(ApiError::BadRequest(
+                    "specifying resource version is not allowed when using continue".into(),
+                ));
+            }
+            continue_token = Some(token);
+            resource_version = ResourceVersion::Unset;
+        } else if rv.is_empty() {
+            resource_version = ResourceVersion::Unset;
+        } else {
+            resource_version = match parse_resource_version(&rv)? {
+                0 => ResourceVersion::Any,
+                n => ResourceVersion::At(n),
+            };
+        }
+
+        Ok(ListOptions {
+            resource_version,
+            rv_match,
+            limit: limit.filter(|l| *l > 0).map(|l| l as u64),
+            continue_token,
+            label_selector,
+            field_selector,
+            watch,
+            allow_watch_bookmarks: bookmarks,
+            send_initial_events: initial,
+            timeout_seconds,
+        })
+    }
+
+    /// Whether this watch starts with the initial state (synthetic ADDED events): explicit
+    /// `sendInitialEvents=true`, or the legacy rule for RV unset or "0".
+    pub fn wants_initial_events(&self) -> bool {
+        match self.send_initial_events {
+            Some(v) => v,
+            None => matches!(self.resource_version, ResourceVersion::Unset | ResourceVersion::Any),
+        }
+    }
+}
+
+/// The store-key prefix a list covers: `"ns/"` for a namespaced request, `""` otherwise.
+pub fn list_prefix(info: &ResourceInfo, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(ns) if info.namespaced => format!("{ns}/"),
+        _ => String::new(),
+    }
+}
+
+fn validate(
+    watch: bool,
+    rv: &str,
+    rv_match: &str,
+    cont: &str,
+    initial: Option<bool>,
+) -> Vec<FieldError> {
+    const M: &str = "resourceVersionMatch";
+    let mut errs = Vec::new();
+    if watch {
+        if initial.is_some() && rv_match != "NotOlderThan" {
+            errs.push(FieldError::forbidden(
+                M,
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !rv_match.is_empty() {
+            if initial.is_none() {
+                errs.push(FieldError::forbidden(
+                    M,
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if rv_match != "NotOlderThan" {
+                errs.push(FieldError::not_supported(M, rv_match, &["NotOlderThan"]));
+            }
+            if !cont.is_empty() {
+                errs.push(FieldError::forbidden(M, "resourceVersionMatch is forbidden when continue is provided"));
+            }
+        }
+        return errs;
+    }
+    if !rv_match.is_empty() {
+        if rv.is_empty() {
+            errs.push(FieldError::forbidden(M, "resourceVersionMatch is forbidden unless resourceVersion is provided"));
+        }
+        if !cont.is_empty() {
+            errs.push(FieldError::forbidden(M, "resourceVersionMatch is forbidden when continue is provided"));
+        }
+        if rv_match != "Exact" && rv_match != "NotOlderThan" {
+            errs.push(FieldError::not_supported(M, rv_match, &["Exact", "NotOlderThan", ""]));
+        }
+        if rv_match == "Exact" && rv == "0" {
+            errs.push(FieldError::forbidden(M, "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""));
+        }
+    }
+    if initial.is_some() {
+        errs.push(FieldError::forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"));
+    }
+    errs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::builtin_resources;
+
+    fn cm() -> ResourceInfo {
+        builtin_resources().into_iter().find(|r| r.resource == "configmaps").unwrap()
+    }
+
+    fn status(q: &str) -> String {
+        let e = ListOptions::parse(q, &cm(), None).unwrap_err();
+        String::from_utf8(e.to_status().body).unwrap()
+    }
+
+    #[test]
+    fn watch_list_options() {
+        let o = ListOptions::parse(
+            "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=2",
+            &cm(),
+            None,
+        )
+        .unwrap();
+        assert!(o.watch && o.allow_watch_bookmarks && o.wants_initial_events());
+        assert_eq!(o.timeout_seconds, Some(2));
+        assert_eq!(o.rv_match, Some(RvMatch::NotOlderThan));
+    }
+
+    #[test]
+    fn limits_and_rv() {
+        let o = ListOptions::parse("limit=0&resourceVersion=0", &cm(), None).unwrap();
+        assert_eq!(o.limit, None);
+        assert_eq!(o.resource_version, ResourceVersion::Any);
+        let o = ListOptions::parse("limit=-1&resourceVersion=12&resourceVersionMatch=Exact", &cm(), None).unwrap();
+        assert_eq!(o.limit, None);
+        assert_eq!(o.resource_version, ResourceVersion::At(12));
+        assert_eq!(o.rv_match, Some(RvMatch::Exact));
+    }
+
+    #[test]
+    fn more_validation() {
+        assert!(status("resourceVersion=0&resourceVersionMatch=Exact").contains(r#"resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""#));
+        assert!(status("resourceVersion=1&resourceVersionMatch=Bogus").contains(r#"Unsupported value: \"Bogus\": supported values: \"Exact\", \"NotOlderThan\", \"\""#));
+        assert!(status("watch=1&sendInitialEvents=true").contains("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+        assert!(status("resourceVersion=99999999999999999999999").contains("value out of range"));
+    }
+}
