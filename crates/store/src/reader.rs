@@ -1,0 +1,104 @@
+//! `SnapshotReader`: walks a snapshot for one LIST page — filter, limit, and where the next
+//! page starts — in bounded steps, so a response is produced chunk by chunk.
+
+use std::sync::Arc;
+
+use crate::record::Record;
+use crate::snapshot::{Filter, Snapshot};
+
+/// A LIST page in progress over one snapshot.
+pub struct SnapshotReader {
+    snap: Snapshot,
+    filter: Arc<Filter>,
+    /// Resume point: `(key, exclusive)`.
+    at: (Arc<str>, bool),
+    limit: Option<u64>,
+    emitted: u64,
+    last_emitted: Option<Arc<str>>,
+    exhausted: bool,
+}
+
+impl SnapshotReader {
+    /// Reads `snap` through `filter` from `start` (inclusive; the filter's prefix when
+    /// `None`), stopping after `limit` matching records.
+    pub fn new(snap: Snapshot, filter: Arc<Filter>, start: Option<&str>, limit: Option<u64>) -> Self {
+        let start: Arc<str> = start.unwrap_or(filter.prefix()).into();
+        SnapshotReader {
+            snap,
+            filter,
+            at: (start, false),
+            limit,
+            emitted: 0,
+            last_emitted: None,
+            exhausted: false,
+        }
+    }
+
+    /// The snapshot being read.
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snap
+    }
+
+    /// Visits up to `max_scan` records (matching or not) and calls `visit` for each match;
+    /// `visit` returns false to stop early (e.g. a full chunk). Returns false once the page
+    /// is complete.
+    pub fn next_batch(&mut self, max_scan: usize, mut visit: impl FnMut(&Arc<Record>) -> bool) -> bool {
+        if self.exhausted {
+            return false;
+        }
+        let mut scanned = 0;
+        let mut stop_at = None;
+        let mut full = false;
+        {
+            let (key, exclusive) = (&self.at.0, self.at.1);
+            let mut iter = self.snap.range(key, exclusive, self.filter.prefix());
+            loop {
+                if self.limit.is_some_and(|l| self.emitted >= l) {
+                    full = true;
+                    break;
+                }
+                if scanned >= max_scan {
+                    break;
+                }
+                let Some(r) = iter.next() else {
+                    self.exhausted = true;
+                    break;
+                };
+                scanned += 1;
+                stop_at = Some(r.key().clone());
+                if self.filter.matches(r) {
+                    self.emitted += 1;
+                    self.last_emitted = Some(r.key().clone());
+                    if !visit(r) {
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(k) = stop_at {
+            self.at = (k, true);
+        }
+        if full {
+            self.exhausted = true;
+        }
+        !self.exhausted
+    }
+
+    /// After the page is complete: the key the last returned record had, when the limit
+    /// cut the page short and more keys remain in range (so a continue token is due).
+    pub fn continue_after(&self) -> Option<&Arc<str>> {
+        let last = self.last_emitted.as_ref()?;
+        if !self.limit.is_some_and(|l| self.emitted >= l) {
+            return None;
+        }
+        self.snap.range(last, true, self.filter.prefix()).next().map(|_| last)
+    }
+
+    /// Objects left after this page, when exact (no selectors beyond the namespace).
+    pub fn remaining(&self) -> Option<u64> {
+        let last = self.continue_after()?;
+        self.filter
+            .selects_all_in_prefix()
+            .then(|| self.snap.range(last, true, self.filter.prefix()).count() as u64)
+    }
+}

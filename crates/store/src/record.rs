@@ -1,0 +1,333 @@
+//! `Record`: one object as stored — its final JSON bytes plus byte spans of what filtering
+//! and encoding need — and the ingest step that builds it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use listwatch_core::ResourceInfo;
+
+use crate::scan::{self, Span};
+
+/// A compact byte range into [`Record::bytes`].
+type Range32 = (u32, u32);
+
+const MISSING: Range32 = (u32::MAX, u32::MAX);
+
+/// One object as stored and served.
+///
+/// `bytes` is the canonical JSON `{"kind":K,"apiVersion":V,<other members>}` with
+/// `metadata.resourceVersion` set. It is shared (`Bytes`) by every snapshot, event and
+/// in-flight response; nothing is re-serialized to serve a read. Names, labels and
+/// selectable fields are spans into `bytes` (Kubernetes names and label values cannot
+/// contain JSON escapes), so indexing a record costs two small allocations.
+#[derive(Debug)]
+pub struct Record {
+    key: Arc<str>,
+    bytes: Bytes,
+    rv: u64,
+    body_off: u32,
+    rv_span: Range32,
+    namespace: Range32,
+    name: Range32,
+    labels: Box<[(Range32, Range32)]>,
+    fields: Box<[Range32]>,
+}
+
+/// Why an object could not be ingested.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum IngestError {
+    /// Not valid JSON.
+    #[error("object is not valid JSON: {0}")]
+    Json(String),
+    /// Valid JSON but not an object with a `metadata` object.
+    #[error("object has no metadata")]
+    NoMetadata,
+    /// `metadata.name` is missing or empty.
+    #[error("object has no metadata.name")]
+    NoName,
+    /// The object is larger than a record can address.
+    #[error("object is too large")]
+    TooLarge,
+}
+
+fn r32(s: Span) -> Range32 {
+    (s.0 as u32, s.1 as u32)
+}
+
+impl Record {
+    /// Ingests an object: validates it (simd-json), rewrites it to canonical form with
+    /// `kind`/`apiVersion` first and `metadata.resourceVersion` = `rv` (replaced or inserted,
+    /// the rest copied byte for byte), and indexes it for filtering.
+    pub fn ingest(input: &[u8], info: &ResourceInfo, rv: u64) -> Result<Record, IngestError> {
+        if input.len() >= (u32::MAX / 2) as usize {
+            return Err(IngestError::TooLarge);
+        }
+        // simd-json parses in place, so it needs a scratch copy; it validates structure and
+        // UTF-8 so the byte scanner below only ever sees well-formed JSON.
+        let mut scratch = input.to_vec();
+        simd_json::to_tape(&mut scratch).map_err(|e| IngestError::Json(e.to_string()))?;
+        let start = scan::skip_ws(input, 0);
+        let mut out = Vec::with_capacity(input.len() + 64);
+        out.extend_from_slice(b"{\"kind\":");
+        listwatch_core::json::push_go_string(&mut out, &info.kind);
+        out.extend_from_slice(b",\"apiVersion\":");
+        listwatch_core::json::push_go_string(&mut out, &info.api_version());
+        let mut body_off = None;
+        let mut saw_metadata = false;
+        let mut bad = false;
+        scan::for_each_member(input, start, |m| {
+            let key = &input[m.key.0..m.key.1];
+            if key == b"kind" || key == b"apiVersion" {
+                return;
+            }
+            out.push(b',');
+            if body_off.is_none() {
+                body_off = Some(out.len());
+            }
+            out.extend_from_slice(&input[m.key.0 - 1..m.key.1 + 1]);
+            out.push(b':');
+            if key == b"metadata" {
+                saw_metadata = true;
+                if !write_metadata(&mut out, input, m.value.0, rv) {
+                    bad = true;
+                }
+            } else {
+                out.extend_from_slice(&input[m.value.0..m.value.1]);
+            }
+        })
+        .ok_or(IngestError::NoMetadata)?;
+        if !saw_metadata || bad {
+            return Err(IngestError::NoMetadata);
+        }
+        out.push(b'}');
+        let body_off = body_off.unwrap_or(out.len() - 1);
+        Record::index(Bytes::from(out), body_off, info, rv)
+    }
+
+    /// Builds the record's spans over canonical bytes.
+    fn index(bytes: Bytes, body_off: usize, info: &ResourceInfo, rv: u64) -> Result<Record, IngestError> {
+        let b = &bytes[..];
+        let md = scan::find_member(b, 0, "metadata").ok_or(IngestError::NoMetadata)?;
+        let str_at = |key: &str| {
+            scan::find_member(b, md.0, key).and_then(|v| scan::plain_scalar(b, v)).map(r32)
+        };
+        let name = str_at("name").filter(|s| s.1 > s.0).ok_or(IngestError::NoName)?;
+        let namespace = str_at("namespace").unwrap_or((0, 0));
+        let rv_span = str_at("resourceVersion").ok_or(IngestError::NoMetadata)?;
+        let mut labels = Vec::new();
+        if let Some(l) = scan::find_member(b, md.0, "labels").filter(|l| b[l.0] == b'{') {
+            scan::for_each_member(b, l.0, |m| {
+                if let Some(v) = scan::plain_scalar(b, m.value) {
+                    labels.push((r32(m.key), r32(v)));
+                }
+            });
+        }
+        let fields = info
+            .field_selectors
+            .iter()
+            .map(|f| {
+                let path: Vec<&str> = f.split('.').collect();
+                scan::find_path(b, 0, &path).and_then(|v| scan::plain_scalar(b, v)).map(r32).unwrap_or(MISSING)
+            })
+            .collect();
+        let ns = std::str::from_utf8(&b[namespace.0 as usize..namespace.1 as usize]).unwrap_or("");
+        let nm = std::str::from_utf8(&b[name.0 as usize..name.1 as usize]).unwrap_or("");
+        let key: Arc<str> = info.key(ns, nm).into();
+        Ok(Record {
+            key,
+            rv,
+            body_off: body_off as u32,
+            rv_span,
+            namespace,
+            name,
+            labels: labels.into_boxed_slice(),
+            fields,
+            bytes,
+        })
+    }
+
+    fn text(&self, r: Range32) -> &str {
+        if r == MISSING {
+            return "";
+        }
+        std::str::from_utf8(&self.bytes[r.0 as usize..r.1 as usize]).unwrap_or("")
+    }
+
+    /// The store key (`namespace/name` or `name`).
+    pub fn key(&self) -> &Arc<str> {
+        &self.key
+    }
+
+    /// The object's resourceVersion.
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        self.text(self.name)
+    }
+
+    /// `metadata.namespace` ("" for cluster-scoped objects).
+    pub fn namespace(&self) -> &str {
+        self.text(self.namespace)
+    }
+
+    /// The value of label `key`, if present.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.iter().find(|(k, _)| self.text(*k) == key).map(|(_, v)| self.text(*v))
+    }
+
+    /// All labels as (key, value) pairs.
+    pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.labels.iter().map(|(k, v)| (self.text(*k), self.text(*v)))
+    }
+
+    /// The value of the resource's `i`-th selectable field (see
+    /// [`ResourceInfo::field_selectors`]); `None` when absent.
+    pub fn field(&self, i: usize) -> Option<&str> {
+        self.fields.get(i).filter(|r| **r != MISSING).map(|r| self.text(*r))
+    }
+
+    /// The full object (`kind` and `apiVersion` first), as GET and watch events send it.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// The object as a LIST item (no `kind`/`apiVersion`), as two parts to write in order:
+    /// `{` then the returned slice. Slicing `Bytes` shares the buffer, it does not copy.
+    pub fn list_item_tail(&self) -> Bytes {
+        self.bytes.slice(self.body_off as usize..)
+    }
+
+    /// The object with its resourceVersion replaced by `rv`, as three shared parts (prefix,
+    /// digits, suffix): used for DELETED events, which carry the deletion's RV.
+    pub fn split_at_rv(&self) -> (Bytes, Bytes) {
+        (
+            self.bytes.slice(..self.rv_span.0 as usize),
+            self.bytes.slice(self.rv_span.1 as usize..),
+        )
+    }
+
+    /// Bytes this record keeps alive (for event-log accounting).
+    pub fn weight(&self) -> usize {
+        self.bytes.len() + std::mem::size_of::<Record>() + self.labels.len() * 16 + self.fields.len() * 8
+    }
+}
+
+fn write_metadata(out: &mut Vec<u8>, input: &[u8], start: usize, rv: u64) -> bool {
+    let mut members: Vec<scan::Member> = Vec::with_capacity(16);
+    if scan::for_each_member(input, start, |m| members.push(m)).is_none() {
+        return false;
+    }
+    let key_of = |m: &scan::Member| &input[m.key.0..m.key.1];
+    let has_rv = members.iter().any(|m| key_of(m) == b"resourceVersion");
+    // kube-apiserver's field order puts resourceVersion after uid (or namespace, or name).
+    let insert_after = if has_rv {
+        None
+    } else {
+        ["uid", "selfLink", "namespace", "generateName", "name"]
+            .iter()
+            .find_map(|k| members.iter().position(|m| key_of(m) == k.as_bytes()))
+    };
+    let mut rv_buf = [0u8; 24];
+    let rv_text = fmt_u64(rv, &mut rv_buf);
+    let write_rv = |out: &mut Vec<u8>| {
+        out.extend_from_slice(b"\"resourceVersion\":\"");
+        out.extend_from_slice(rv_text);
+        out.push(b'"');
+    };
+    out.push(b'{');
+    let mut first = true;
+    if !has_rv && insert_after.is_none() {
+        write_rv(out);
+        first = false;
+    }
+    for (i, m) in members.iter().enumerate() {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.extend_from_slice(&input[m.key.0 - 1..m.key.1 + 1]);
+        out.push(b':');
+        if key_of(m) == b"resourceVersion" {
+            out.push(b'"');
+            out.extend_from_slice(rv_text);
+            out.push(b'"');
+        } else {
+            out.extend_from_slice(&input[m.value.0..m.value.1]);
+        }
+        if insert_after == Some(i) {
+            out.push(b',');
+            write_rv(out);
+        }
+    }
+    out.push(b'}');
+    true
+}
+
+/// Formats `v` in decimal into `buf`, returning the digits.
+pub fn fmt_u64(mut v: u64, buf: &mut [u8; 24]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use listwatch_core::builtin_resources;
+
+    fn info(r: &str) -> ResourceInfo {
+        builtin_resources().into_iter().find(|i| i.resource == r).unwrap()
+    }
+
+    #[test]
+    fn inserts_rv_after_uid_and_puts_kind_first() {
+        let raw = br#"{"metadata":{"name":"a","namespace":"default","uid":"u1","labels":{"app":"web"}},"data":{"k":"v"},"kind":"ConfigMap","apiVersion":"v1"}"#;
+        let r = Record::ingest(raw, &info("configmaps"), 42).unwrap();
+        assert_eq!(
+            &r.bytes()[..],
+            br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"default","uid":"u1","resourceVersion":"42","labels":{"app":"web"}},"data":{"k":"v"}}"#
+        );
+        let mut item = b"{".to_vec();
+        item.extend_from_slice(&r.list_item_tail());
+        assert!(item.starts_with(br#"{"metadata":{"name":"a""#));
+        assert_eq!(r.key().as_ref(), "default/a");
+        assert_eq!(r.label("app"), Some("web"));
+        assert_eq!(r.label("nope"), None);
+        let (pre, post) = r.split_at_rv();
+        let mut stamped = pre.to_vec();
+        stamped.extend_from_slice(b"43");
+        stamped.extend_from_slice(&post);
+        assert!(std::str::from_utf8(&stamped).unwrap().contains(r#""resourceVersion":"43""#));
+    }
+
+    #[test]
+    fn replaces_existing_rv_and_indexes_fields() {
+        let raw = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"n","resourceVersion":"7"},"spec":{"nodeName":"node-1"},"status":{"phase":"Running"}}"#;
+        let pods = info("pods");
+        let r = Record::ingest(raw, &pods, 9).unwrap();
+        assert!(std::str::from_utf8(r.bytes()).unwrap().contains(r#""resourceVersion":"9""#));
+        let idx = |f: &str| pods.field_selectors.iter().position(|x| x == f).unwrap();
+        assert_eq!(r.field(idx("spec.nodeName")), Some("node-1"));
+        assert_eq!(r.field(idx("status.phase")), Some("Running"));
+        assert_eq!(r.field(idx("status.podIP")), None);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        let cm = info("configmaps");
+        assert!(matches!(Record::ingest(b"{not json", &cm, 1), Err(IngestError::Json(_))));
+        assert_eq!(Record::ingest(b"[1,2]", &cm, 1).unwrap_err(), IngestError::NoMetadata);
+        assert_eq!(Record::ingest(br#"{"metadata":{}}"#, &cm, 1).unwrap_err(), IngestError::NoName);
+        assert_eq!(Record::ingest(br#"{"metadata":5}"#, &cm, 1).unwrap_err(), IngestError::NoMetadata);
+    }
+}

@@ -1,0 +1,162 @@
+//! A minimal JSON structure scanner over bytes: finds the byte spans of members and values
+//! so ingest can splice `metadata.resourceVersion` and index labels without re-serializing.
+//! Every function is total: on malformed input it returns `None`, never panics.
+
+/// A half-open byte range `[start, end)`.
+pub type Span = (usize, usize);
+
+/// Index of the first non-whitespace byte at or after `i`.
+pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
+        i += 1;
+    }
+    i
+}
+
+/// End (exclusive) of the string starting with the quote at `i`.
+fn skip_string(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    while j < b.len() {
+        match b[j] {
+            b'"' => return Some(j + 1),
+            b'\\' => j += 2,
+            _ => j += 1,
+        }
+    }
+    None
+}
+
+/// End (exclusive) of the JSON value starting at `i` (no leading whitespace).
+pub fn skip_value(b: &[u8], i: usize) -> Option<usize> {
+    match *b.get(i)? {
+        b'"' => skip_string(b, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while j < b.len() {
+                match b[j] {
+                    b'"' => {
+                        j = skip_string(b, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            None
+        }
+        _ => {
+            let mut j = i;
+            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+                j += 1;
+            }
+            (j > i).then_some(j)
+        }
+    }
+}
+
+/// One object member: the key's content span (without quotes) and the value's span.
+#[derive(Clone, Copy, Debug)]
+pub struct Member {
+    /// Key bytes, without the quotes (escapes left as written).
+    pub key: Span,
+    /// The whole value.
+    pub value: Span,
+}
+
+/// Calls `f` for each member of the object whose `{` is at `start`; returns the end of the
+/// object, or `None` if it is malformed.
+pub fn for_each_member(b: &[u8], start: usize, mut f: impl FnMut(Member)) -> Option<usize> {
+    if b.get(start) != Some(&b'{') {
+        return None;
+    }
+    let mut i = skip_ws(b, start + 1);
+    if b.get(i) == Some(&b'}') {
+        return Some(i + 1);
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let kend = skip_string(b, i)?;
+        let key = (i + 1, kend - 1);
+        i = skip_ws(b, kend);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(b, i + 1);
+        let vend = skip_value(b, i)?;
+        f(Member { key, value: (i, vend) });
+        i = skip_ws(b, vend);
+        match b.get(i)? {
+            b',' => i = skip_ws(b, i + 1),
+            b'}' => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// The value span of member `key` of the object at `start`.
+pub fn find_member(b: &[u8], start: usize, key: &str) -> Option<Span> {
+    let mut found = None;
+    for_each_member(b, start, |m| {
+        if found.is_none() && &b[m.key.0..m.key.1] == key.as_bytes() {
+            found = Some(m.value);
+        }
+    })?;
+    found
+}
+
+/// The value span at a dotted path of object members (e.g. `["spec", "nodeName"]`).
+pub fn find_path(b: &[u8], start: usize, path: &[&str]) -> Option<Span> {
+    let mut span = (start, skip_value(b, start)?);
+    for p in path {
+        span = find_member(b, span.0, p)?;
+    }
+    Some(span)
+}
+
+/// For a string value span, the span of its contents when it has no escapes; for a scalar
+/// (number, bool) the span itself; `None` for objects, arrays, null or escaped strings.
+pub fn plain_scalar(b: &[u8], v: Span) -> Option<Span> {
+    match b.get(v.0)? {
+        b'"' => {
+            let inner = (v.0 + 1, v.1 - 1);
+            (!b[inner.0..inner.1].contains(&b'\\')).then_some(inner)
+        }
+        b'{' | b'[' | b'n' => None,
+        _ => Some(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_nested_members() {
+        let b = br#"{"a":1,"metadata":{"name":"x\"y","labels":{"k":"v"}},"s":[1,{"z":"}"}]}"#;
+        let md = find_member(b, 0, "metadata").unwrap();
+        assert_eq!(&b[md.0..md.1], br#"{"name":"x\"y","labels":{"k":"v"}}"#);
+        let v = find_path(b, 0, &["metadata", "labels", "k"]).unwrap();
+        assert_eq!(plain_scalar(b, v).map(|s| &b[s.0..s.1]), Some(&b"v"[..]));
+        let n = find_path(b, 0, &["metadata", "name"]).unwrap();
+        assert_eq!(plain_scalar(b, n), None);
+        assert!(find_path(b, 0, &["s", "z"]).is_none());
+    }
+
+    #[test]
+    fn malformed_is_none_not_panic() {
+        for bad in [&b"{"[..], b"{\"a\"", b"{\"a\":", b"{\"a\":1,", b"[", b"\"", b"{\"a\":1 x}"] {
+            let _ = for_each_member(bad, 0, |_| {});
+            let _ = skip_value(bad, 0);
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! `Snapshot`: an immutable version of a whole collection at one resourceVersion, and
+//! `Filter`: what a request selects from it.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use imbl::OrdMap;
+use listwatch_core::fields::FieldSelector;
+use listwatch_core::labels::LabelSelector;
+use listwatch_core::{ListOptions, ResourceInfo};
+
+use crate::record::Record;
+
+/// The persistent map behind a snapshot: key → record, ordered by key bytes (the order
+/// etcd and kube-apiserver list in).
+pub type RecordMap = OrdMap<Arc<str>, Arc<Record>>;
+
+/// An immutable collection at one RV. Cloning is O(1): the map is structurally shared.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    rv: u64,
+    items: RecordMap,
+}
+
+impl Snapshot {
+    /// A snapshot of `items` at `rv`.
+    pub fn new(rv: u64, items: RecordMap) -> Self {
+        Snapshot { rv, items }
+    }
+
+    /// The RV this snapshot represents.
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// The same items labelled with a newer RV (nothing changed in between).
+    pub fn at(&self, rv: u64) -> Snapshot {
+        Snapshot { rv, items: self.items.clone() }
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there are no objects.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The object at `key`.
+    pub fn get(&self, key: &str) -> Option<&Arc<Record>> {
+        self.items.get(key)
+    }
+
+    /// The underlying map (for building modified versions).
+    pub fn items(&self) -> &RecordMap {
+        &self.items
+    }
+
+    /// Records with key ≥ `start` (or > `start` when `exclusive`) that begin with `prefix`,
+    /// in key order. Each call is one O(log n) seek, so streaming a snapshot in chunks costs
+    /// one seek per chunk, not per record.
+    pub fn range<'a>(
+        &'a self,
+        start: &'a str,
+        exclusive: bool,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Record>> + 'a {
+        let lower = if start < prefix {
+            Bound::Included(prefix)
+        } else if exclusive {
+            Bound::Excluded(start)
+        } else {
+            Bound::Included(start)
+        };
+        self.items
+            .range::<_, str>((lower, Bound::Unbounded))
+            .take_while(move |(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v)
+    }
+}
+
+enum FieldRef {
+    Name,
+    Namespace,
+    Index(usize),
+}
+
+/// What one request selects: a key prefix (namespace) plus label and field selectors,
+/// resolved once against the resource so matching a record does no lookups by name.
+pub struct Filter {
+    prefix: String,
+    labels: LabelSelector,
+    fields: Vec<(FieldRef, String, bool)>,
+}
+
+impl Filter {
+    /// The filter for a request on `info` in `namespace` (None: all) with `opts`' selectors.
+    pub fn new(info: &ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Filter {
+        Self::from_parts(info, namespace, opts.label_selector.clone(), &opts.field_selector)
+    }
+
+    /// The filter from explicit selectors.
+    pub fn from_parts(
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        labels: LabelSelector,
+        fields: &FieldSelector,
+    ) -> Filter {
+        let fields = fields
+            .terms
+            .iter()
+            .map(|t| {
+                let r = match t.field.as_str() {
+                    "metadata.name" => FieldRef::Name,
+                    "metadata.namespace" => FieldRef::Namespace,
+                    f => FieldRef::Index(
+                        info.field_selectors.iter().position(|x| x == f).unwrap_or(usize::MAX),
+                    ),
+                };
+                (r, t.value.clone(), t.negated)
+            })
+            .collect();
+        Filter { prefix: listwatch_core::options::list_prefix(info, namespace), labels, fields }
+    }
+
+    /// A filter that selects everything.
+    pub fn everything() -> Filter {
+        Filter { prefix: String::new(), labels: LabelSelector::default(), fields: Vec::new() }
+    }
+
+    /// The key prefix (`"ns/"` or `""`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Whether only the prefix restricts (so counts over the key range are exact).
+    pub fn selects_all_in_prefix(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
+    /// Whether `r` is selected.
+    pub fn matches(&self, r: &Record) -> bool {
+        if !r.key().starts_with(self.prefix.as_str()) {
+            return false;
+        }
+        self.fields.iter().all(|(f, want, negated)| {
+            let got = match f {
+                FieldRef::Name => r.name(),
+                FieldRef::Namespace => r.namespace(),
+                FieldRef::Index(i) => r.field(*i).unwrap_or(""),
+            };
+            (got == want) != *negated
+        }) && self.labels.matches(|k| r.label(k))
+    }
+}
+
+/// What one watcher sees of an event after its filter: kube-apiserver's cacheWatcher rules,
+/// where an update that makes an object stop matching is a DELETED and one that makes it
+/// start matching is an ADDED.
+#[derive(Debug)]
+pub struct FilteredEvent<'a> {
+    /// Event type as the watcher sees it.
+    pub kind: crate::event_log::EventType,
+    /// The object to send.
+    pub object: &'a Arc<Record>,
+    /// Send the object with this RV instead of its own (deletions carry the deletion RV, so
+    /// a client resuming from the last event's RV never goes backwards).
+    pub stamp_rv: Option<u64>,
+}
+
+impl Filter {
+    /// Applies this filter to `e`; `None` when the watcher sees nothing.
+    pub fn view<'a>(&self, e: &'a crate::event_log::Event) -> Option<FilteredEvent<'a>> {
+        use crate::event_log::EventType::*;
+        let now = e.kind != Deleted && self.matches(&e.object);
+        let before = e.prev.as_ref().is_some_and(|p| self.matches(p));
+        let (kind, object, stamp) = match (e.kind, before, now) {
+            (Deleted, true, _) => (Deleted, e.prev.as_ref()?, true),
+            (Deleted, false, _) => return None,
+            (_, true, true) => (Modified, &e.object, false),
+            (_, false, true) => (Added, &e.object, false),
+            (_, true, false) => (Deleted, e.prev.as_ref()?, true),
+            (_, false, false) => return None,
+        };
+        Some(FilteredEvent { kind, object, stamp_rv: stamp.then_some(e.rv) })
+    }
+}

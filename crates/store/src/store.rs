@@ -1,0 +1,448 @@
+//! `Store`: one resource's cache — the current snapshot, retained snapshots, the event log
+//! and the clock — and `WatchCursor`, a watcher's position in the log.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use listwatch_core::ResourceInfo;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::event_log::{Event, EventLog, EventType, LogLimits};
+use crate::record::Record;
+use crate::snapshot::{RecordMap, Snapshot};
+
+/// Tunables of a store.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// Event window limits.
+    pub log: LogLimits,
+    /// How long retained snapshots (for `Exact` RVs and continue tokens) are kept.
+    pub snapshot_retention: Duration,
+    /// Keep a snapshot every this many events, so reconstructing any RV in the window
+    /// undoes at most this many events.
+    pub checkpoint_every: usize,
+    /// Upper bound on retained snapshots.
+    pub max_checkpoints: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            log: LogLimits::default(),
+            snapshot_retention: Duration::from_secs(75),
+            checkpoint_every: 128,
+            max_checkpoints: 4096,
+        }
+    }
+}
+
+/// Errors of the store's read and write paths.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The requested RV is older than the history the store holds.
+    #[error("too old resource version: {requested} ({oldest})")]
+    TooOld {
+        /// What was asked for.
+        requested: u64,
+        /// All changes after this RV are held.
+        oldest: u64,
+    },
+    /// The requested RV is newer than the store has reached.
+    #[error("Too large resource version: {requested}, current: {current}")]
+    TooNew {
+        /// What was asked for.
+        requested: u64,
+        /// The store's current RV.
+        current: u64,
+    },
+    /// A change arrived with an RV not after the current one (the source is inconsistent).
+    #[error("resourceVersion {rv} is not after the store's {current}")]
+    Backwards {
+        /// The change's RV.
+        rv: u64,
+        /// The store's current RV.
+        current: u64,
+    },
+    /// A delete named an object the store does not have (an event was lost).
+    #[error("delete of unknown object {0}")]
+    UnknownDelete(String),
+}
+
+/// A change to apply, at the RV the source committed it at.
+#[derive(Debug)]
+pub enum Change {
+    /// Create or update (the record carries its RV).
+    Put(Record),
+    /// Delete the object at `key`, committed at `rv`.
+    Delete {
+        /// Store key.
+        key: String,
+        /// Deletion revision.
+        rv: u64,
+    },
+}
+
+impl Change {
+    fn rv(&self) -> u64 {
+        match self {
+            Change::Put(r) => r.rv(),
+            Change::Delete { rv, .. } => *rv,
+        }
+    }
+}
+
+/// Figures describing a store's memory and history.
+#[derive(Clone, Debug, Default)]
+pub struct StoreStats {
+    /// Objects in the current snapshot.
+    pub objects: usize,
+    /// Bytes of serialized objects in the current snapshot.
+    pub object_bytes: usize,
+    /// Events held.
+    pub events: usize,
+    /// Bytes the event log keeps alive.
+    pub event_bytes: usize,
+    /// Oldest RV a watch can start from.
+    pub oldest_rv: u64,
+    /// Current RV.
+    pub rv: u64,
+    /// Retained snapshots.
+    pub snapshots: usize,
+}
+
+struct Inner {
+    current: Snapshot,
+    object_bytes: usize,
+    log: EventLog,
+    checkpoints: VecDeque<(Instant, Snapshot)>,
+    since_checkpoint: usize,
+}
+
+/// One resource's cache. Writers call [`Store::apply`] and [`Store::progress`]; readers take
+/// snapshots and cursors. The lock is held only to swap pointers, never while serving.
+pub struct Store {
+    info: Arc<ResourceInfo>,
+    config: StoreConfig,
+    inner: Mutex<Inner>,
+    /// Current RV (events and progress marks); LIST waiters watch this.
+    clock: watch::Sender<u64>,
+    /// End sequence of the event log; watchers wait on this, so progress marks on idle
+    /// resources wake nobody.
+    head: watch::Sender<u64>,
+}
+
+impl Store {
+    /// A store holding `records` at `rv`.
+    pub fn new(
+        info: Arc<ResourceInfo>,
+        rv: u64,
+        records: impl IntoIterator<Item = Record>,
+        config: StoreConfig,
+    ) -> Arc<Store> {
+        let (items, bytes) = build_map(records);
+        let current = Snapshot::new(rv, items);
+        let inner = Inner {
+            checkpoints: VecDeque::from([(Instant::now(), current.clone())]),
+            current,
+            object_bytes: bytes,
+            log: EventLog::new(rv, config.log.clone()),
+            since_checkpoint: 0,
+        };
+        Arc::new(Store {
+            info,
+            config,
+            inner: Mutex::new(inner),
+            clock: watch::Sender::new(rv),
+            head: watch::Sender::new(0),
+        })
+    }
+
+    /// The resource this store serves.
+    pub fn info(&self) -> &Arc<ResourceInfo> {
+        &self.info
+    }
+
+    /// The current RV.
+    pub fn rv(&self) -> u64 {
+        *self.clock.borrow()
+    }
+
+    /// The current snapshot (O(1)).
+    pub fn current(&self) -> Snapshot {
+        self.inner.lock().current.clone()
+    }
+
+    /// Applies changes in order; events become visible to readers together at the end.
+    /// Each change's RV must be after the store's RV (changes of one batch may share one).
+    pub fn apply(&self, changes: impl IntoIterator<Item = Change>) -> Result<(), StoreError> {
+        let mut g = self.inner.lock();
+        let start_rv = g.current.rv();
+        let mut batch_rv = None;
+        let mut items = g.current.items().clone();
+        let mut n = 0;
+        let mut result = Ok(());
+        for change in changes {
+            let rv = change.rv();
+            let ok = rv > start_rv.max(batch_rv.unwrap_or(0)) || batch_rv == Some(rv);
+            if !ok {
+                result = Err(StoreError::Backwards { rv, current: batch_rv.unwrap_or(start_rv) });
+                break;
+            }
+            let event = match change {
+                Change::Put(record) => {
+                    let record = Arc::new(record);
+                    let prev = items.insert(record.key().clone(), record.clone());
+                    g.object_bytes += record.bytes().len();
+                    if let Some(p) = &prev {
+                        g.object_bytes -= p.bytes().len();
+                    }
+                    let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
+                    Event { kind, rv, object: record, prev, at: Instant::now() }
+                }
+                Change::Delete { key, rv } => match items.remove(key.as_str()) {
+                    Some(prev) => {
+                        g.object_bytes -= prev.bytes().len();
+                        Event {
+                            kind: EventType::Deleted,
+                            rv,
+                            object: prev.clone(),
+                            prev: Some(prev),
+                            at: Instant::now(),
+                        }
+                    }
+                    None => {
+                        result = Err(StoreError::UnknownDelete(key));
+                        break;
+                    }
+                },
+            };
+            batch_rv = Some(rv);
+            g.log.push(Arc::new(event));
+            n += 1;
+        }
+        if let Some(rv) = batch_rv {
+            g.current = Snapshot::new(rv, items);
+            g.since_checkpoint += n;
+            if g.since_checkpoint >= self.config.checkpoint_every {
+                let snap = g.current.clone();
+                self.push_checkpoint(&mut g, snap);
+            }
+            let end = g.log.end_seq();
+            drop(g);
+            self.clock.send_replace(rv);
+            self.head.send_replace(end);
+        }
+        result
+    }
+
+    /// Declares that nothing happened up to `rv` (a source progress mark): readers waiting
+    /// for `rv` proceed and bookmarks may report it.
+    pub fn progress(&self, rv: u64) {
+        let mut g = self.inner.lock();
+        if rv > g.current.rv() {
+            g.current = g.current.at(rv);
+            drop(g);
+            self.clock.send_replace(rv);
+        }
+    }
+
+    /// Replaces the whole content at `rv` (after a relist). History is dropped, so every
+    /// open watch ends with 410 and clients relist, as after a kube-apiserver cache reset.
+    pub fn replace(&self, rv: u64, records: impl IntoIterator<Item = Record>) {
+        let (items, bytes) = build_map(records);
+        let mut g = self.inner.lock();
+        g.current = Snapshot::new(rv, items);
+        g.object_bytes = bytes;
+        g.log.reset(rv);
+        g.checkpoints.clear();
+        let snap = g.current.clone();
+        self.push_checkpoint(&mut g, snap);
+        let end = g.log.end_seq();
+        drop(g);
+        self.clock.send_replace(rv);
+        self.head.send_replace(end);
+    }
+
+    /// Waits (without polling) until the store reaches `rv`, at most `timeout`.
+    pub async fn wait_for(&self, rv: u64, timeout: Duration) -> Result<(), StoreError> {
+        let mut rx = self.clock.subscribe();
+        match tokio::time::timeout(timeout, rx.wait_for(|v| *v >= rv)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(StoreError::TooNew { requested: rv, current: self.rv() }),
+        }
+    }
+
+    /// The collection exactly as it was at `rv`: from a retained snapshot, or rebuilt by
+    /// undoing the logged events between `rv` and the next retained snapshot.
+    pub fn snapshot_at(&self, rv: u64) -> Result<Snapshot, StoreError> {
+        let g = self.inner.lock();
+        let current = g.current.rv();
+        if rv > current {
+            return Err(StoreError::TooNew { requested: rv, current });
+        }
+        if rv == current {
+            return Ok(g.current.clone());
+        }
+        let idx = g.checkpoints.partition_point(|(_, s)| s.rv() < rv);
+        if let Some((_, s)) = g.checkpoints.get(idx).filter(|(_, s)| s.rv() == rv) {
+            return Ok(s.clone());
+        }
+        if rv < g.log.start_rv() {
+            return Err(StoreError::TooOld { requested: rv, oldest: g.log.start_rv() });
+        }
+        let base = g.checkpoints.get(idx).map(|(_, s)| s.clone()).unwrap_or_else(|| g.current.clone());
+        let events = g.log.between(rv, base.rv());
+        drop(g);
+        let mut items = base.items().clone();
+        for e in events.iter().rev() {
+            match (&e.kind, &e.prev) {
+                (EventType::Added, _) | (_, None) => {
+                    items.remove(e.object.key().as_ref());
+                }
+                (_, Some(prev)) => {
+                    items.insert(prev.key().clone(), prev.clone());
+                }
+            }
+        }
+        Ok(Snapshot::new(rv, items))
+    }
+
+    /// Keeps `snap` for the retention window so later pages of a paged LIST (continue
+    /// tokens) are served from it directly.
+    pub fn retain(&self, snap: &Snapshot) {
+        let mut g = self.inner.lock();
+        let idx = g.checkpoints.partition_point(|(_, s)| s.rv() < snap.rv());
+        if g.checkpoints.get(idx).is_some_and(|(_, s)| s.rv() == snap.rv()) {
+            return;
+        }
+        g.checkpoints.insert(idx, (Instant::now(), snap.clone()));
+        self.trim_checkpoints(&mut g, Instant::now());
+    }
+
+    fn push_checkpoint(&self, g: &mut Inner, snap: Snapshot) {
+        g.since_checkpoint = 0;
+        if g.checkpoints.back().is_some_and(|(_, s)| s.rv() >= snap.rv()) {
+            return;
+        }
+        g.checkpoints.push_back((Instant::now(), snap));
+        self.trim_checkpoints(g, Instant::now());
+    }
+
+    fn trim_checkpoints(&self, g: &mut Inner, now: Instant) {
+        let retention = self.config.snapshot_retention;
+        while g.checkpoints.len() > self.config.max_checkpoints
+            || g.checkpoints.front().is_some_and(|(at, _)| now.duration_since(*at) > retention)
+        {
+            g.checkpoints.pop_front();
+        }
+    }
+
+    /// A cursor delivering every event with RV > `rv`, or `TooOld` if some are gone.
+    pub fn watch_from(self: &Arc<Self>, rv: u64) -> Result<WatchCursor, StoreError> {
+        let g = self.inner.lock();
+        if rv < g.log.start_rv() {
+            return Err(StoreError::TooOld { requested: rv, oldest: g.log.start_rv() });
+        }
+        let seq = g.log.seq_after(rv);
+        drop(g);
+        Ok(WatchCursor { store: self.clone(), seq, rv, head: self.head.subscribe() })
+    }
+
+    /// Time-based housekeeping: trims the event window and retained snapshots.
+    pub fn maintain(&self) {
+        let now = Instant::now();
+        let mut g = self.inner.lock();
+        g.log.trim(now);
+        self.trim_checkpoints(&mut g, now);
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> StoreStats {
+        let g = self.inner.lock();
+        StoreStats {
+            objects: g.current.len(),
+            object_bytes: g.object_bytes,
+            events: g.log.len(),
+            event_bytes: g.log.bytes(),
+            oldest_rv: g.log.start_rv(),
+            rv: g.current.rv(),
+            snapshots: g.checkpoints.len(),
+        }
+    }
+}
+
+fn build_map(records: impl IntoIterator<Item = Record>) -> (RecordMap, usize) {
+    let mut bytes = 0;
+    let items: RecordMap = records
+        .into_iter()
+        .map(|r| {
+            bytes += r.bytes().len();
+            (r.key().clone(), Arc::new(r))
+        })
+        .collect();
+    (items, bytes)
+}
+
+/// A watcher's position in a store's event log. Costs a sequence number and an RV however
+/// far behind the watcher is; if the log drops events the cursor still needs, reading
+/// returns `TooOld`.
+pub struct WatchCursor {
+    store: Arc<Store>,
+    seq: u64,
+    rv: u64,
+    head: watch::Receiver<u64>,
+}
+
+impl WatchCursor {
+    /// Every change up to this RV has been delivered.
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// The store this cursor reads.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Appends available events (about `max`, never splitting one RV) to `out` without
+    /// waiting. When the cursor catches up, its RV advances to the store's RV.
+    pub fn poll(&mut self, max: usize, out: &mut Vec<Arc<Event>>) -> Result<(), StoreError> {
+        self.head.borrow_and_update();
+        let g = self.store.inner.lock();
+        if !g.log.holds(self.seq) {
+            return Err(StoreError::TooOld { requested: self.rv, oldest: g.log.start_rv() });
+        }
+        let before = out.len();
+        self.seq = g.log.read_from(self.seq, max, out);
+        let caught_up = self.seq == g.log.end_seq();
+        let current = g.current.rv();
+        drop(g);
+        // A cursor opened at a future RV skips events up to that RV.
+        let floor = self.rv;
+        let mut kept = before;
+        for i in before..out.len() {
+            if out[i].rv > floor {
+                out.swap(kept, i);
+                kept += 1;
+            }
+        }
+        out.truncate(kept);
+        if let Some(last) = out.last().filter(|_| kept > before) {
+            self.rv = self.rv.max(last.rv);
+        }
+        if caught_up {
+            self.rv = self.rv.max(current);
+        }
+        Ok(())
+    }
+
+    /// Waits until the log may have new events for this cursor.
+    pub async fn changed(&mut self) {
+        if self.head.changed().await.is_err() {
+            // The store is gone; never wake again (the watch ends by timeout or shutdown).
+            std::future::pending::<()>().await;
+        }
+    }
+}
