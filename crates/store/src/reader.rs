@@ -6,7 +6,9 @@ use std::sync::Arc;
 use crate::record::Record;
 use crate::snapshot::{Filter, Snapshot};
 
-/// A LIST page in progress over one snapshot.
+/// A LIST page in progress over one snapshot. Cloning is cheap (the snapshot is shared),
+/// which lets an encoder look ahead to learn the continue token before writing the header.
+#[derive(Clone)]
 pub struct SnapshotReader {
     snap: Snapshot,
     filter: Arc<Filter>,

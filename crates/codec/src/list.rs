@@ -1,0 +1,121 @@
+//! The LIST body: `{"kind":"<Kind>List","apiVersion":…,"metadata":{…},"items":[…]}\n`.
+
+use bytes::Bytes;
+use listwatch_core::ContinueToken;
+use listwatch_core::json::push_go_string;
+use listwatch_store::SnapshotReader;
+
+use crate::ChunkWriter;
+
+enum Phase {
+    Header,
+    Items,
+    Done,
+}
+
+/// Produces a LIST response body chunk by chunk from a [`SnapshotReader`]; memory held is
+/// one chunk plus the snapshot handle, whatever the list's size.
+pub struct ListEncoder {
+    reader: SnapshotReader,
+    out: ChunkWriter,
+    phase: Phase,
+    first: bool,
+    list_kind: String,
+    api_version: String,
+    continue_prefix: String,
+    page_limited: bool,
+}
+
+/// Records examined per step: bounds the work done per poll when a selector skips most.
+const SCAN_PER_STEP: usize = 4096;
+
+impl ListEncoder {
+    /// An encoder for one LIST page. `continue_prefix` is the list's key prefix (for the
+    /// continue token); `chunk` bounds the bytes copied per chunk.
+    pub fn new(
+        reader: SnapshotReader,
+        list_kind: String,
+        api_version: String,
+        continue_prefix: String,
+        page_limited: bool,
+        chunk: usize,
+    ) -> Self {
+        ListEncoder {
+            reader,
+            out: ChunkWriter::new(chunk),
+            phase: Phase::Header,
+            first: true,
+            list_kind,
+            api_version,
+            continue_prefix,
+            page_limited,
+        }
+    }
+
+    /// The continue token and remaining count this page will carry (a dry run over the
+    /// page; only done for limited lists, where it is at most `limit` matches).
+    pub fn page_metadata(&self) -> (Option<String>, Option<u64>) {
+        if !self.page_limited {
+            return (None, None);
+        }
+        let mut probe = self.reader.clone();
+        while probe.next_batch(usize::MAX, |_| true) {}
+        let token = probe
+            .continue_after()
+            .map(|k| ContinueToken::encode(probe.snapshot().rv() as i64, &self.continue_prefix, k));
+        (token, probe.remaining())
+    }
+
+    fn header(&mut self) {
+        let (token, remaining) = self.page_metadata();
+        let mut h = Vec::with_capacity(256);
+        h.extend_from_slice(b"{\"kind\":");
+        push_go_string(&mut h, &self.list_kind);
+        h.extend_from_slice(b",\"apiVersion\":");
+        push_go_string(&mut h, &self.api_version);
+        h.extend_from_slice(b",\"metadata\":{\"resourceVersion\":\"");
+        h.extend_from_slice(self.reader.snapshot().rv().to_string().as_bytes());
+        h.push(b'"');
+        if let Some(t) = token {
+            h.extend_from_slice(b",\"continue\":");
+            push_go_string(&mut h, &t);
+        }
+        if let Some(n) = remaining {
+            h.extend_from_slice(b",\"remainingItemCount\":");
+            h.extend_from_slice(n.to_string().as_bytes());
+        }
+        h.extend_from_slice(b"},\"items\":[");
+        self.out.put_slice(&h);
+    }
+
+    /// The next chunk of the body, or `None` when the body is complete.
+    pub fn next_chunk(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(c) = self.out.pop() {
+                return Some(c);
+            }
+            match self.phase {
+                Phase::Header => {
+                    self.header();
+                    self.phase = Phase::Items;
+                }
+                Phase::Items => {
+                    let out = &mut self.out;
+                    let first = &mut self.first;
+                    let more = self.reader.next_batch(SCAN_PER_STEP, |r| {
+                        out.put_slice(if *first { b"{" } else { b",{" });
+                        *first = false;
+                        out.put_bytes(r.list_item_tail());
+                        !out.is_full()
+                    });
+                    if !more {
+                        self.out.put_slice(b"]}\n");
+                        self.out.flush();
+                        self.phase = Phase::Done;
+                    }
+                }
+                Phase::Done => return None,
+            }
+        }
+    }
+}
