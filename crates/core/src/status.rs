@@ -12,6 +12,8 @@ pub enum FieldErrorKind {
     NotSupported(Vec<String>),
     /// `FieldValueInvalid`; the offending value as Go prints it.
     Invalid(String),
+    /// `FieldValueRequired`.
+    Required,
 }
 
 /// One validation failure on one field (a `Status` cause).
@@ -48,6 +50,7 @@ impl FieldError {
             FieldErrorKind::Forbidden => "FieldValueForbidden",
             FieldErrorKind::NotSupported(_) => "FieldValueNotSupported",
             FieldErrorKind::Invalid(_) => "FieldValueInvalid",
+            FieldErrorKind::Required => "FieldValueRequired",
         }
     }
 
@@ -60,6 +63,7 @@ impl FieldError {
                 self.detail,
                 values.join(", ")
             ),
+            FieldErrorKind::Required => format!("Required value: {}", self.detail),
             FieldErrorKind::Invalid(value) => {
                 if self.detail.is_empty() {
                     format!("Invalid value: {value}")

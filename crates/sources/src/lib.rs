@@ -1,0 +1,13 @@
+//! listwatch-sources: what fills the stores.
+//!
+//! - [`Registry`]: served resource types and their stores.
+//! - [`embedded::EmbeddedSource`]: the default in-process MVCC store with the write verbs.
+//! - [`demo`]: realistic demo pods; [`load`]: objects from JSON/NDJSON files.
+
+pub mod demo;
+pub mod embedded;
+pub mod load;
+mod registry;
+
+pub use embedded::EmbeddedSource;
+pub use registry::Registry;
