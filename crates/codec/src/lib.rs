@@ -29,13 +29,19 @@ pub struct ChunkWriter {
 impl ChunkWriter {
     /// A writer producing chunks of about `chunk` bytes.
     pub fn new(chunk: usize) -> Self {
-        ChunkWriter { buf: BytesMut::new(), ready: VecDeque::new(), chunk, large: chunk / 2 }
+        ChunkWriter {
+            buf: BytesMut::new(),
+            ready: VecDeque::new(),
+            chunk,
+            large: chunk / 2,
+        }
     }
 
     /// Copies a small piece into the current chunk.
     pub fn put_slice(&mut self, s: &[u8]) {
         if self.buf.capacity() == 0 {
-            self.buf.reserve(self.chunk.saturating_add(512).min(1 << 20));
+            self.buf
+                .reserve(self.chunk.saturating_add(512).min(1 << 20));
         }
         self.buf.extend_from_slice(s);
     }

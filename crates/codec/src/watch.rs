@@ -51,7 +51,12 @@ pub fn bookmark_object(info: &ResourceInfo, rv: u64, initial_events_end: bool) -
 }
 
 /// Writes a BOOKMARK event line.
-pub fn write_bookmark(out: &mut ChunkWriter, info: &ResourceInfo, rv: u64, initial_events_end: bool) {
+pub fn write_bookmark(
+    out: &mut ChunkWriter,
+    info: &ResourceInfo,
+    rv: u64,
+    initial_events_end: bool,
+) {
     out.put_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
     out.put_slice(&bookmark_object(info, rv, initial_events_end));
     out.put_slice(b"}\n");
@@ -82,7 +87,10 @@ mod tests {
     use listwatch_core::builtin_resources;
 
     fn info(r: &str) -> ResourceInfo {
-        builtin_resources().into_iter().find(|i| i.resource == r).expect("builtin")
+        builtin_resources()
+            .into_iter()
+            .find(|i| i.resource == r)
+            .expect("builtin")
     }
 
     #[test]
@@ -104,7 +112,8 @@ mod tests {
     #[test]
     fn deleted_event_carries_deletion_rv() {
         let cm = info("configmaps");
-        let r = Record::ingest(br#"{"metadata":{"name":"a","namespace":"d"}}"#, &cm, 5).expect("ingest");
+        let r = Record::ingest(br#"{"metadata":{"name":"a","namespace":"d"}}"#, &cm, 5)
+            .expect("ingest");
         let line = event_line(EventType::Deleted, &r, Some(9));
         assert_eq!(
             &line[..],

@@ -32,7 +32,10 @@ const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 pub fn base64url_encode(input: &[u8]) -> String {
     let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
     for chunk in input.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (*b as u32) << (16 - 8 * i));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (*b as u32) << (16 - 8 * i));
         let chars = chunk.len() + 1;
         for i in 0..chars {
             out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
@@ -68,7 +71,12 @@ pub fn base64url_decode(input: &str) -> Result<Vec<u8>, String> {
     }
     match n {
         0 => {}
-        1 => return Err(format!("illegal base64 data at input byte {}", bytes.len() - 1)),
+        1 => {
+            return Err(format!(
+                "illegal base64 data at input byte {}",
+                bytes.len() - 1
+            ));
+        }
         2 => out.push((acc >> 4) as u8),
         _ => out.extend_from_slice(&[(acc >> 10) as u8, (acc >> 2) as u8]),
     }
@@ -82,9 +90,30 @@ impl ContinueToken {
     /// write it without one, and we do the same so tokens compare equal.
     pub fn encode(rv: i64, prefix: &str, last_key: &str) -> String {
         let rel = last_key.strip_prefix(prefix).unwrap_or(last_key);
-        let start = if rv < 0 { format!("{rel}\u{0}") } else { format!("/{rel}\u{0}") };
-        let json = serde_json::to_vec(&Wire { v: "meta.k8s.io/v1".into(), rv, start })
-            .unwrap_or_default();
+        let start = if rv < 0 {
+            format!("{rel}\u{0}")
+        } else {
+            format!("/{rel}\u{0}")
+        };
+        let json = serde_json::to_vec(&Wire {
+            v: "meta.k8s.io/v1".into(),
+            rv,
+            start,
+        })
+        .unwrap_or_default();
+        base64url_encode(&json)
+    }
+
+    /// The token kube-apiserver hands out with a 410 for an expired continue token: rv -1
+    /// (continue from the latest state) from `start_key` (absolute, as decoded).
+    pub fn encode_inconsistent(prefix: &str, start_key: &str) -> String {
+        let rel = start_key.strip_prefix(prefix).unwrap_or(start_key);
+        let json = serde_json::to_vec(&Wire {
+            v: "meta.k8s.io/v1".into(),
+            rv: -1,
+            start: rel.to_string(),
+        })
+        .unwrap_or_default();
         base64url_encode(&json)
     }
 
@@ -107,13 +136,22 @@ impl ContinueToken {
             ));
         }
         if wire.start.is_empty() {
-            return Err(format!("{GENERIC}: encoded start key empty (version meta.k8s.io/v1)"));
+            return Err(format!(
+                "{GENERIC}: encoded start key empty (version meta.k8s.io/v1)"
+            ));
         }
-        let key = if wire.start.starts_with('/') { wire.start.clone() } else { format!("/{}", wire.start) };
+        let key = if wire.start.starts_with('/') {
+            wire.start.clone()
+        } else {
+            format!("/{}", wire.start)
+        };
         if clean_path(&key) != key {
             return Err(format!("{GENERIC}: {}", wire.start));
         }
-        Ok(ContinueToken { rv: wire.rv, start_key: format!("{prefix}{}", &key[1..]) })
+        Ok(ContinueToken {
+            rv: wire.rv,
+            start_key: format!("{prefix}{}", &key[1..]),
+        })
     }
 }
 
@@ -144,17 +182,34 @@ mod tests {
 
     #[test]
     fn encodes_byte_for_byte_like_kube_apiserver() {
-        assert_eq!(ContinueToken::encode(70, "", "default/anchor-cm"), REF_TOKEN);
-        assert_eq!(ContinueToken::encode(-1, "", "default/anchor-cm"), REF_INCONSISTENT);
+        assert_eq!(
+            ContinueToken::encode(70, "", "default/anchor-cm"),
+            REF_TOKEN
+        );
+        assert_eq!(
+            ContinueToken::encode(-1, "", "default/anchor-cm"),
+            REF_INCONSISTENT
+        );
     }
 
     #[test]
     fn decodes_reference_tokens() {
         let t = ContinueToken::decode(REF_TOKEN, "").unwrap();
-        assert_eq!(t, ContinueToken { rv: 70, start_key: "default/anchor-cm\u{0}".into() });
+        assert_eq!(
+            t,
+            ContinueToken {
+                rv: 70,
+                start_key: "default/anchor-cm\u{0}".into()
+            }
+        );
         let t = ContinueToken::decode(REF_INCONSISTENT, "").unwrap();
         assert_eq!(t.rv, -1);
         assert_eq!(t.start_key, "default/anchor-cm\u{0}");
+        let original = ContinueToken::decode(REF_TOKEN, "").unwrap();
+        assert_eq!(
+            ContinueToken::encode_inconsistent("", &original.start_key),
+            REF_INCONSISTENT
+        );
     }
 
     #[test]

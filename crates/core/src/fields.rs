@@ -61,7 +61,11 @@ fn unescape(s: &str) -> Result<String, String> {
         match c {
             '\\' => match chars.next() {
                 Some(e @ ('\\' | ',' | '=')) => out.push(e),
-                Some(e) => return Err(format!("invalid field selector: invalid escape sequence: \\{e}")),
+                Some(e) => {
+                    return Err(format!(
+                        "invalid field selector: invalid escape sequence: \\{e}"
+                    ));
+                }
                 None => return Err("invalid field selector: invalid escape sequence: \\".into()),
             },
             ',' | '=' => {
@@ -110,7 +114,10 @@ impl FieldSelector {
 
     /// The value a `metadata.name=X` term pins, if any (lets GET-like watches skip work).
     pub fn exact(&self, field: &str) -> Option<&str> {
-        self.terms.iter().find(|t| !t.negated && t.field == field).map(|t| t.value.as_str())
+        self.terms
+            .iter()
+            .find(|t| !t.negated && t.field == field)
+            .map(|t| t.value.as_str())
     }
 
     /// Whether an object satisfies the selector; `get` returns a field's value as a string
@@ -119,7 +126,9 @@ impl FieldSelector {
     where
         F: Fn(&str) -> &'a str,
     {
-        self.terms.iter().all(|t| (get(&t.field) == t.value) != t.negated)
+        self.terms
+            .iter()
+            .all(|t| (get(&t.field) == t.value) != t.negated)
     }
 }
 
@@ -139,8 +148,15 @@ mod tests {
         assert!(s.matches(get));
         let s = FieldSelector::parse("metadata.name==b").unwrap();
         assert!(!s.matches(get));
-        assert_eq!(FieldSelector::parse("a\\,b=c").unwrap().terms[0].field, "a\\,b");
-        assert!(FieldSelector::parse("nonsense").unwrap_err().contains("can't understand"));
+        assert_eq!(
+            FieldSelector::parse("a\\,b=c").unwrap().terms[0].field,
+            "a\\,b"
+        );
+        assert!(
+            FieldSelector::parse("nonsense")
+                .unwrap_err()
+                .contains("can't understand")
+        );
     }
 
     #[test]
@@ -154,7 +170,15 @@ mod tests {
             r#""data.k" is not a known field selector: only "metadata.name", "metadata.namespace""#
         );
         let s = FieldSelector::parse("spec.foo=x").unwrap();
-        assert_eq!(s.check_supported(pods).unwrap_err(), "field label not supported: spec.foo");
-        assert!(FieldSelector::parse("spec.nodeName=n1").unwrap().check_supported(pods).is_ok());
+        assert_eq!(
+            s.check_supported(pods).unwrap_err(),
+            "field label not supported: spec.foo"
+        );
+        assert!(
+            FieldSelector::parse("spec.nodeName=n1")
+                .unwrap()
+                .check_supported(pods)
+                .is_ok()
+        );
     }
 }

@@ -207,7 +207,11 @@ impl Parser {
         let key = lit;
         if matches!(self.lookahead(Ctx::Values).0, Tok::Eos | Tok::Comma) {
             let op = op.unwrap_or(Op::Exists);
-            return Ok(Requirement { key, op, values: vec![] });
+            return Ok(Requirement {
+                key,
+                op,
+                values: vec![],
+            });
         }
         if op == Some(Op::DoesNotExist) {
             // `!key` followed by an operator: Go reports the operator as unexpected.
@@ -222,7 +226,11 @@ impl Parser {
             Tok::NotEquals => Op::NotEquals,
             Tok::GreaterThan => Op::GreaterThan,
             Tok::LessThan => Op::LessThan,
-            _ => return Err(format!("found '{l}', expected: in, notin, =, ==, !=, gt, lt")),
+            _ => {
+                return Err(format!(
+                    "found '{l}', expected: in, notin, =, ==, !=, gt, lt"
+                ));
+            }
         };
         let mut values = match op {
             Op::In | Op::NotIn => self.set_values()?,
@@ -331,7 +339,8 @@ fn is_name_part(s: &str) -> bool {
     !b.is_empty()
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
 fn is_dns1123_subdomain(s: &str) -> bool {
@@ -341,7 +350,8 @@ fn is_dns1123_subdomain(s: &str) -> bool {
             !b.is_empty()
                 && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
                 && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
-                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         })
 }
 
@@ -377,7 +387,11 @@ fn validate_key(key: &str) -> Result<(), String> {
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(format!("key: Invalid value: {}: {}", crate::json::go_string(key), errs.join("; ")))
+        Err(format!(
+            "key: Invalid value: {}: {}",
+            crate::json::go_string(key),
+            errs.join("; ")
+        ))
     }
 }
 
@@ -389,7 +403,9 @@ fn label_value_error(v: &str) -> Option<String> {
         return Some("must be no more than 63 characters".into());
     }
     if !is_name_part(v) {
-        return Some(format!("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '({NAME_FMT})?')"));
+        return Some(format!(
+            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '({NAME_FMT})?')"
+        ));
     }
     None
 }
@@ -397,7 +413,10 @@ fn label_value_error(v: &str) -> Option<String> {
 impl LabelSelector {
     /// Parses a selector string; errors carry kube-apiserver's messages.
     pub fn parse(input: &str) -> Result<Self, String> {
-        let mut p = Parser { items: lex(input), pos: 0 };
+        let mut p = Parser {
+            items: lex(input),
+            pos: 0,
+        };
         if let Some((_, msg)) = p.items.iter().find(|(t, _)| *t == Tok::Error) {
             // An unlexable symbol surfaces where the parser meets it; Go reports the literal.
             let msg = msg.clone();
@@ -435,13 +454,20 @@ impl Requirement {
             Op::Equals | Op::In => value.is_some_and(|v| self.values.iter().any(|x| x == v)),
             Op::NotEquals | Op::NotIn => value.is_none_or(|v| !self.values.iter().any(|x| x == v)),
             Op::GreaterThan | Op::LessThan => {
-                let (Some(v), Some(want)) =
-                    (value.and_then(|v| v.parse::<i64>().ok()), self.values.first())
-                else {
+                let (Some(v), Some(want)) = (
+                    value.and_then(|v| v.parse::<i64>().ok()),
+                    self.values.first(),
+                ) else {
                     return false;
                 };
-                let Ok(want) = want.parse::<i64>() else { return false };
-                if self.op == Op::GreaterThan { v > want } else { v < want }
+                let Ok(want) = want.parse::<i64>() else {
+                    return false;
+                };
+                if self.op == Op::GreaterThan {
+                    v > want
+                } else {
+                    v < want
+                }
             }
         }
     }
@@ -490,10 +516,26 @@ mod tests {
 
     #[test]
     fn more_errors() {
-        assert!(LabelSelector::parse("app in web").unwrap_err().contains("expected: '('"));
-        assert!(LabelSelector::parse("a=b,").unwrap_err().contains("identifier after ','"));
-        assert!(LabelSelector::parse("n>x").unwrap_err().contains("must be an integer"));
+        assert!(
+            LabelSelector::parse("app in web")
+                .unwrap_err()
+                .contains("expected: '('")
+        );
+        assert!(
+            LabelSelector::parse("a=b,")
+                .unwrap_err()
+                .contains("identifier after ','")
+        );
+        assert!(
+            LabelSelector::parse("n>x")
+                .unwrap_err()
+                .contains("must be an integer")
+        );
         assert!(LabelSelector::parse("Bad Key!=x").is_err());
-        assert!(LabelSelector::parse("-a=b").unwrap_err().contains("name part must consist"));
+        assert!(
+            LabelSelector::parse("-a=b")
+                .unwrap_err()
+                .contains("name part must consist")
+        );
     }
 }

@@ -60,12 +60,16 @@ fn go_parse_int_error(func: &str, s: &str, e: &std::num::ParseIntError) -> Strin
         PosOverflow | NegOverflow => "value out of range",
         _ => "invalid syntax",
     };
-    format!("strconv.{func}: parsing {}: {why}", crate::json::go_string(s))
+    format!(
+        "strconv.{func}: parsing {}: {why}",
+        crate::json::go_string(s)
+    )
 }
 
 fn parse_i64(s: &str) -> Result<i64, ApiError> {
     // Go accepts a leading '+'; Rust does too.
-    s.parse::<i64>().map_err(|e| ApiError::BadRequest(go_parse_int_error("ParseInt", s, &e)))
+    s.parse::<i64>()
+        .map_err(|e| ApiError::BadRequest(go_parse_int_error("ParseInt", s, &e)))
 }
 
 /// Go's query-to-bool conversion: only "0", "f" and "false" (any case) are false.
@@ -76,7 +80,11 @@ fn parse_bool(s: &str) -> bool {
 /// Parses an RV string as kube-apiserver's versioner does.
 pub fn parse_resource_version(s: &str) -> Result<u64, ApiError> {
     // Go's ParseUint rejects a sign, Rust's accepts '+'.
-    let r = if s.starts_with('+') { "x".parse::<u64>() } else { s.parse::<u64>() };
+    let r = if s.starts_with('+') {
+        "x".parse::<u64>()
+    } else {
+        s.parse::<u64>()
+    };
     r.map_err(|e| {
         ApiError::BadRequest(format!(
             "invalid resource version: resourceVersion: Invalid value: {}: {}",
@@ -89,7 +97,11 @@ pub fn parse_resource_version(s: &str) -> Result<u64, ApiError> {
 impl ListOptions {
     /// Parses `query` (the raw URL query) for a request on `info` scoped to `namespace`
     /// (`None` for all namespaces or cluster-scoped types).
-    pub fn parse(query: &str, info: &ResourceInfo, namespace: Option<&str>) -> Result<Self, ApiError> {
+    pub fn parse(
+        query: &str,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+    ) -> Result<Self, ApiError> {
         let mut rv = String::new();
         let mut rv_match = String::new();
         let mut limit = None;
@@ -122,8 +134,16 @@ impl ListOptions {
         }
 
         // 1. Decoding (400): numbers, then selectors, in Go's conversion order.
-        let timeout_seconds = timeout.as_deref().filter(|s| !s.is_empty()).map(parse_i64).transpose()?;
-        let limit = limit.as_deref().filter(|s| !s.is_empty()).map(parse_i64).transpose()?;
+        let timeout_seconds = timeout
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(parse_i64)
+            .transpose()?;
+        let limit = limit
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(parse_i64)
+            .transpose()?;
         let label_selector = LabelSelector::parse(&label).map_err(ApiError::BadRequest)?;
         let field_selector = FieldSelector::parse(&field).map_err(ApiError::BadRequest)?;
 
@@ -139,7 +159,9 @@ impl ListOptions {
         };
 
         // 3. Field labels (400).
-        field_selector.check_supported(info).map_err(ApiError::BadRequest)?;
+        field_selector
+            .check_supported(info)
+            .map_err(ApiError::BadRequest)?;
 
         // 4. Continue token and resourceVersion (400).
         let mut continue_token = None;
@@ -183,7 +205,10 @@ impl ListOptions {
     pub fn wants_initial_events(&self) -> bool {
         match self.send_initial_events {
             Some(v) => v,
-            None => matches!(self.resource_version, ResourceVersion::Unset | ResourceVersion::Any),
+            None => matches!(
+                self.resource_version,
+                ResourceVersion::Unset | ResourceVersion::Any
+            ),
         }
     }
 }
@@ -223,27 +248,46 @@ fn validate(
                 errs.push(FieldError::not_supported(M, rv_match, &["NotOlderThan"]));
             }
             if !cont.is_empty() {
-                errs.push(FieldError::forbidden(M, "resourceVersionMatch is forbidden when continue is provided"));
+                errs.push(FieldError::forbidden(
+                    M,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
             }
         }
         return errs;
     }
     if !rv_match.is_empty() {
         if rv.is_empty() {
-            errs.push(FieldError::forbidden(M, "resourceVersionMatch is forbidden unless resourceVersion is provided"));
+            errs.push(FieldError::forbidden(
+                M,
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
         }
         if !cont.is_empty() {
-            errs.push(FieldError::forbidden(M, "resourceVersionMatch is forbidden when continue is provided"));
+            errs.push(FieldError::forbidden(
+                M,
+                "resourceVersionMatch is forbidden when continue is provided",
+            ));
         }
         if rv_match != "Exact" && rv_match != "NotOlderThan" {
-            errs.push(FieldError::not_supported(M, rv_match, &["Exact", "NotOlderThan", ""]));
+            errs.push(FieldError::not_supported(
+                M,
+                rv_match,
+                &["Exact", "NotOlderThan", ""],
+            ));
         }
         if rv_match == "Exact" && rv == "0" {
-            errs.push(FieldError::forbidden(M, "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""));
+            errs.push(FieldError::forbidden(
+                M,
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ));
         }
     }
     if initial.is_some() {
-        errs.push(FieldError::forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"));
+        errs.push(FieldError::forbidden(
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for list",
+        ));
     }
     errs
 }
@@ -254,7 +298,10 @@ mod tests {
     use crate::resource::builtin_resources;
 
     fn cm() -> ResourceInfo {
-        builtin_resources().into_iter().find(|r| r.resource == "configmaps").unwrap()
+        builtin_resources()
+            .into_iter()
+            .find(|r| r.resource == "configmaps")
+            .unwrap()
     }
 
     fn status(q: &str) -> String {
@@ -280,7 +327,12 @@ mod tests {
         let o = ListOptions::parse("limit=0&resourceVersion=0", &cm(), None).unwrap();
         assert_eq!(o.limit, None);
         assert_eq!(o.resource_version, ResourceVersion::Any);
-        let o = ListOptions::parse("limit=-1&resourceVersion=12&resourceVersionMatch=Exact", &cm(), None).unwrap();
+        let o = ListOptions::parse(
+            "limit=-1&resourceVersion=12&resourceVersionMatch=Exact",
+            &cm(),
+            None,
+        )
+        .unwrap();
         assert_eq!(o.limit, None);
         assert_eq!(o.resource_version, ResourceVersion::At(12));
         assert_eq!(o.rv_match, Some(RvMatch::Exact));
@@ -288,9 +340,17 @@ mod tests {
 
     #[test]
     fn more_validation() {
-        assert!(status("resourceVersion=0&resourceVersionMatch=Exact").contains(r#"resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""#));
+        assert!(
+            status("resourceVersion=0&resourceVersionMatch=Exact").contains(
+                r#"resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""#
+            )
+        );
         assert!(status("resourceVersion=1&resourceVersionMatch=Bogus").contains(r#"Unsupported value: \"Bogus\": supported values: \"Exact\", \"NotOlderThan\", \"\""#));
-        assert!(status("watch=1&sendInitialEvents=true").contains("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+        assert!(
+            status("watch=1&sendInitialEvents=true").contains(
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+            )
+        );
         assert!(status("resourceVersion=99999999999999999999999").contains("value out of range"));
     }
 }

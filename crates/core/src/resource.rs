@@ -95,7 +95,11 @@ impl ResourceInfo {
 
     /// The store key of an object: `namespace/name`, or `name` for cluster-scoped types.
     pub fn key(&self, namespace: &str, name: &str) -> String {
-        if self.namespaced { format!("{namespace}/{name}") } else { name.to_string() }
+        if self.namespaced {
+            format!("{namespace}/{name}")
+        } else {
+            name.to_string()
+        }
     }
 }
 

@@ -30,7 +30,11 @@ pub struct FieldError {
 impl FieldError {
     /// A `Forbidden` error on `field`.
     pub fn forbidden(field: &str, detail: impl Into<String>) -> Self {
-        FieldError { field: field.into(), kind: FieldErrorKind::Forbidden, detail: detail.into() }
+        FieldError {
+            field: field.into(),
+            kind: FieldErrorKind::Forbidden,
+            detail: detail.into(),
+        }
     }
 
     /// A `NotSupported` error: `value` is not one of `supported`.
@@ -38,7 +42,10 @@ impl FieldError {
         FieldError {
             field: field.into(),
             kind: FieldErrorKind::NotSupported(
-                supported.iter().map(|s| crate::json::go_string(s)).collect(),
+                supported
+                    .iter()
+                    .map(|s| crate::json::go_string(s))
+                    .collect(),
             ),
             detail: crate::json::go_string(value),
         }
@@ -95,7 +102,11 @@ pub struct ObjectRef {
 impl ObjectRef {
     /// A reference to object `name` of resource `info`.
     pub fn new(info: &ResourceInfo, name: &str) -> Self {
-        ObjectRef { group: info.group.clone(), resource: info.resource.clone(), name: name.into() }
+        ObjectRef {
+            group: info.group.clone(),
+            resource: info.resource.clone(),
+            name: name.into(),
+        }
     }
 
     /// `configmaps` or `deployments.apps`, as kube-apiserver's messages print a GroupResource.
@@ -278,7 +289,11 @@ impl ApiError {
         b.extend_from_slice(br#","code":"#);
         b.extend_from_slice(p.code.to_string().as_bytes());
         b.push(b'}');
-        Status { code: p.code, retry_after, body: b }
+        Status {
+            code: p.code,
+            retry_after,
+            body: b,
+        }
     }
 
     fn parts(&self) -> StatusParts<'_> {
@@ -317,14 +332,25 @@ impl ApiError {
                 "ListOptions.meta.k8s.io",
                 errs,
             ),
-            ApiError::InvalidObject { kind, group, name, causes } => {
-                let qualified =
-                    if group.is_empty() { kind.clone() } else { format!("{kind}.{group}") };
+            ApiError::InvalidObject {
+                kind,
+                group,
+                name,
+                causes,
+            } => {
+                let qualified = if group.is_empty() {
+                    kind.clone()
+                } else {
+                    format!("{kind}.{group}")
+                };
                 invalid(group, kind, name, &qualified, causes)
             }
-            ApiError::NotFound(r) => {
-                object(404, "NotFound", format!("{} {:?} not found", r.group_resource(), r.name), r)
-            }
+            ApiError::NotFound(r) => object(
+                404,
+                "NotFound",
+                format!("{} {:?} not found", r.group_resource(), r.name),
+                r,
+            ),
             ApiError::UnknownPath => StatusParts {
                 code: 404,
                 reason: "NotFound",
@@ -369,7 +395,10 @@ impl ApiError {
                 reason: "TooManyRequests",
                 message: m.clone(),
                 continue_token: None,
-                details: Some(Details { retry_after: Some(1), ..Default::default() }),
+                details: Some(Details {
+                    retry_after: Some(1),
+                    ..Default::default()
+                }),
             },
             ApiError::Unavailable(m) => simple(503, "ServiceUnavailable", m.clone()),
             ApiError::ResourceVersionTooLarge { .. } => StatusParts {
@@ -402,7 +431,13 @@ fn invalid<'a>(
     let list = if errs.len() == 1 {
         errs[0].to_string()
     } else {
-        format!("[{}]", errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", "))
+        format!(
+            "[{}]",
+            errs.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     };
     StatusParts {
         code: 422,

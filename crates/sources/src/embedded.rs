@@ -34,7 +34,10 @@ impl EmbeddedSource {
     /// A source over `registry`, continuing from its stores' newest RV.
     pub fn new(registry: Registry) -> Arc<Self> {
         let rv = registry.stores().map(|s| s.rv()).max().unwrap_or(1);
-        Arc::new(EmbeddedSource { registry, revision: Mutex::new(rv) })
+        Arc::new(EmbeddedSource {
+            registry,
+            revision: Mutex::new(rv),
+        })
     }
 
     /// The registry this source feeds.
@@ -49,14 +52,24 @@ impl EmbeddedSource {
 
     /// Bulk-loads objects into `store` (one revision each, as etcd would assign), replacing
     /// its content; no watch events are generated. Returns how many were loaded.
-    pub fn seed(&self, store: &Arc<Store>, objects: impl IntoIterator<Item = Vec<u8>>) -> Result<usize, String> {
+    pub fn seed(
+        &self,
+        store: &Arc<Store>,
+        objects: impl IntoIterator<Item = Vec<u8>>,
+    ) -> Result<usize, String> {
         let info = store.info().clone();
         let mut rev = self.revision.lock();
-        let mut records: Vec<Record> = store.current().items().values().map(|r| clone_record(r, &info)).collect::<Result<_, _>>()?;
+        let mut records: Vec<Record> = store
+            .current()
+            .items()
+            .values()
+            .map(|r| clone_record(r, &info))
+            .collect::<Result<_, _>>()?;
         let mut n = 0;
         for obj in objects {
             *rev += 1;
-            let rec = Record::ingest(&obj, &info, *rev).map_err(|e| format!("{}: {e}", info.resource))?;
+            let rec =
+                Record::ingest(&obj, &info, *rev).map_err(|e| format!("{}: {e}", info.resource))?;
             records.push(rec);
             n += 1;
         }
@@ -76,16 +89,35 @@ impl EmbeddedSource {
     }
 
     /// POST: creates an object (`generateName`, `uid`, `creationTimestamp` filled in).
-    pub fn create(&self, store: &Arc<Store>, namespace: Option<&str>, body: &[u8]) -> Result<WriteResult, ApiError> {
+    pub fn create(
+        &self,
+        store: &Arc<Store>,
+        namespace: Option<&str>,
+        body: &[u8],
+    ) -> Result<WriteResult, ApiError> {
         let info = store.info().clone();
         let mut obj = parse_body(body, &info)?;
         let meta = metadata(&mut obj)?;
-        let name = match meta.get("name").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        let name = match meta
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
             Some(n) => n.to_string(),
-            None => match meta.get("generateName").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            None => match meta
+                .get("generateName")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
                 Some(prefix) => format!("{prefix}{}", random_suffix()),
                 None => {
-                    return Err(invalid(&info, "", "metadata.name", FieldErrorKind::Required, "name or generateName is required"));
+                    return Err(invalid(
+                        &info,
+                        "",
+                        "metadata.name",
+                        FieldErrorKind::Required,
+                        "name or generateName is required",
+                    ));
                 }
             },
         };
@@ -102,11 +134,20 @@ impl EmbeddedSource {
             return Err(ApiError::AlreadyExists(ObjectRef::new(&info, &name)));
         }
         let record = self.commit(store, &mut rev, &bytes)?;
-        Ok(WriteResult { code: 201, body: record })
+        Ok(WriteResult {
+            code: 201,
+            body: record,
+        })
     }
 
     /// PUT: replaces an object; a stale `metadata.resourceVersion` is a 409 Conflict.
-    pub fn update(&self, store: &Arc<Store>, namespace: Option<&str>, name: &str, body: &[u8]) -> Result<WriteResult, ApiError> {
+    pub fn update(
+        &self,
+        store: &Arc<Store>,
+        namespace: Option<&str>,
+        name: &str,
+        body: &[u8],
+    ) -> Result<WriteResult, ApiError> {
         let info = store.info().clone();
         let mut obj = parse_body(body, &info)?;
         let meta = metadata(&mut obj)?;
@@ -122,7 +163,10 @@ impl EmbeddedSource {
             }
         }
         set_namespace(&info, meta, namespace)?;
-        let expected_rv = meta.get("resourceVersion").and_then(Value::as_str).map(str::to_string);
+        let expected_rv = meta
+            .get("resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let key = info.key(namespace.unwrap_or(""), name);
         let mut rev = self.revision.lock();
         let current = store.current();
@@ -135,7 +179,8 @@ impl EmbeddedSource {
             }
         }
         // Identity fields are the server's: keep the stored ones.
-        let old: Value = serde_json::from_slice(existing.bytes()).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let old: Value = serde_json::from_slice(existing.bytes())
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
         for f in ["uid", "creationTimestamp"] {
             if let Some(v) = old.get("metadata").and_then(|m| m.get(f)) {
                 meta.insert(f.into(), v.clone());
@@ -144,11 +189,19 @@ impl EmbeddedSource {
         meta.remove("resourceVersion");
         let bytes = serde_json::to_vec(&obj).map_err(|e| ApiError::Internal(e.to_string()))?;
         let record = self.commit(store, &mut rev, &bytes)?;
-        Ok(WriteResult { code: 200, body: record })
+        Ok(WriteResult {
+            code: 200,
+            body: record,
+        })
     }
 
     /// DELETE: removes an object and answers with a success `Status`.
-    pub fn delete(&self, store: &Arc<Store>, namespace: Option<&str>, name: &str) -> Result<WriteResult, ApiError> {
+    pub fn delete(
+        &self,
+        store: &Arc<Store>,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<WriteResult, ApiError> {
         let info = store.info().clone();
         let key = info.key(namespace.unwrap_or(""), name);
         let mut rev = self.revision.lock();
@@ -179,19 +232,63 @@ impl EmbeddedSource {
         details.insert("kind".into(), info.resource.clone().into());
         details.insert("uid".into(), uid.into());
         body.insert("details".into(), Value::Object(details));
-        let body = serde_json::to_vec(&Value::Object(body)).map_err(|e| ApiError::Internal(e.to_string()))?;
-        Ok(WriteResult { code: 200, body: Bytes::from(body) })
+        let body = serde_json::to_vec(&Value::Object(body))
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(WriteResult {
+            code: 200,
+            body: Bytes::from(body),
+        })
     }
 
     fn commit(&self, store: &Arc<Store>, rev: &mut u64, bytes: &[u8]) -> Result<Bytes, ApiError> {
+        let bytes = &canonical_metadata_order(bytes)?;
         let rv = *rev + 1;
-        let record = Record::ingest(bytes, store.info(), rv).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let record = Record::ingest(bytes, store.info(), rv)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let out = record.bytes().clone();
-        store.apply([Change::Put(record)]).map_err(|e| ApiError::Internal(e.to_string()))?;
+        store
+            .apply([Change::Put(record)])
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
         *rev = rv;
         self.progress_others(store, rv);
         Ok(out)
     }
+}
+
+/// ObjectMeta's field order as Go serializes it, so objects we write read like the ones
+/// kube-apiserver writes (unknown fields keep their order after these).
+const METADATA_ORDER: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+fn canonical_metadata_order(bytes: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let mut obj: Value =
+        serde_json::from_slice(bytes).map_err(|e| ApiError::Internal(e.to_string()))?;
+    if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
+        let mut ordered = Map::new();
+        for k in METADATA_ORDER {
+            if let Some(v) = meta.remove(*k) {
+                ordered.insert((*k).to_string(), v);
+            }
+        }
+        ordered.extend(std::mem::take(meta));
+        *meta = ordered;
+    }
+    serde_json::to_vec(&obj).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 fn clone_record(r: &Record, info: &ResourceInfo) -> Result<Record, String> {
@@ -199,10 +296,13 @@ fn clone_record(r: &Record, info: &ResourceInfo) -> Result<Record, String> {
 }
 
 fn parse_body(body: &[u8], info: &ResourceInfo) -> Result<Value, ApiError> {
-    let obj: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::BadRequest(format!("couldn't get version/kind; json parse error: {e}")))?;
+    let obj: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::BadRequest(format!("couldn't get version/kind; json parse error: {e}"))
+    })?;
     let Value::Object(mut map) = obj else {
-        return Err(ApiError::BadRequest("couldn't get version/kind; json parse error: not an object".into()));
+        return Err(ApiError::BadRequest(
+            "couldn't get version/kind; json parse error: not an object".into(),
+        ));
     };
     if let Some(v) = map.get("apiVersion").and_then(Value::as_str) {
         if v != info.api_version() {
@@ -241,7 +341,11 @@ fn metadata(obj: &mut Value) -> Result<&mut Map<String, Value>, ApiError> {
     }
 }
 
-fn set_namespace(info: &ResourceInfo, meta: &mut Map<String, Value>, namespace: Option<&str>) -> Result<(), ApiError> {
+fn set_namespace(
+    info: &ResourceInfo,
+    meta: &mut Map<String, Value>,
+    namespace: Option<&str>,
+) -> Result<(), ApiError> {
     if !info.namespaced {
         meta.remove("namespace");
         return Ok(());
@@ -260,9 +364,24 @@ fn set_namespace(info: &ResourceInfo, meta: &mut Map<String, Value>, namespace: 
     Ok(())
 }
 
-fn invalid(info: &ResourceInfo, name: &str, field: &str, kind: FieldErrorKind, detail: &str) -> ApiError {
-    let e = FieldError { field: field.into(), kind, detail: detail.into() };
-    ApiError::InvalidObject { kind: info.kind.clone(), group: info.group.clone(), name: name.into(), causes: vec![e] }
+fn invalid(
+    info: &ResourceInfo,
+    name: &str,
+    field: &str,
+    kind: FieldErrorKind,
+    detail: &str,
+) -> ApiError {
+    let e = FieldError {
+        field: field.into(),
+        kind,
+        detail: detail.into(),
+    };
+    ApiError::InvalidObject {
+        kind: info.kind.clone(),
+        group: info.group.clone(),
+        name: name.into(),
+        causes: vec![e],
+    }
 }
 
 /// Names must be DNS-1123 subdomains: this also keeps `/` and `..` out of store keys.
@@ -273,7 +392,8 @@ fn validate_name(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
             !b.is_empty()
                 && b[0].is_ascii_alphanumeric()
                 && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         });
     if ok {
         return Ok(());
@@ -290,7 +410,9 @@ fn validate_name(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
 fn random_suffix() -> String {
     const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
-    (0..5).map(|_| ALPHA[rng.random_range(0..ALPHA.len())] as char).collect()
+    (0..5)
+        .map(|_| ALPHA[rng.random_range(0..ALPHA.len())] as char)
+        .collect()
 }
 
 /// A random RFC 4122 version 4 UUID.
@@ -299,12 +421,22 @@ pub fn uuid_v4() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// Now as RFC 3339 in UTC with second precision (`2026-11-22T02:14:15Z`).
 pub fn rfc3339_now() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     rfc3339(secs)
 }
 
@@ -322,7 +454,12 @@ pub fn rfc3339(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]

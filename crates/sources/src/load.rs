@@ -17,21 +17,37 @@ pub struct LoadedObject {
 
 /// Reads every object of `path`. NDJSON is streamed line by line; a JSON list is parsed
 /// whole (lists are expected to be small; use NDJSON for large data sets).
-pub fn read_objects(path: &Path, mut each: impl FnMut(LoadedObject) -> Result<(), String>) -> Result<usize, String> {
+pub fn read_objects(
+    path: &Path,
+    mut each: impl FnMut(LoadedObject) -> Result<(), String>,
+) -> Result<usize, String> {
     let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut reader = BufReader::with_capacity(1 << 20, file);
-    let gz = reader.fill_buf().map(|b| b.starts_with(&[0x1f, 0x8b])).unwrap_or(false);
+    let gz = reader
+        .fill_buf()
+        .map(|b| b.starts_with(&[0x1f, 0x8b]))
+        .unwrap_or(false);
     let mut input: Box<dyn BufRead> = if gz {
-        Box::new(BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(reader)))
+        Box::new(BufReader::with_capacity(
+            1 << 20,
+            flate2::read::MultiGzDecoder::new(reader),
+        ))
     } else {
         Box::new(reader)
     };
-    let first = input.fill_buf().map_err(|e| e.to_string())?.iter().copied().find(|c| !c.is_ascii_whitespace());
+    let first = input
+        .fill_buf()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .copied()
+        .find(|c| !c.is_ascii_whitespace());
     let mut n = 0;
     let is_list = {
         // A file whose first object has "items" is a List; peek by reading it whole.
         let mut head = Vec::new();
-        input.read_until(b'\n', &mut head).map_err(|e| e.to_string())?;
+        input
+            .read_until(b'\n', &mut head)
+            .map_err(|e| e.to_string())?;
         let trimmed = head.trim_ascii();
         let whole_line_object = serde_json::from_slice::<Value>(trimmed).ok();
         match whole_line_object {
@@ -46,7 +62,8 @@ pub fn read_objects(path: &Path, mut each: impl FnMut(LoadedObject) -> Result<()
             None => {
                 let mut rest = head;
                 input.read_to_end(&mut rest).map_err(|e| e.to_string())?;
-                let v: Value = serde_json::from_slice(&rest).map_err(|e| format!("{}: {e}", path.display()))?;
+                let v: Value = serde_json::from_slice(&rest)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
                 n += emit_list(v, &mut each)?;
                 return Ok(n);
             }
@@ -59,15 +76,27 @@ pub fn read_objects(path: &Path, mut each: impl FnMut(LoadedObject) -> Result<()
         if trimmed.is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_slice(trimmed).map_err(|e| format!("{}: line {}: {e}", path.display(), n + 1))?;
+        let v: Value = serde_json::from_slice(trimmed)
+            .map_err(|e| format!("{}: line {}: {e}", path.display(), n + 1))?;
         n += emit(v, trimmed.to_vec(), None, &mut each)?;
     }
     Ok(n)
 }
 
-fn emit_list(v: Value, each: &mut impl FnMut(LoadedObject) -> Result<(), String>) -> Result<usize, String> {
-    let list_kind = v.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
-    let api = v.get("apiVersion").and_then(Value::as_str).unwrap_or("v1").to_string();
+fn emit_list(
+    v: Value,
+    each: &mut impl FnMut(LoadedObject) -> Result<(), String>,
+) -> Result<usize, String> {
+    let list_kind = v
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let api = v
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("v1")
+        .to_string();
     let item_kind = list_kind.strip_suffix("List").unwrap_or("").to_string();
     let Some(Value::Array(items)) = v.get("items") else {
         return Err("list has no items array".into());
@@ -99,6 +128,10 @@ fn emit(
         .or_else(|| defaults.map(|d| d.1.to_string()))
         .filter(|k| !k.is_empty())
         .ok_or("object without kind")?;
-    each(LoadedObject { api_version, kind, json })?;
+    each(LoadedObject {
+        api_version,
+        kind,
+        json,
+    })?;
     Ok(1)
 }

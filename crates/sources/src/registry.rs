@@ -14,12 +14,19 @@ pub struct Registry {
 
 impl Registry {
     /// An empty store at `rv` for each resource.
-    pub fn new(resources: impl IntoIterator<Item = ResourceInfo>, rv: u64, config: &StoreConfig) -> Self {
+    pub fn new(
+        resources: impl IntoIterator<Item = ResourceInfo>,
+        rv: u64,
+        config: &StoreConfig,
+    ) -> Self {
         let stores = resources
             .into_iter()
             .map(|r| {
                 let r = r.normalized();
-                ((r.group.clone(), r.version.clone(), r.resource.clone()), Store::new(Arc::new(r), rv, [], config.clone()))
+                (
+                    (r.group.clone(), r.version.clone(), r.resource.clone()),
+                    Store::new(Arc::new(r), rv, [], config.clone()),
+                )
             })
             .collect();
         Registry { stores }
@@ -27,12 +34,15 @@ impl Registry {
 
     /// The store for `group/version/resource`.
     pub fn get(&self, group: &str, version: &str, resource: &str) -> Option<&Arc<Store>> {
-        self.stores.get(&(group.to_string(), version.to_string(), resource.to_string()))
+        self.stores
+            .get(&(group.to_string(), version.to_string(), resource.to_string()))
     }
 
     /// The store whose kind is `kind` in `api_version` (`v1`, `apps/v1`).
     pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<&Arc<Store>> {
-        self.stores.values().find(|s| s.info().kind == kind && s.info().api_version() == api_version)
+        self.stores
+            .values()
+            .find(|s| s.info().kind == kind && s.info().api_version() == api_version)
     }
 
     /// All stores, ordered by group, version, resource.
@@ -42,8 +52,11 @@ impl Registry {
 
     /// Group/version pairs served, in order (core first).
     pub fn group_versions(&self) -> Vec<(String, String)> {
-        let mut gvs: Vec<(String, String)> =
-            self.stores.keys().map(|(g, v, _)| (g.clone(), v.clone())).collect();
+        let mut gvs: Vec<(String, String)> = self
+            .stores
+            .keys()
+            .map(|(g, v, _)| (g.clone(), v.clone()))
+            .collect();
         gvs.dedup();
         gvs
     }

@@ -65,7 +65,11 @@ pub struct LogLimits {
 
 impl Default for LogLimits {
     fn default() -> Self {
-        LogLimits { min_age: Duration::from_secs(75), min_events: 1024, max_bytes: 512 << 20 }
+        LogLimits {
+            min_age: Duration::from_secs(75),
+            min_events: 1024,
+            max_bytes: 512 << 20,
+        }
     }
 }
 
@@ -83,7 +87,13 @@ pub struct EventLog {
 impl EventLog {
     /// An empty log whose history starts after `rv`.
     pub fn new(rv: u64, limits: LogLimits) -> Self {
-        EventLog { events: VecDeque::new(), base_seq: 0, start_rv: rv, bytes: 0, limits }
+        EventLog {
+            events: VecDeque::new(),
+            base_seq: 0,
+            start_rv: rv,
+            bytes: 0,
+            limits,
+        }
     }
 
     /// Every event with RV greater than this is in the log.

@@ -17,5 +17,5 @@ pub mod store;
 pub use event_log::{Event, EventLog, EventType, LogLimits};
 pub use reader::SnapshotReader;
 pub use record::{IngestError, Record};
-pub use snapshot::{FilteredEvent, Filter, RecordMap, Snapshot};
+pub use snapshot::{Filter, FilteredEvent, RecordMap, Snapshot};
 pub use store::{Change, Store, StoreConfig, StoreError, StoreStats, WatchCursor};

@@ -23,7 +23,12 @@ pub struct SnapshotReader {
 impl SnapshotReader {
     /// Reads `snap` through `filter` from `start` (inclusive; the filter's prefix when
     /// `None`), stopping after `limit` matching records.
-    pub fn new(snap: Snapshot, filter: Arc<Filter>, start: Option<&str>, limit: Option<u64>) -> Self {
+    pub fn new(
+        snap: Snapshot,
+        filter: Arc<Filter>,
+        start: Option<&str>,
+        limit: Option<u64>,
+    ) -> Self {
         let start: Arc<str> = start.unwrap_or(filter.prefix()).into();
         SnapshotReader {
             snap,
@@ -44,7 +49,11 @@ impl SnapshotReader {
     /// Visits up to `max_scan` records (matching or not) and calls `visit` for each match;
     /// `visit` returns false to stop early (e.g. a full chunk). Returns false once the page
     /// is complete.
-    pub fn next_batch(&mut self, max_scan: usize, mut visit: impl FnMut(&Arc<Record>) -> bool) -> bool {
+    pub fn next_batch(
+        &mut self,
+        max_scan: usize,
+        mut visit: impl FnMut(&Arc<Record>) -> bool,
+    ) -> bool {
         if self.exhausted {
             return false;
         }
@@ -93,7 +102,10 @@ impl SnapshotReader {
         if !self.limit.is_some_and(|l| self.emitted >= l) {
             return None;
         }
-        self.snap.range(last, true, self.filter.prefix()).next().map(|_| last)
+        self.snap
+            .range(last, true, self.filter.prefix())
+            .next()
+            .map(|_| last)
     }
 
     /// Objects left after this page, when exact (no selectors beyond the namespace).

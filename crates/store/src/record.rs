@@ -105,13 +105,22 @@ impl Record {
     }
 
     /// Builds the record's spans over canonical bytes.
-    fn index(bytes: Bytes, body_off: usize, info: &ResourceInfo, rv: u64) -> Result<Record, IngestError> {
+    fn index(
+        bytes: Bytes,
+        body_off: usize,
+        info: &ResourceInfo,
+        rv: u64,
+    ) -> Result<Record, IngestError> {
         let b = &bytes[..];
         let md = scan::find_member(b, 0, "metadata").ok_or(IngestError::NoMetadata)?;
         let str_at = |key: &str| {
-            scan::find_member(b, md.0, key).and_then(|v| scan::plain_scalar(b, v)).map(r32)
+            scan::find_member(b, md.0, key)
+                .and_then(|v| scan::plain_scalar(b, v))
+                .map(r32)
         };
-        let name = str_at("name").filter(|s| s.1 > s.0).ok_or(IngestError::NoName)?;
+        let name = str_at("name")
+            .filter(|s| s.1 > s.0)
+            .ok_or(IngestError::NoName)?;
         let namespace = str_at("namespace").unwrap_or((0, 0));
         let rv_span = str_at("resourceVersion").ok_or(IngestError::NoMetadata)?;
         let mut labels = Vec::new();
@@ -127,7 +136,10 @@ impl Record {
             .iter()
             .map(|f| {
                 let path: Vec<&str> = f.split('.').collect();
-                scan::find_path(b, 0, &path).and_then(|v| scan::plain_scalar(b, v)).map(r32).unwrap_or(MISSING)
+                scan::find_path(b, 0, &path)
+                    .and_then(|v| scan::plain_scalar(b, v))
+                    .map(r32)
+                    .unwrap_or(MISSING)
             })
             .collect();
         let ns = std::str::from_utf8(&b[namespace.0 as usize..namespace.1 as usize]).unwrap_or("");
@@ -175,18 +187,26 @@ impl Record {
 
     /// The value of label `key`, if present.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels.iter().find(|(k, _)| self.text(*k) == key).map(|(_, v)| self.text(*v))
+        self.labels
+            .iter()
+            .find(|(k, _)| self.text(*k) == key)
+            .map(|(_, v)| self.text(*v))
     }
 
     /// All labels as (key, value) pairs.
     pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.labels.iter().map(|(k, v)| (self.text(*k), self.text(*v)))
+        self.labels
+            .iter()
+            .map(|(k, v)| (self.text(*k), self.text(*v)))
     }
 
     /// The value of the resource's `i`-th selectable field (see
     /// [`ResourceInfo::field_selectors`]); `None` when absent.
     pub fn field(&self, i: usize) -> Option<&str> {
-        self.fields.get(i).filter(|r| **r != MISSING).map(|r| self.text(*r))
+        self.fields
+            .get(i)
+            .filter(|r| **r != MISSING)
+            .map(|r| self.text(*r))
     }
 
     /// The full object (`kind` and `apiVersion` first), as GET and watch events send it.
@@ -211,7 +231,10 @@ impl Record {
 
     /// Bytes this record keeps alive (for event-log accounting).
     pub fn weight(&self) -> usize {
-        self.bytes.len() + std::mem::size_of::<Record>() + self.labels.len() * 16 + self.fields.len() * 8
+        self.bytes.len()
+            + std::mem::size_of::<Record>()
+            + self.labels.len() * 16
+            + self.fields.len() * 8
     }
 }
 
@@ -286,7 +309,10 @@ mod tests {
     use listwatch_core::builtin_resources;
 
     fn info(r: &str) -> ResourceInfo {
-        builtin_resources().into_iter().find(|i| i.resource == r).unwrap()
+        builtin_resources()
+            .into_iter()
+            .find(|i| i.resource == r)
+            .unwrap()
     }
 
     #[test]
@@ -307,7 +333,11 @@ mod tests {
         let mut stamped = pre.to_vec();
         stamped.extend_from_slice(b"43");
         stamped.extend_from_slice(&post);
-        assert!(std::str::from_utf8(&stamped).unwrap().contains(r#""resourceVersion":"43""#));
+        assert!(
+            std::str::from_utf8(&stamped)
+                .unwrap()
+                .contains(r#""resourceVersion":"43""#)
+        );
     }
 
     #[test]
@@ -315,7 +345,11 @@ mod tests {
         let raw = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"n","resourceVersion":"7"},"spec":{"nodeName":"node-1"},"status":{"phase":"Running"}}"#;
         let pods = info("pods");
         let r = Record::ingest(raw, &pods, 9).unwrap();
-        assert!(std::str::from_utf8(r.bytes()).unwrap().contains(r#""resourceVersion":"9""#));
+        assert!(
+            std::str::from_utf8(r.bytes())
+                .unwrap()
+                .contains(r#""resourceVersion":"9""#)
+        );
         let idx = |f: &str| pods.field_selectors.iter().position(|x| x == f).unwrap();
         assert_eq!(r.field(idx("spec.nodeName")), Some("node-1"));
         assert_eq!(r.field(idx("status.phase")), Some("Running"));
@@ -325,9 +359,21 @@ mod tests {
     #[test]
     fn rejects_garbage() {
         let cm = info("configmaps");
-        assert!(matches!(Record::ingest(b"{not json", &cm, 1), Err(IngestError::Json(_))));
-        assert_eq!(Record::ingest(b"[1,2]", &cm, 1).unwrap_err(), IngestError::NoMetadata);
-        assert_eq!(Record::ingest(br#"{"metadata":{}}"#, &cm, 1).unwrap_err(), IngestError::NoName);
-        assert_eq!(Record::ingest(br#"{"metadata":5}"#, &cm, 1).unwrap_err(), IngestError::NoMetadata);
+        assert!(matches!(
+            Record::ingest(b"{not json", &cm, 1),
+            Err(IngestError::Json(_))
+        ));
+        assert_eq!(
+            Record::ingest(b"[1,2]", &cm, 1).unwrap_err(),
+            IngestError::NoMetadata
+        );
+        assert_eq!(
+            Record::ingest(br#"{"metadata":{}}"#, &cm, 1).unwrap_err(),
+            IngestError::NoName
+        );
+        assert_eq!(
+            Record::ingest(br#"{"metadata":5}"#, &cm, 1).unwrap_err(),
+            IngestError::NoMetadata
+        );
     }
 }

@@ -54,7 +54,8 @@ pub fn skip_value(b: &[u8], i: usize) -> Option<usize> {
         }
         _ => {
             let mut j = i;
-            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+            {
                 j += 1;
             }
             (j > i).then_some(j)
@@ -93,7 +94,10 @@ pub fn for_each_member(b: &[u8], start: usize, mut f: impl FnMut(Member)) -> Opt
         }
         i = skip_ws(b, i + 1);
         let vend = skip_value(b, i)?;
-        f(Member { key, value: (i, vend) });
+        f(Member {
+            key,
+            value: (i, vend),
+        });
         i = skip_ws(b, vend);
         match b.get(i)? {
             b',' => i = skip_ws(b, i + 1),
@@ -154,7 +158,15 @@ mod tests {
 
     #[test]
     fn malformed_is_none_not_panic() {
-        for bad in [&b"{"[..], b"{\"a\"", b"{\"a\":", b"{\"a\":1,", b"[", b"\"", b"{\"a\":1 x}"] {
+        for bad in [
+            &b"{"[..],
+            b"{\"a\"",
+            b"{\"a\":",
+            b"{\"a\":1,",
+            b"[",
+            b"\"",
+            b"{\"a\":1 x}",
+        ] {
             let _ = for_each_member(bad, 0, |_| {});
             let _ = skip_value(bad, 0);
         }

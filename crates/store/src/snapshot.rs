@@ -35,7 +35,10 @@ impl Snapshot {
 
     /// The same items labelled with a newer RV (nothing changed in between).
     pub fn at(&self, rv: u64) -> Snapshot {
-        Snapshot { rv, items: self.items.clone() }
+        Snapshot {
+            rv,
+            items: self.items.clone(),
+        }
     }
 
     /// Number of objects.
@@ -98,7 +101,12 @@ pub struct Filter {
 impl Filter {
     /// The filter for a request on `info` in `namespace` (None: all) with `opts`' selectors.
     pub fn new(info: &ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Filter {
-        Self::from_parts(info, namespace, opts.label_selector.clone(), &opts.field_selector)
+        Self::from_parts(
+            info,
+            namespace,
+            opts.label_selector.clone(),
+            &opts.field_selector,
+        )
     }
 
     /// The filter from explicit selectors.
@@ -116,18 +124,29 @@ impl Filter {
                     "metadata.name" => FieldRef::Name,
                     "metadata.namespace" => FieldRef::Namespace,
                     f => FieldRef::Index(
-                        info.field_selectors.iter().position(|x| x == f).unwrap_or(usize::MAX),
+                        info.field_selectors
+                            .iter()
+                            .position(|x| x == f)
+                            .unwrap_or(usize::MAX),
                     ),
                 };
                 (r, t.value.clone(), t.negated)
             })
             .collect();
-        Filter { prefix: listwatch_core::options::list_prefix(info, namespace), labels, fields }
+        Filter {
+            prefix: listwatch_core::options::list_prefix(info, namespace),
+            labels,
+            fields,
+        }
     }
 
     /// A filter that selects everything.
     pub fn everything() -> Filter {
-        Filter { prefix: String::new(), labels: LabelSelector::default(), fields: Vec::new() }
+        Filter {
+            prefix: String::new(),
+            labels: LabelSelector::default(),
+            fields: Vec::new(),
+        }
     }
 
     /// The key prefix (`"ns/"` or `""`).
@@ -184,6 +203,10 @@ impl Filter {
             (_, true, false) => (Deleted, e.prev.as_ref()?, true),
             (_, false, false) => return None,
         };
-        Some(FilteredEvent { kind, object, stamp_rv: stamp.then_some(e.rv) })
+        Some(FilteredEvent {
+            kind,
+            object,
+            stamp_rv: stamp.then_some(e.rv),
+        })
     }
 }

@@ -187,7 +187,10 @@ impl Store {
             let rv = change.rv();
             let ok = rv > start_rv.max(batch_rv.unwrap_or(0)) || batch_rv == Some(rv);
             if !ok {
-                result = Err(StoreError::Backwards { rv, current: batch_rv.unwrap_or(start_rv) });
+                result = Err(StoreError::Backwards {
+                    rv,
+                    current: batch_rv.unwrap_or(start_rv),
+                });
                 break;
             }
             let event = match change {
@@ -198,8 +201,18 @@ impl Store {
                     if let Some(p) = &prev {
                         g.object_bytes -= p.bytes().len();
                     }
-                    let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
-                    Event { kind, rv, object: record, prev, at: Instant::now() }
+                    let kind = if prev.is_some() {
+                        EventType::Modified
+                    } else {
+                        EventType::Added
+                    };
+                    Event {
+                        kind,
+                        rv,
+                        object: record,
+                        prev,
+                        at: Instant::now(),
+                    }
                 }
                 Change::Delete { key, rv } => match items.remove(key.as_str()) {
                     Some(prev) => {
@@ -270,7 +283,10 @@ impl Store {
         let mut rx = self.clock.subscribe();
         match tokio::time::timeout(timeout, rx.wait_for(|v| *v >= rv)).await {
             Ok(Ok(_)) => Ok(()),
-            _ => Err(StoreError::TooNew { requested: rv, current: self.rv() }),
+            _ => Err(StoreError::TooNew {
+                requested: rv,
+                current: self.rv(),
+            }),
         }
     }
 
@@ -280,7 +296,10 @@ impl Store {
         let g = self.inner.lock();
         let current = g.current.rv();
         if rv > current {
-            return Err(StoreError::TooNew { requested: rv, current });
+            return Err(StoreError::TooNew {
+                requested: rv,
+                current,
+            });
         }
         if rv == current {
             return Ok(g.current.clone());
@@ -290,9 +309,16 @@ impl Store {
             return Ok(s.clone());
         }
         if rv < g.log.start_rv() {
-            return Err(StoreError::TooOld { requested: rv, oldest: g.log.start_rv() });
+            return Err(StoreError::TooOld {
+                requested: rv,
+                oldest: g.log.start_rv(),
+            });
         }
-        let base = g.checkpoints.get(idx).map(|(_, s)| s.clone()).unwrap_or_else(|| g.current.clone());
+        let base = g
+            .checkpoints
+            .get(idx)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_else(|| g.current.clone());
         let events = g.log.between(rv, base.rv());
         drop(g);
         let mut items = base.items().clone();
@@ -314,7 +340,10 @@ impl Store {
     pub fn retain(&self, snap: &Snapshot) {
         let mut g = self.inner.lock();
         let idx = g.checkpoints.partition_point(|(_, s)| s.rv() < snap.rv());
-        if g.checkpoints.get(idx).is_some_and(|(_, s)| s.rv() == snap.rv()) {
+        if g.checkpoints
+            .get(idx)
+            .is_some_and(|(_, s)| s.rv() == snap.rv())
+        {
             return;
         }
         g.checkpoints.insert(idx, (Instant::now(), snap.clone()));
@@ -323,7 +352,10 @@ impl Store {
 
     fn push_checkpoint(&self, g: &mut Inner, snap: Snapshot) {
         g.since_checkpoint = 0;
-        if g.checkpoints.back().is_some_and(|(_, s)| s.rv() >= snap.rv()) {
+        if g.checkpoints
+            .back()
+            .is_some_and(|(_, s)| s.rv() >= snap.rv())
+        {
             return;
         }
         g.checkpoints.push_back((Instant::now(), snap));
@@ -333,7 +365,9 @@ impl Store {
     fn trim_checkpoints(&self, g: &mut Inner, now: Instant) {
         let retention = self.config.snapshot_retention;
         while g.checkpoints.len() > self.config.max_checkpoints
-            || g.checkpoints.front().is_some_and(|(at, _)| now.duration_since(*at) > retention)
+            || g.checkpoints
+                .front()
+                .is_some_and(|(at, _)| now.duration_since(*at) > retention)
         {
             g.checkpoints.pop_front();
         }
@@ -343,11 +377,19 @@ impl Store {
     pub fn watch_from(self: &Arc<Self>, rv: u64) -> Result<WatchCursor, StoreError> {
         let g = self.inner.lock();
         if rv < g.log.start_rv() {
-            return Err(StoreError::TooOld { requested: rv, oldest: g.log.start_rv() });
+            return Err(StoreError::TooOld {
+                requested: rv,
+                oldest: g.log.start_rv(),
+            });
         }
         let seq = g.log.seq_after(rv);
         drop(g);
-        Ok(WatchCursor { store: self.clone(), seq, rv, head: self.head.subscribe() })
+        Ok(WatchCursor {
+            store: self.clone(),
+            seq,
+            rv,
+            head: self.head.subscribe(),
+        })
     }
 
     /// Time-based housekeeping: trims the event window and retained snapshots.
@@ -412,7 +454,10 @@ impl WatchCursor {
         self.head.borrow_and_update();
         let g = self.store.inner.lock();
         if !g.log.holds(self.seq) {
-            return Err(StoreError::TooOld { requested: self.rv, oldest: g.log.start_rv() });
+            return Err(StoreError::TooOld {
+                requested: self.rv,
+                oldest: g.log.start_rv(),
+            });
         }
         let before = out.len();
         self.seq = g.log.read_from(self.seq, max, out);

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use listwatch_core::{ContinueToken, FieldSelector, LabelSelector, ResourceInfo, builtin_resources};
+use listwatch_core::{
+    ContinueToken, FieldSelector, LabelSelector, ResourceInfo, builtin_resources,
+};
 use listwatch_store::{
     Change, EventType, Filter, LogLimits, Record, SnapshotReader, Store, StoreConfig, StoreError,
 };
@@ -18,8 +20,16 @@ const PHASES: [&str; 2] = ["Running", "Pending"];
 
 #[derive(Clone, Debug)]
 enum Op {
-    Put { ns: usize, name: usize, tier: usize, phase: usize },
-    Delete { ns: usize, name: usize },
+    Put {
+        ns: usize,
+        name: usize,
+        tier: usize,
+        phase: usize,
+    },
+    Delete {
+        ns: usize,
+        name: usize,
+    },
     Progress,
 }
 
@@ -44,7 +54,12 @@ struct ModelEvent {
 }
 
 fn pods() -> Arc<ResourceInfo> {
-    Arc::new(builtin_resources().into_iter().find(|r| r.resource == "pods").expect("pods"))
+    Arc::new(
+        builtin_resources()
+            .into_iter()
+            .find(|r| r.resource == "pods")
+            .expect("pods"),
+    )
 }
 
 fn record(info: &ResourceInfo, key: &str, tier: usize, phase: usize, rv: u64) -> Record {
@@ -66,31 +81,64 @@ struct Model {
 
 impl Model {
     fn new(rv: u64) -> Self {
-        Model { rv, state: State::new(), history: BTreeMap::from([(rv, State::new())]), events: vec![] }
+        Model {
+            rv,
+            state: State::new(),
+            history: BTreeMap::from([(rv, State::new())]),
+            events: vec![],
+        }
     }
 
     /// Applies `op` to the model and the store.
     fn step(&mut self, store: &Store, info: &ResourceInfo, op: &Op) {
         let rv = self.rv + 1;
         match *op {
-            Op::Put { ns, name, tier, phase } => {
+            Op::Put {
+                ns,
+                name,
+                tier,
+                phase,
+            } => {
                 let key = format!("{}/p{name}", NS[ns]);
                 let prev = self.state.insert(key.clone(), (rv, tier, phase));
-                let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
-                self.events.push(ModelEvent { rv, kind, key: key.clone(), new: Some((rv, tier, phase)), prev });
-                store.apply([Change::Put(record(info, &key, tier, phase, rv))]).expect("apply put");
+                let kind = if prev.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                };
+                self.events.push(ModelEvent {
+                    rv,
+                    kind,
+                    key: key.clone(),
+                    new: Some((rv, tier, phase)),
+                    prev,
+                });
+                store
+                    .apply([Change::Put(record(info, &key, tier, phase, rv))])
+                    .expect("apply put");
             }
             Op::Delete { ns, name } => {
                 let key = format!("{}/p{name}", NS[ns]);
                 let Some(prev) = self.state.remove(&key) else {
                     assert_eq!(
-                        store.apply([Change::Delete { key: key.clone(), rv }]),
+                        store.apply([Change::Delete {
+                            key: key.clone(),
+                            rv
+                        }]),
                         Err(StoreError::UnknownDelete(key))
                     );
                     return;
                 };
-                self.events.push(ModelEvent { rv, kind: EventType::Deleted, key: key.clone(), new: None, prev: Some(prev) });
-                store.apply([Change::Delete { key, rv }]).expect("apply delete");
+                self.events.push(ModelEvent {
+                    rv,
+                    kind: EventType::Deleted,
+                    key: key.clone(),
+                    new: None,
+                    prev: Some(prev),
+                });
+                store
+                    .apply([Change::Delete { key, rv }])
+                    .expect("apply delete");
             }
             Op::Progress => store.progress(rv),
         }
@@ -110,9 +158,18 @@ fn sel() -> impl Strategy<Value = Sel> {
     (
         prop::option::of(0..3usize),
         prop::sample::select(vec!["", "tier=t0", "tier!=t1", "tier in (t1,t2)", "!tier"]),
-        prop::sample::select(vec!["", "status.phase=Running", "status.phase!=Running", "metadata.name=p1"]),
+        prop::sample::select(vec![
+            "",
+            "status.phase=Running",
+            "status.phase!=Running",
+            "metadata.name=p1",
+        ]),
     )
-        .prop_map(|(namespace, label, field)| Sel { namespace, label, field })
+        .prop_map(|(namespace, label, field)| Sel {
+            namespace,
+            label,
+            field,
+        })
 }
 
 impl Sel {
@@ -166,7 +223,11 @@ impl Sel {
 
 fn config(keep_events: usize, checkpoint_every: usize) -> StoreConfig {
     StoreConfig {
-        log: LogLimits { min_age: Duration::ZERO, min_events: keep_events, max_bytes: usize::MAX },
+        log: LogLimits {
+            min_age: Duration::ZERO,
+            min_events: keep_events,
+            max_bytes: usize::MAX,
+        },
         snapshot_retention: Duration::from_secs(3600),
         checkpoint_every,
         max_checkpoints: 1 << 20,
@@ -175,11 +236,19 @@ fn config(keep_events: usize, checkpoint_every: usize) -> StoreConfig {
 
 /// RV of the oldest event the store may still hold: all events after it are kept.
 fn model_start_rv(m: &Model, initial: u64, keep: usize) -> u64 {
-    if m.events.len() > keep { m.events[m.events.len() - keep - 1].rv } else { initial }
+    if m.events.len() > keep {
+        m.events[m.events.len() - keep - 1].rv
+    } else {
+        initial
+    }
 }
 
 fn list_keys(snap_state: &State, sel: &Sel) -> Vec<String> {
-    snap_state.iter().filter(|(k, o)| sel.matches(k, o)).map(|(k, _)| k.clone()).collect()
+    snap_state
+        .iter()
+        .filter(|(k, o)| sel.matches(k, o))
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 proptest! {
@@ -303,11 +372,16 @@ async fn waits_for_future_rv_and_times_out() {
     let waiter = tokio::spawn(async move { s2.wait_for(7, Duration::from_secs(5)).await });
     tokio::task::yield_now().await;
     store.progress(6);
-    store.apply([Change::Put(record(&info, "ns0/a", 0, 0, 7))]).expect("apply");
+    store
+        .apply([Change::Put(record(&info, "ns0/a", 0, 0, 7))])
+        .expect("apply");
     assert_eq!(waiter.await.expect("join"), Ok(()));
     assert_eq!(
         store.wait_for(100, Duration::from_millis(50)).await,
-        Err(StoreError::TooNew { requested: 100, current: 7 })
+        Err(StoreError::TooNew {
+            requested: 100,
+            current: 7
+        })
     );
 }
 
@@ -321,7 +395,8 @@ async fn cursor_from_future_rv_skips_until_then_and_wakes_on_events() {
     tokio::spawn(async move {
         for rv in 6..=8 {
             tokio::time::sleep(Duration::from_millis(5)).await;
-            s2.apply([Change::Put(record(&i2, &format!("ns0/p{rv}"), 0, 0, rv))]).expect("apply");
+            s2.apply([Change::Put(record(&i2, &format!("ns0/p{rv}"), 0, 0, rv))])
+                .expect("apply");
         }
     });
     let mut got = Vec::new();
@@ -337,7 +412,9 @@ async fn cursor_from_future_rv_skips_until_then_and_wakes_on_events() {
 fn backwards_rv_is_rejected_and_relist_expires_cursors() {
     let info = pods();
     let store = Store::new(info.clone(), 5, [], StoreConfig::default());
-    store.apply([Change::Put(record(&info, "ns0/a", 0, 0, 6))]).expect("apply");
+    store
+        .apply([Change::Put(record(&info, "ns0/a", 0, 0, 6))])
+        .expect("apply");
     assert_eq!(
         store.apply([Change::Put(record(&info, "ns0/b", 0, 0, 6))]),
         Err(StoreError::Backwards { rv: 6, current: 6 })
@@ -345,7 +422,16 @@ fn backwards_rv_is_rejected_and_relist_expires_cursors() {
     let mut cursor = store.watch_from(6).expect("cursor");
     store.replace(20, [record(&info, "ns0/z", 0, 0, 20)]);
     let mut out = Vec::new();
-    assert!(matches!(cursor.poll(10, &mut out), Err(StoreError::TooOld { .. })));
+    assert!(matches!(
+        cursor.poll(10, &mut out),
+        Err(StoreError::TooOld { .. })
+    ));
     assert_eq!(store.current().len(), 1);
-    assert!(matches!(store.watch_from(6), Err(StoreError::TooOld { requested: 6, oldest: 20 })));
+    assert!(matches!(
+        store.watch_from(6),
+        Err(StoreError::TooOld {
+            requested: 6,
+            oldest: 20
+        })
+    ));
 }

@@ -1,0 +1,106 @@
+//! Discovery documents (`/api`, `/apis`, `/api/v1`, `/apis/<g>/<v>`, `/version`) so
+//! kubectl and client libraries find what we serve.
+
+use listwatch_sources::Registry;
+use serde_json::{Value, json};
+
+/// Verbs advertised for every resource (the embedded source accepts writes).
+pub fn verbs(writable: bool) -> Vec<&'static str> {
+    if writable {
+        vec!["create", "delete", "get", "list", "update", "watch"]
+    } else {
+        vec!["get", "list", "watch"]
+    }
+}
+
+/// `/api`: the core group's versions.
+pub fn api(addr: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": addr}],
+    })
+}
+
+/// `/apis`: the named groups.
+pub fn apis(registry: &Registry) -> Value {
+    let groups: Vec<Value> = registry
+        .group_versions()
+        .into_iter()
+        .filter(|(g, _)| !g.is_empty())
+        .map(|(g, v)| {
+            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/apis/<group>`.
+pub fn group(registry: &Registry, group: &str) -> Option<Value> {
+    let versions: Vec<Value> = registry
+        .group_versions()
+        .into_iter()
+        .filter(|(g, _)| g == group)
+        .map(|(g, v)| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+        .collect();
+    let preferred = versions.first()?.clone();
+    Some(
+        json!({"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": versions, "preferredVersion": preferred}),
+    )
+}
+
+/// `/api/v1` or `/apis/<g>/<v>`: the resources of one group version.
+pub fn resource_list(
+    registry: &Registry,
+    group: &str,
+    version: &str,
+    writable: bool,
+) -> Option<Value> {
+    let resources: Vec<Value> = registry
+        .stores()
+        .map(|s| s.info())
+        .filter(|i| i.group == group && i.version == version)
+        .map(|i| {
+            let mut r = json!({
+                "name": i.resource,
+                "singularName": i.singular,
+                "namespaced": i.namespaced,
+                "kind": i.kind,
+                "verbs": verbs(writable),
+            });
+            if !i.short_names.is_empty() {
+                r["shortNames"] = json!(i.short_names);
+            }
+            r
+        })
+        .collect();
+    if resources.is_empty() {
+        return None;
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    let mut doc = json!({"kind": "APIResourceList", "groupVersion": gv, "resources": resources});
+    if !group.is_empty() {
+        doc["apiVersion"] = json!("v1");
+    }
+    Some(doc)
+}
+
+/// `/version`.
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "36",
+        "gitVersion": format!("v1.36.0-listwatch.{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+    })
+}

@@ -1,0 +1,287 @@
+//! Request handlers: where a request's resourceVersion semantics pick the snapshot or
+//! cursor it is served from.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use listwatch_codec::ListEncoder;
+use listwatch_core::options::list_prefix;
+use listwatch_core::status::LIST_TOO_OLD_MESSAGE;
+use listwatch_core::{ApiError, ContinueToken, ListOptions, ObjectRef, ResourceVersion, RvMatch};
+use listwatch_store::{Filter, Snapshot, SnapshotReader, Store, StoreError};
+use tokio::time::Instant;
+
+use crate::App;
+use crate::body::{ListBody, ResponseBody, WatchSpec, WatchStream, full};
+
+/// A handler's answer: a response, or an error to render as a `Status`.
+pub type Answer = Result<Response<ResponseBody>, ApiError>;
+
+fn json_response(code: u16, body: ResponseBody) -> Response<ResponseBody> {
+    let mut r = Response::new(body);
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache, private"),
+    );
+    r
+}
+
+/// Renders an error as kube-apiserver does: the `Status` body, its code, `Retry-After`.
+pub fn error_response(e: &ApiError) -> Response<ResponseBody> {
+    let s = e.to_status();
+    let mut body = s.body;
+    body.push(b'\n');
+    let mut r = json_response(s.code, full(body));
+    if let Some(secs) = s.retry_after {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, http::HeaderValue::from(secs));
+    }
+    r
+}
+
+/// Maps a store error on the LIST/GET path to its API error.
+fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::TooOld { .. } => ApiError::Expired(LIST_TOO_OLD_MESSAGE.into()),
+        StoreError::TooNew { requested, current } => {
+            ApiError::ResourceVersionTooLarge { requested, current }
+        }
+        other => ApiError::Internal(other.to_string()),
+    }
+}
+
+impl App {
+    /// Waits until `store` has reached `rv` (bounded by the configured wait).
+    async fn wait_for(&self, store: &Store, rv: u64) -> Result<(), ApiError> {
+        store
+            .wait_for(rv, self.config.rv_wait)
+            .await
+            .map_err(store_error)
+    }
+
+    /// A snapshot at least as new as the source's current revision (consistent read).
+    async fn consistent_snapshot(&self, store: &Store) -> Result<Snapshot, ApiError> {
+        let target = self.current_revision().await?;
+        self.wait_for(store, target).await?;
+        Ok(store.current())
+    }
+
+    /// The snapshot a LIST/GET/watch-list reads, by the RV rules of kube-apiserver.
+    async fn read_snapshot(&self, store: &Store, opts: &ListOptions) -> Result<Snapshot, ApiError> {
+        match (opts.resource_version, opts.rv_match) {
+            (ResourceVersion::Unset, _) => self.consistent_snapshot(store).await,
+            (ResourceVersion::Any, _) => Ok(store.current()),
+            (ResourceVersion::At(rv), Some(RvMatch::Exact)) => {
+                self.wait_for(store, rv).await?;
+                store.snapshot_at(rv).map_err(store_error)
+            }
+            (ResourceVersion::At(rv), _) => {
+                self.wait_for(store, rv).await?;
+                Ok(store.current())
+            }
+        }
+    }
+
+    /// GET/WATCH/POST on a collection.
+    pub(crate) async fn collection(
+        &self,
+        method: &Method,
+        store: Arc<Store>,
+        namespace: Option<String>,
+        query: &str,
+        legacy_watch: bool,
+        body: Incoming,
+    ) -> Answer {
+        let ns = namespace.as_deref();
+        match *method {
+            Method::GET => {
+                let mut opts = ListOptions::parse(query, store.info(), ns)?;
+                opts.watch |= legacy_watch;
+                if opts.watch {
+                    return self.watch(store, ns, opts).await;
+                }
+                self.list(store, ns, opts).await
+            }
+            Method::POST => {
+                let bytes = self.read_body(body).await?;
+                let source = self.writable()?;
+                let w = source.create(&store, ns, &bytes)?;
+                Ok(json_response(w.code, full(with_newline(w.body))))
+            }
+            _ => Err(ApiError::MethodNotAllowed),
+        }
+    }
+
+    /// GET/PUT/DELETE on one object (GET with `watch` watches that name).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn object(
+        &self,
+        method: &Method,
+        store: Arc<Store>,
+        namespace: Option<String>,
+        name: String,
+        query: &str,
+        legacy_watch: bool,
+        body: Incoming,
+    ) -> Answer {
+        let ns = namespace.as_deref();
+        match *method {
+            Method::GET => {
+                let mut opts = ListOptions::parse(query, store.info(), ns)?;
+                opts.watch |= legacy_watch;
+                if opts.watch {
+                    // Watching one object is a watch with a name field selector.
+                    opts.field_selector
+                        .terms
+                        .push(listwatch_core::fields::FieldTerm {
+                            field: "metadata.name".into(),
+                            value: name,
+                            negated: false,
+                        });
+                    return self.watch(store, ns, opts).await;
+                }
+                let snap = self.read_snapshot(&store, &opts).await?;
+                let key = store.info().key(ns.unwrap_or(""), &name);
+                match snap.get(&key) {
+                    Some(r) => Ok(json_response(200, full(with_newline(r.bytes().clone())))),
+                    None => Err(ApiError::NotFound(ObjectRef::new(store.info(), &name))),
+                }
+            }
+            Method::PUT => {
+                let bytes = self.read_body(body).await?;
+                let w = self.writable()?.update(&store, ns, &name, &bytes)?;
+                Ok(json_response(w.code, full(with_newline(w.body))))
+            }
+            Method::DELETE => {
+                let w = self.writable()?.delete(&store, ns, &name)?;
+                Ok(json_response(w.code, full(with_newline(w.body))))
+            }
+            _ => Err(ApiError::MethodNotAllowed),
+        }
+    }
+
+    async fn read_body(&self, body: Incoming) -> Result<Bytes, ApiError> {
+        let limited = http_body_util::Limited::new(body, self.config.max_body_bytes);
+        match limited.collect().await {
+            Ok(b) => Ok(b.to_bytes()),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                Err(ApiError::TooLarge("the request body is too large".into()))
+            }
+            Err(e) => Err(ApiError::BadRequest(format!(
+                "error reading the request body: {e}"
+            ))),
+        }
+    }
+
+    async fn list(&self, store: Arc<Store>, ns: Option<&str>, opts: ListOptions) -> Answer {
+        let info = store.info().clone();
+        let prefix = list_prefix(&info, ns);
+        let (snap, start) = match &opts.continue_token {
+            Some(token) if token.rv > 0 => {
+                let rv = token.rv as u64;
+                self.wait_for(&store, rv).await?;
+                let snap = store.snapshot_at(rv).map_err(|e| match e {
+                    StoreError::TooOld { .. } => ApiError::ContinueExpired {
+                        inconsistent_token: ContinueToken::encode_inconsistent(
+                            &prefix,
+                            &token.start_key,
+                        ),
+                    },
+                    other => store_error(other),
+                })?;
+                (snap, Some(token.start_key.clone()))
+            }
+            // rv -1: an inconsistent continuation from the latest state.
+            Some(token) => (store.current(), Some(token.start_key.clone())),
+            None => (self.read_snapshot(&store, &opts).await?, None),
+        };
+        if opts.limit.is_some() {
+            // Later pages name this RV in their token: keep it so they are O(1) to serve.
+            store.retain(&snap);
+        }
+        let filter = Arc::new(Filter::new(&info, ns, &opts));
+        let reader = SnapshotReader::new(snap, filter, start.as_deref(), opts.limit);
+        let encoder = ListEncoder::new(
+            reader,
+            info.list_kind(),
+            info.api_version(),
+            prefix,
+            opts.limit.is_some(),
+            self.config.chunk_bytes,
+        );
+        self.metrics.lists_started();
+        Ok(json_response(200, BodyExt::boxed(ListBody::new(encoder))))
+    }
+
+    async fn watch(&self, store: Arc<Store>, ns: Option<&str>, opts: ListOptions) -> Answer {
+        let info = store.info().clone();
+        let filter = Arc::new(Filter::new(&info, ns, &opts));
+        let timeout = match opts.timeout_seconds {
+            Some(s) if s > 0 => Duration::from_secs(s as u64),
+            _ => {
+                // kube-apiserver: a random duration in [min-request-timeout, 2×) so watches
+                // do not all end (and re-list) at once.
+                let base = self.config.min_request_timeout.as_secs_f64();
+                Duration::from_secs_f64(base * (1.0 + rand::random::<f64>()))
+            }
+        };
+        let deadline = Instant::now() + timeout;
+        let initial = opts.wants_initial_events();
+        let (cursor, initial_reader, initial_rv) = if initial {
+            let snap = self.read_snapshot(&store, &opts).await?;
+            let rv = snap.rv();
+            let cursor = store.watch_from(rv).map_err(crate::body::expired)?;
+            let reader = SnapshotReader::new(snap, filter.clone(), None, None);
+            (cursor, Some(reader), rv)
+        } else {
+            let from = match opts.resource_version {
+                ResourceVersion::At(rv) => rv,
+                ResourceVersion::Any => store.rv(),
+                ResourceVersion::Unset => self.consistent_snapshot(&store).await?.rv(),
+            };
+            match store.watch_from(from) {
+                Ok(c) => (c, None, from),
+                // kube-apiserver answers 200 and a single ERROR event for a too-old RV.
+                Err(e) => {
+                    let err = crate::body::expired(e);
+                    let mut line = b"{\"type\":\"ERROR\",\"object\":".to_vec();
+                    line.extend_from_slice(&err.to_status().body);
+                    line.extend_from_slice(b"}\n");
+                    return Ok(json_response(200, full(line)));
+                }
+            }
+        };
+        let spec = WatchSpec {
+            initial: initial_reader,
+            initial_events_end: opts.send_initial_events == Some(true)
+                && opts.allow_watch_bookmarks,
+            initial_rv,
+            bookmarks: opts.allow_watch_bookmarks,
+            bookmark_every: self.config.bookmark_interval,
+            deadline,
+            chunk: self.config.chunk_bytes,
+        };
+        self.metrics.watches_started();
+        Ok(json_response(
+            200,
+            WatchStream::new(cursor, filter, spec).into_body(),
+        ))
+    }
+}
+
+fn with_newline(b: Bytes) -> Bytes {
+    let mut v = Vec::with_capacity(b.len() + 1);
+    v.extend_from_slice(&b);
+    v.push(b'\n');
+    Bytes::from(v)
+}

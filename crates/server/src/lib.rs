@@ -1,0 +1,269 @@
+//! listwatch-server: the hyper service serving LIST, GET, WATCH and watch-list.
+//!
+//! Request flow: [`routes::route`] decodes the path → `ListOptions::parse` (core) decodes
+//! the query → [`handlers`] pick a snapshot or cursor by the RV rules → [`body`] streams
+//! chunks from it to the socket as the connection drains.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, header};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use listwatch_core::ApiError;
+use listwatch_sources::{EmbeddedSource, Registry};
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+pub mod body;
+pub mod discovery;
+pub mod handlers;
+pub mod routes;
+
+use body::{ResponseBody, full};
+use routes::{DiscoveryPath, Route};
+
+/// Server tunables.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Bytes copied into one response chunk at most (per in-flight response).
+    pub chunk_bytes: usize,
+    /// How long a request for a future RV waits before 504 (kube-apiserver: 3 s).
+    pub rv_wait: Duration,
+    /// Default watch timeout base; the actual one is random in [this, 2×this).
+    pub min_request_timeout: Duration,
+    /// Period of bookmarks on watches that asked for them.
+    pub bookmark_interval: Duration,
+    /// Largest accepted write body (kube-apiserver: 3 MiB).
+    pub max_body_bytes: usize,
+    /// Address advertised in `/api` discovery.
+    pub advertise: String,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            chunk_bytes: listwatch_codec::DEFAULT_CHUNK,
+            rv_wait: Duration::from_secs(3),
+            min_request_timeout: Duration::from_secs(1800),
+            bookmark_interval: Duration::from_secs(60),
+            max_body_bytes: 3 << 20,
+            advertise: "127.0.0.1:8080".into(),
+        }
+    }
+}
+
+/// Where the data comes from, and where writes and consistent reads go.
+pub enum Backend {
+    /// The in-process store (default).
+    Embedded(Arc<EmbeddedSource>),
+}
+
+/// Simple counters (a Prometheus exposition is a later step).
+#[derive(Default)]
+pub struct Metrics {
+    requests: AtomicU64,
+    lists: AtomicU64,
+    watches: AtomicU64,
+}
+
+impl Metrics {
+    fn lists_started(&self) {
+        self.lists.fetch_add(1, Ordering::Relaxed);
+    }
+    fn watches_started(&self) {
+        self.watches.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The application: registry, backend and configuration shared by all connections.
+pub struct App {
+    registry: Registry,
+    backend: Backend,
+    config: ServerConfig,
+    metrics: Metrics,
+}
+
+impl App {
+    /// An app over the embedded source.
+    pub fn embedded(source: Arc<EmbeddedSource>, config: ServerConfig) -> Arc<App> {
+        Arc::new(App {
+            registry: source.registry().clone(),
+            backend: Backend::Embedded(source),
+            config,
+            metrics: Metrics::default(),
+        })
+    }
+
+    /// The served resources and their stores.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The source's newest committed revision: what a consistent read must reach.
+    async fn current_revision(&self) -> Result<u64, ApiError> {
+        match &self.backend {
+            Backend::Embedded(s) => Ok(s.revision()),
+        }
+    }
+
+    fn writable(&self) -> Result<&EmbeddedSource, ApiError> {
+        match &self.backend {
+            Backend::Embedded(s) => Ok(s),
+        }
+    }
+
+    /// Answers one request (never fails: errors become `Status` responses).
+    pub async fn handle(&self, req: Request<Incoming>) -> Response<ResponseBody> {
+        self.metrics.requests.fetch_add(1, Ordering::Relaxed);
+        let start = std::time::Instant::now();
+        let method = req.method().clone();
+        let path = req.uri().path().to_string();
+        let query = req.uri().query().unwrap_or("").to_string();
+        let body = req.into_body();
+        let answer = match routes::route(&self.registry, &path) {
+            Route::Discovery(d) if method == Method::GET => self.discovery(d),
+            Route::Discovery(_) => Err(ApiError::MethodNotAllowed),
+            Route::Collection {
+                store,
+                namespace,
+                legacy_watch,
+            } => {
+                self.collection(&method, store, namespace, &query, legacy_watch, body)
+                    .await
+            }
+            Route::Object {
+                store,
+                namespace,
+                name,
+                legacy_watch,
+            } => {
+                self.object(&method, store, namespace, name, &query, legacy_watch, body)
+                    .await
+            }
+            Route::NotFound => Err(ApiError::UnknownPath),
+        };
+        let response = answer.unwrap_or_else(|e| handlers::error_response(&e));
+        info!(
+            verb = %method,
+            path = %path,
+            query = %query,
+            code = response.status().as_u16(),
+            ms = start.elapsed().as_secs_f64() * 1e3,
+            "request"
+        );
+        response
+    }
+
+    fn discovery(&self, d: DiscoveryPath) -> handlers::Answer {
+        let json = |v: serde_json::Value| {
+            let mut b = serde_json::to_vec(&v).unwrap_or_default();
+            b.push(b'\n');
+            let mut r = Response::new(full(b));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            Ok(r)
+        };
+        let writable = self.writable().is_ok();
+        match d {
+            DiscoveryPath::Api => json(discovery::api(&self.config.advertise)),
+            DiscoveryPath::Apis => json(discovery::apis(&self.registry)),
+            DiscoveryPath::Group(g) => {
+                discovery::group(&self.registry, &g).map_or(Err(ApiError::UnknownPath), json)
+            }
+            DiscoveryPath::GroupVersion(g, v) => {
+                discovery::resource_list(&self.registry, &g, &v, writable)
+                    .map_or(Err(ApiError::UnknownPath), json)
+            }
+            DiscoveryPath::Version => json(discovery::version()),
+            DiscoveryPath::Health => {
+                let mut r = Response::new(full(Bytes::from_static(b"ok")));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                Ok(r)
+            }
+            DiscoveryPath::Metrics => {
+                let m = &self.metrics;
+                let mut text = format!(
+                    "listwatch_requests_total {}\nlistwatch_lists_total {}\nlistwatch_watches_total {}\n",
+                    m.requests.load(Ordering::Relaxed),
+                    m.lists.load(Ordering::Relaxed),
+                    m.watches.load(Ordering::Relaxed)
+                );
+                for s in self.registry.stores() {
+                    let st = s.stats();
+                    let i = s.info();
+                    text.push_str(&format!(
+                        "listwatch_store_objects{{resource=\"{}\"}} {}\nlistwatch_store_object_bytes{{resource=\"{}\"}} {}\nlistwatch_store_events{{resource=\"{}\"}} {}\n",
+                        i.resource, st.objects, i.resource, st.object_bytes, i.resource, st.events
+                    ));
+                }
+                let mut r = Response::new(full(text));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                );
+                Ok(r)
+            }
+        }
+    }
+}
+
+/// Serves `app` on `listener` (HTTP/1.1 and h2c) until `shutdown` completes.
+pub async fn serve(
+    app: Arc<App>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let maintenance = tokio::spawn({
+        let app = app.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                for s in app.registry.stores() {
+                    s.maintain();
+                }
+            }
+        }
+    });
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let app = app.clone();
+                async move { Ok::<_, Infallible>(app.handle(req).await) }
+            });
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // Flatten writes into one bounded buffer per connection instead of queueing
+            // chunk references: a stalled reader then holds at most that buffer.
+            builder.http1().writev(false);
+            if let Err(e) = builder.serve_connection(TokioIo::new(stream), svc).await {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+        });
+    }
+    maintenance.abort();
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! Where a request path is decoded into what it addresses.
+
+use std::sync::Arc;
+
+use listwatch_sources::Registry;
+use listwatch_store::Store;
+
+/// What a request path addresses.
+pub enum Route {
+    /// A discovery or health endpoint.
+    Discovery(DiscoveryPath),
+    /// A resource collection (LIST, WATCH, POST), optionally in one namespace.
+    Collection {
+        /// The resource's store.
+        store: Arc<Store>,
+        /// Namespace, for namespaced requests.
+        namespace: Option<String>,
+        /// Reached through the legacy `/watch/` prefix.
+        legacy_watch: bool,
+    },
+    /// One object (GET, PUT, DELETE; WATCH of one name).
+    Object {
+        /// The resource's store.
+        store: Arc<Store>,
+        /// Namespace, for namespaced resources.
+        namespace: Option<String>,
+        /// Object name.
+        name: String,
+        /// Reached through the legacy `/watch/` prefix.
+        legacy_watch: bool,
+    },
+    /// Nothing we serve.
+    NotFound,
+}
+
+/// Discovery and operational endpoints.
+pub enum DiscoveryPath {
+    /// `/api`.
+    Api,
+    /// `/apis`.
+    Apis,
+    /// `/api/v1` or `/apis/<group>/<version>`.
+    GroupVersion(String, String),
+    /// `/apis/<group>`.
+    Group(String),
+    /// `/version`.
+    Version,
+    /// `/healthz`, `/livez`, `/readyz`.
+    Health,
+    /// `/metrics`.
+    Metrics,
+}
+
+/// Decodes `path` against the registry.
+pub fn route(registry: &Registry, path: &str) -> Route {
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    match segs.as_slice() {
+        ["api"] => return Route::Discovery(DiscoveryPath::Api),
+        ["apis"] => return Route::Discovery(DiscoveryPath::Apis),
+        ["api", "v1"] => {
+            return Route::Discovery(DiscoveryPath::GroupVersion(String::new(), "v1".into()));
+        }
+        ["apis", g] => return Route::Discovery(DiscoveryPath::Group(g.to_string())),
+        ["apis", g, v] => {
+            return Route::Discovery(DiscoveryPath::GroupVersion(g.to_string(), v.to_string()));
+        }
+        ["version"] => return Route::Discovery(DiscoveryPath::Version),
+        ["healthz" | "livez" | "readyz", ..] => return Route::Discovery(DiscoveryPath::Health),
+        ["metrics"] => return Route::Discovery(DiscoveryPath::Metrics),
+        _ => {}
+    }
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Route::NotFound,
+    };
+    let (legacy_watch, rest) = match rest {
+        ["watch", rest @ ..] => (true, rest),
+        _ => (false, rest),
+    };
+    let lookup = |r: &str| registry.get(group, version, r).cloned();
+    let valid = |s: &str| !s.is_empty() && s != "." && s != "..";
+    match rest {
+        ["namespaces", ns, r] if valid(ns) => match lookup(r).filter(|s| s.info().namespaced) {
+            Some(store) => Route::Collection {
+                store,
+                namespace: Some(ns.to_string()),
+                legacy_watch,
+            },
+            None => Route::NotFound,
+        },
+        ["namespaces", ns, r, name] if valid(ns) && valid(name) => {
+            match lookup(r).filter(|s| s.info().namespaced) {
+                Some(store) => Route::Object {
+                    store,
+                    namespace: Some(ns.to_string()),
+                    name: name.to_string(),
+                    legacy_watch,
+                },
+                None => Route::NotFound,
+            }
+        }
+        [r] => match lookup(r) {
+            Some(store) => Route::Collection {
+                store,
+                namespace: None,
+                legacy_watch,
+            },
+            None => Route::NotFound,
+        },
+        [r, name] if valid(name) => match lookup(r).filter(|s| !s.info().namespaced) {
+            Some(store) => Route::Object {
+                store,
+                namespace: None,
+                name: name.to_string(),
+                legacy_watch,
+            },
+            None => Route::NotFound,
+        },
+        _ => Route::NotFound,
+    }
+}

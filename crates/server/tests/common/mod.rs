@@ -1,0 +1,214 @@
+//! Test helpers: start a real listwatch server on 127.0.0.1 and talk raw HTTP to it.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use listwatch_core::builtin_resources;
+use listwatch_server::{App, ServerConfig, serve};
+use listwatch_sources::{EmbeddedSource, Registry, demo};
+use listwatch_store::StoreConfig;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// A server running in this process; stops when dropped.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub source: Arc<EmbeddedSource>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+pub async fn start(demo_pods: usize, config: ServerConfig) -> TestServer {
+    let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
+    let source = EmbeddedSource::new(registry);
+    if demo_pods > 0 {
+        let pods = source
+            .registry()
+            .get("", "v1", "pods")
+            .expect("pods")
+            .clone();
+        source
+            .seed(&pods, demo::demo_pods(demo_pods, 4))
+            .expect("seed");
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = App::embedded(
+        source.clone(),
+        ServerConfig {
+            advertise: addr.to_string(),
+            ..config
+        },
+    );
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(serve(app, listener, async {
+        let _ = rx.await;
+    }));
+    TestServer {
+        addr,
+        source,
+        stop: Some(tx),
+    }
+}
+
+/// A raw HTTP response.
+pub struct Raw {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Raw {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request with `Connection: close`; reads the whole (de-chunked) body.
+pub async fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> Raw {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let body = body.unwrap_or("");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut raw))
+        .await
+        .expect("response in time")
+        .expect("read");
+    parse(&raw)
+}
+
+pub async fn get(addr: SocketAddr, path: &str) -> Raw {
+    request(addr, "GET", path, None).await
+}
+
+fn parse(raw: &[u8]) -> Raw {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("header end");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect();
+    let mut rest = &raw[split + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked {
+        let mut out = Vec::new();
+        loop {
+            let Some(nl) = rest.windows(2).position(|w| w == b"\r\n") else {
+                break;
+            };
+            let n =
+                usize::from_str_radix(std::str::from_utf8(&rest[..nl]).expect("size").trim(), 16)
+                    .expect("hex");
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[nl + 2..nl + 2 + n]);
+            rest = &rest[nl + 2 + n + 2..];
+        }
+        out
+    } else {
+        rest.to_vec()
+    };
+    Raw {
+        status,
+        headers,
+        body: String::from_utf8(body).expect("utf8 body"),
+    }
+}
+
+/// Opens a streaming GET and returns a line reader over the de-chunked body.
+pub async fn stream_lines(
+    addr: SocketAddr,
+    path: &str,
+) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let s = TcpStream::connect(addr).await.expect("connect");
+    let (r, mut w) = s.into_split();
+    w.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let _keep = w;
+        let mut r = BufReader::new(r);
+        let mut line = String::new();
+        // Skip headers.
+        loop {
+            line.clear();
+            if r.read_line(&mut line).await.unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+        }
+        // Chunked body: size line, data, CRLF.
+        let mut pending = String::new();
+        loop {
+            line.clear();
+            if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+                break;
+            }
+            let Ok(n) = usize::from_str_radix(line.trim(), 16) else {
+                break;
+            };
+            if n == 0 {
+                break;
+            }
+            let mut buf = vec![0u8; n + 2];
+            if r.read_exact(&mut buf).await.is_err() {
+                break;
+            }
+            pending.push_str(&String::from_utf8_lossy(&buf[..n]));
+            while let Some(i) = pending.find('\n') {
+                let l: String = pending.drain(..=i).collect();
+                if tx.send(l.trim_end().to_string()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// The next line within `secs`, or None.
+pub async fn next_line(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    secs: u64,
+) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(secs), rx.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
+pub fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("bad json {e}: {s}"))
+}
