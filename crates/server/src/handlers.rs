@@ -18,6 +18,18 @@ use tokio::time::Instant;
 use crate::App;
 use crate::body::{ListBody, ResponseBody, WatchSpec, WatchStream, full};
 
+/// What a handler needs of the request beyond the route.
+pub struct Call {
+    /// HTTP method.
+    pub method: Method,
+    /// Raw query string.
+    pub query: String,
+    /// `Content-Type` of the body, if any.
+    pub content_type: Option<String>,
+    /// The request body (read only by writes).
+    pub body: Incoming,
+}
+
 /// A handler's answer: a response, or an error to render as a `Status`.
 pub type Answer = Result<Response<ResponseBody>, ApiError>;
 
@@ -95,17 +107,15 @@ impl App {
     /// GET/WATCH/POST on a collection.
     pub(crate) async fn collection(
         &self,
-        method: &Method,
+        call: Call,
         store: Arc<Store>,
         namespace: Option<String>,
-        query: &str,
         legacy_watch: bool,
-        body: Incoming,
     ) -> Answer {
         let ns = namespace.as_deref();
-        match *method {
+        match call.method {
             Method::GET => {
-                let mut opts = ListOptions::parse(query, store.info(), ns)?;
+                let mut opts = ListOptions::parse(&call.query, store.info(), ns)?;
                 opts.watch |= legacy_watch;
                 if opts.watch {
                     return self.watch(store, ns, opts).await;
@@ -113,7 +123,9 @@ impl App {
                 self.list(store, ns, opts).await
             }
             Method::POST => {
-                let bytes = self.read_body(body).await?;
+                let bytes = self
+                    .read_body(call.content_type.as_deref(), call.body)
+                    .await?;
                 let source = self.writable()?;
                 let w = source.create(&store, ns, &bytes)?;
                 Ok(json_response(w.code, full(with_newline(w.body))))
@@ -123,21 +135,18 @@ impl App {
     }
 
     /// GET/PUT/DELETE on one object (GET with `watch` watches that name).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn object(
         &self,
-        method: &Method,
+        call: Call,
         store: Arc<Store>,
         namespace: Option<String>,
         name: String,
-        query: &str,
         legacy_watch: bool,
-        body: Incoming,
     ) -> Answer {
         let ns = namespace.as_deref();
-        match *method {
+        match call.method {
             Method::GET => {
-                let mut opts = ListOptions::parse(query, store.info(), ns)?;
+                let mut opts = ListOptions::parse(&call.query, store.info(), ns)?;
                 opts.watch |= legacy_watch;
                 if opts.watch {
                     // Watching one object is a watch with a name field selector.
@@ -158,7 +167,9 @@ impl App {
                 }
             }
             Method::PUT => {
-                let bytes = self.read_body(body).await?;
+                let bytes = self
+                    .read_body(call.content_type.as_deref(), call.body)
+                    .await?;
                 let w = self.writable()?.update(&store, ns, &name, &bytes)?;
                 Ok(json_response(w.code, full(with_newline(w.body))))
             }
@@ -170,7 +181,19 @@ impl App {
         }
     }
 
-    async fn read_body(&self, body: Incoming) -> Result<Bytes, ApiError> {
+    async fn read_body(
+        &self,
+        content_type: Option<&str>,
+        body: Incoming,
+    ) -> Result<Bytes, ApiError> {
+        // Writes are JSON only; answering 415 makes client-go retry protobuf/CBOR as JSON.
+        let ct = content_type.unwrap_or("application/json");
+        let media = ct.split(';').next().unwrap_or("").trim();
+        if media != "application/json" && !media.is_empty() {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json"
+            )));
+        }
         let limited = http_body_util::Limited::new(body, self.config.max_body_bytes);
         match limited.collect().await {
             Ok(b) => Ok(b.to_bytes()),

@@ -124,7 +124,17 @@ impl App {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let query = req.uri().query().unwrap_or("").to_string();
-        let body = req.into_body();
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let call = handlers::Call {
+            method: method.clone(),
+            query: query.clone(),
+            content_type,
+            body: req.into_body(),
+        };
         let answer = match routes::route(&self.registry, &path) {
             Route::Discovery(d) if method == Method::GET => self.discovery(d),
             Route::Discovery(_) => Err(ApiError::MethodNotAllowed),
@@ -132,17 +142,14 @@ impl App {
                 store,
                 namespace,
                 legacy_watch,
-            } => {
-                self.collection(&method, store, namespace, &query, legacy_watch, body)
-                    .await
-            }
+            } => self.collection(call, store, namespace, legacy_watch).await,
             Route::Object {
                 store,
                 namespace,
                 name,
                 legacy_watch,
             } => {
-                self.object(&method, store, namespace, name, &query, legacy_watch, body)
+                self.object(call, store, namespace, name, legacy_watch)
                     .await
             }
             Route::NotFound => Err(ApiError::UnknownPath),

@@ -1,0 +1,173 @@
+//! kubectl (the machine's binary, unmodified) against a listwatch server.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{json, request, start};
+use listwatch_server::ServerConfig;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+fn kubectl(addr: std::net::SocketAddr) -> Command {
+    let mut c = Command::new("kubectl");
+    // No kubeconfig: the server flag is all kubectl needs for plain HTTP.
+    c.env("KUBECONFIG", "/dev/null")
+        .arg("--server")
+        .arg(format!("http://{addr}"));
+    c
+}
+
+async fn run(addr: std::net::SocketAddr, args: &[&str]) -> String {
+    let out = kubectl(addr)
+        .args(args)
+        .output()
+        .await
+        .expect("kubectl must be installed (see .ci/run)");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf8")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_pods_all_namespaces_and_one_as_json() {
+    let s = start(120, ServerConfig::default()).await;
+    let out = run(s.addr, &["get", "pods", "-A"]).await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("NAMESPACE") && lines[0].contains("NAME"),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(lines.len(), 121);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.split_whitespace().take(2).eq(["demo-3", "pod-2"]))
+    );
+    // kubectl pages with limit=500 and follows continue tokens.
+    let out = run(
+        s.addr,
+        &["get", "pods", "-A", "--chunk-size=7", "-o", "name"],
+    )
+    .await;
+    assert_eq!(out.lines().count(), 120);
+    let pod = json(
+        &run(
+            s.addr,
+            &["get", "pod", "pod-5", "-n", "demo-2", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(pod["metadata"]["name"], "pod-5");
+    assert_eq!(pod["kind"], "Pod");
+    let out = run(
+        s.addr,
+        &[
+            "get",
+            "pods",
+            "-n",
+            "demo-1",
+            "--field-selector",
+            "status.phase=Pending",
+            "-o",
+            "name",
+        ],
+    )
+    .await;
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        vec![
+            "pod/pod-0",
+            "pod/pod-100",
+            "pod/pod-20",
+            "pod/pod-40",
+            "pod/pod-60",
+            "pod/pod-80"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_watch_sees_added_modified_deleted() {
+    let s = start(0, ServerConfig::default()).await;
+    let mut child = kubectl(s.addr)
+        .args([
+            "get",
+            "configmaps",
+            "-n",
+            "w",
+            "-w",
+            "--output-watch-events",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    // Give kubectl time to list and start watching before writing.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ns = "/api/v1/namespaces/w/configmaps";
+    assert_eq!(
+        request(s.addr, "POST", ns, Some(r#"{"metadata":{"name":"c1"}}"#))
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        request(
+            s.addr,
+            "PUT",
+            &format!("{ns}/c1"),
+            Some(r#"{"metadata":{"name":"c1"},"data":{"a":"b"}}"#)
+        )
+        .await
+        .status,
+        200
+    );
+    assert_eq!(
+        request(s.addr, "DELETE", &format!("{ns}/c1"), None)
+            .await
+            .status,
+        200
+    );
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("line in time")
+            .expect("read")
+            .expect("line");
+        // Columns: EVENT NAME AGE (after one header line).
+        let cols: Vec<&str> = line.split_whitespace().take(2).collect();
+        if cols[0] != "EVENT" {
+            seen.push(cols.join(" "));
+        }
+    }
+    assert_eq!(seen, vec!["ADDED c1", "MODIFIED c1", "DELETED c1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_raw_watch_list() {
+    let s = start(25, ServerConfig::default()).await;
+    let out = run(
+        s.addr,
+        &["get", "--raw", "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"],
+    )
+    .await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 26);
+    assert!(lines[..25].iter().all(|l| json(l)["type"] == "ADDED"));
+    let rv = s.source.revision();
+    assert_eq!(
+        lines[25],
+        format!(
+            r#"{{"type":"BOOKMARK","object":{{"kind":"Pod","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}","annotations":{{"k8s.io/initial-events-end":"true"}}}},"spec":{{"containers":null}},"status":{{}}}}}}"#
+        )
+    );
+}
