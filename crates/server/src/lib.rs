@@ -257,15 +257,17 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
+        let chunk = app.config.chunk_bytes;
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 let app = app.clone();
                 async move { Ok::<_, Infallible>(app.handle(req).await) }
             });
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            // Flatten writes into one bounded buffer per connection instead of queueing
-            // chunk references: a stalled reader then holds at most that buffer.
-            builder.http1().writev(false);
+            // hyper queues body chunks by reference (writev) until this many bytes are
+            // pending, then stops polling the body: a stalled reader holds about one chunk
+            // here plus one in the encoder, whatever the response's size.
+            builder.http1().max_buf_size(chunk.max(16 * 1024));
             if let Err(e) = builder.serve_connection(TokioIo::new(stream), svc).await {
                 tracing::debug!(%peer, error = %e, "connection ended");
             }

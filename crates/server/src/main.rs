@@ -78,7 +78,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .with_env_filter(filter)
             .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+        tracing_subscriber::fmt()
+            .with_ansi(ansi)
+            .with_env_filter(filter)
+            .init();
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
