@@ -1,0 +1,68 @@
+//! Allocation proof with dhat: encoding a LIST of 100,000 records allocates per chunk, not
+//! per record, and the output is the exact JSON list.
+
+use std::sync::Arc;
+
+use listwatch_codec::ListEncoder;
+use listwatch_core::builtin_resources;
+use listwatch_store::{Filter, Record, SnapshotReader, Store, StoreConfig};
+
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
+const N: usize = 100_000;
+const CHUNK: usize = 64 * 1024;
+
+#[test]
+fn list_encoding_allocates_per_chunk_not_per_record() {
+    let _profiler = dhat::Profiler::builder().testing().build();
+    let info = Arc::new(
+        builtin_resources()
+            .into_iter()
+            .find(|r| r.resource == "configmaps")
+            .expect("cm"),
+    );
+    let records = (0..N).map(|i| {
+        let json = format!(
+            r#"{{"metadata":{{"name":"cm-{i:06}","namespace":"ns"}},"data":{{"k":"{}"}}}}"#,
+            "x".repeat(i % 300)
+        );
+        Record::ingest(json.as_bytes(), &info, 1 + i as u64).expect("ingest")
+    });
+    let store = Store::new(info.clone(), N as u64 + 1, records, StoreConfig::default());
+    let reader = SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
+    let mut enc = ListEncoder::new(
+        reader,
+        info.list_kind(),
+        info.api_version(),
+        String::new(),
+        false,
+        CHUNK,
+    );
+
+    let before = dhat::HeapStats::get();
+    let mut total = 0usize;
+    let mut chunks = 0usize;
+    let mut first = None;
+    while let Some(c) = enc.next_chunk() {
+        total += c.len();
+        chunks += 1;
+        if first.is_none() {
+            first = Some(c.slice(..41));
+        }
+    }
+    let after = dhat::HeapStats::get();
+    let blocks = after.total_blocks - before.total_blocks;
+    println!(
+        "{N} records, {total} bytes in {chunks} chunks: {blocks} allocations, max live {} bytes",
+        after.max_bytes
+    );
+    assert!(
+        blocks <= (chunks as u64) * 3 + 64,
+        "{blocks} allocations for {chunks} chunks"
+    );
+    assert_eq!(
+        &first.expect("chunk")[..],
+        br#"{"kind":"ConfigMapList","apiVersion":"v1""#
+    );
+}
