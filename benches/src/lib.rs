@@ -1,0 +1,30 @@
+//! Shared fixtures for the benches: realistic pods in a store.
+
+use std::sync::Arc;
+
+use listwatch_core::{ResourceInfo, builtin_resources};
+use listwatch_sources::demo::demo_pod;
+use listwatch_store::{Record, Store, StoreConfig};
+
+/// The built-in pods resource.
+pub fn pods() -> Arc<ResourceInfo> {
+    Arc::new(
+        builtin_resources()
+            .into_iter()
+            .find(|r| r.resource == "pods")
+            .expect("pods"),
+    )
+}
+
+/// `n` ingested demo pods (~4.5 KiB each) at RVs 1..=n.
+pub fn pod_records(n: usize) -> Vec<Record> {
+    let info = pods();
+    (0..n)
+        .map(|i| Record::ingest(&demo_pod(i, 40), &info, 1 + i as u64).expect("ingest"))
+        .collect()
+}
+
+/// A store holding `n` demo pods.
+pub fn pod_store(n: usize) -> Arc<Store> {
+    Store::new(pods(), n as u64 + 1, pod_records(n), StoreConfig::default())
+}
