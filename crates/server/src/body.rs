@@ -258,10 +258,10 @@ fn next_bookmark_time(now: Instant, spec: &WatchSpec) -> Option<Instant> {
         return None;
     }
     let mut t = now + spec.bookmark_every;
-    if let Some(pre) = spec.deadline.checked_sub(Duration::from_secs(2)) {
-        if pre < t {
-            t = pre;
-        }
+    if let Some(pre) = spec.deadline.checked_sub(Duration::from_secs(2))
+        && pre < t
+    {
+        t = pre;
     }
     (t > now).then_some(t)
 }

@@ -190,9 +190,7 @@ impl App {
         let ct = content_type.unwrap_or("application/json");
         let media = ct.split(';').next().unwrap_or("").trim();
         if media != "application/json" && !media.is_empty() {
-            return Err(ApiError::UnsupportedMediaType(format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json"
-            )));
+            return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json".to_string()));
         }
         let limited = http_body_util::Limited::new(body, self.config.max_body_bytes);
         match limited.collect().await {

@@ -7,7 +7,11 @@ use crate::embedded::{rfc3339_now, uuid_v4};
 pub fn demo_pod(i: usize, namespaces: usize) -> Vec<u8> {
     let ns = format!("demo-{}", i % namespaces.max(1) + 1);
     let name = format!("pod-{i}");
-    let phase = if i % 10 == 0 { "Pending" } else { "Running" };
+    let phase = if i.is_multiple_of(10) {
+        "Pending"
+    } else {
+        "Running"
+    };
     let node = format!("node-{}", i % 50);
     let ip = format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255);
     let env = |c: &str| {
@@ -32,7 +36,7 @@ pub fn demo_pod(i: usize, namespaces: usize) -> Vec<u8> {
         uid = uuid_v4(),
         ts = rfc3339_now(),
         g = i % 100,
-        track = if i % 4 == 0 { "canary" } else { "stable" },
+        track = if i.is_multiple_of(4) { "canary" } else { "stable" },
         i0 = init(0),
         i1 = init(1),
         c0 = container("main", mounts),

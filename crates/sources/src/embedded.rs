@@ -173,10 +173,10 @@ impl EmbeddedSource {
         let Some(existing) = current.get(&key) else {
             return Err(ApiError::NotFound(ObjectRef::new(&info, name)));
         };
-        if let Some(expected) = expected_rv.filter(|s| !s.is_empty()) {
-            if expected != existing.rv().to_string() {
-                return Err(ApiError::Conflict(ObjectRef::new(&info, name)));
-            }
+        if let Some(expected) = expected_rv.filter(|s| !s.is_empty())
+            && expected != existing.rv().to_string()
+        {
+            return Err(ApiError::Conflict(ObjectRef::new(&info, name)));
         }
         // Identity fields are the server's: keep the stored ones.
         let old: Value = serde_json::from_slice(existing.bytes())
@@ -304,21 +304,21 @@ fn parse_body(body: &[u8], info: &ResourceInfo) -> Result<Value, ApiError> {
             "couldn't get version/kind; json parse error: not an object".into(),
         ));
     };
-    if let Some(v) = map.get("apiVersion").and_then(Value::as_str) {
-        if v != info.api_version() {
-            return Err(ApiError::BadRequest(format!(
-                "the API version in the data ({v}) does not match the expected API version ({})",
-                info.api_version()
-            )));
-        }
+    if let Some(v) = map.get("apiVersion").and_then(Value::as_str)
+        && v != info.api_version()
+    {
+        return Err(ApiError::BadRequest(format!(
+            "the API version in the data ({v}) does not match the expected API version ({})",
+            info.api_version()
+        )));
     }
-    if let Some(k) = map.get("kind").and_then(Value::as_str) {
-        if k != info.kind {
-            return Err(ApiError::BadRequest(format!(
-                "the kind in the data ({k}) does not match the expected kind ({})",
-                info.kind
-            )));
-        }
+    if let Some(k) = map.get("kind").and_then(Value::as_str)
+        && k != info.kind
+    {
+        return Err(ApiError::BadRequest(format!(
+            "the kind in the data ({k}) does not match the expected kind ({})",
+            info.kind
+        )));
     }
     // Canonical order: kind and apiVersion first (ingest enforces it too).
     let mut out = Map::new();
@@ -353,12 +353,14 @@ fn set_namespace(
     let Some(ns) = namespace else {
         return Err(ApiError::MethodNotAllowed);
     };
-    if let Some(given) = meta.get("namespace").and_then(Value::as_str) {
-        if !given.is_empty() && given != ns {
-            return Err(ApiError::BadRequest(
-                "the namespace of the provided object does not match the namespace sent on the request".into(),
-            ));
-        }
+    if let Some(given) = meta.get("namespace").and_then(Value::as_str)
+        && !given.is_empty()
+        && given != ns
+    {
+        return Err(ApiError::BadRequest(
+            "the namespace of the provided object does not match the namespace sent on the request"
+                .into(),
+        ));
     }
     meta.insert("namespace".into(), Value::String(ns.into()));
     Ok(())

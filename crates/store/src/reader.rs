@@ -99,7 +99,7 @@ impl SnapshotReader {
     /// cut the page short and more keys remain in range (so a continue token is due).
     pub fn continue_after(&self) -> Option<&Arc<str>> {
         let last = self.last_emitted.as_ref()?;
-        if !self.limit.is_some_and(|l| self.emitted >= l) {
+        if self.limit.is_none_or(|l| self.emitted < l) {
             return None;
         }
         self.snap

@@ -123,10 +123,7 @@ fn parse(raw: &[u8]) -> Raw {
         .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
     let body = if chunked {
         let mut out = Vec::new();
-        loop {
-            let Some(nl) = rest.windows(2).position(|w| w == b"\r\n") else {
-                break;
-            };
+        while let Some(nl) = rest.windows(2).position(|w| w == b"\r\n") {
             let n =
                 usize::from_str_radix(std::str::from_utf8(&rest[..nl]).expect("size").trim(), 16)
                     .expect("hex");
