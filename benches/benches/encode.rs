@@ -25,6 +25,7 @@ fn encode(c: &mut Criterion) {
             info.api_version(),
             String::new(),
             false,
+            listwatch_codec::ListFormat::Objects,
             DEFAULT_CHUNK,
         );
         std::iter::from_fn(|| e.next_chunk()).map(|c| c.len()).sum()
@@ -42,6 +43,7 @@ fn encode(c: &mut Criterion) {
                 info.api_version(),
                 String::new(),
                 false,
+                listwatch_codec::ListFormat::Objects,
                 DEFAULT_CHUNK,
             );
             std::iter::from_fn(|| e.next_chunk())

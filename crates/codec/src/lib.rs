@@ -10,9 +10,11 @@ use std::collections::VecDeque;
 use bytes::{Bytes, BytesMut};
 
 mod list;
+pub mod table;
 pub mod watch;
 
-pub use list::ListEncoder;
+pub use list::{ListEncoder, ListFormat};
+pub use table::{IncludeObject, TableFormat};
 
 /// Default chunk size: a response holds at most about this much copied data at once.
 pub const DEFAULT_CHUNK: usize = 64 * 1024;

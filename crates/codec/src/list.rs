@@ -6,6 +6,16 @@ use listwatch_core::json::push_go_string;
 use listwatch_store::SnapshotReader;
 
 use crate::ChunkWriter;
+use crate::table::TableFormat;
+
+/// How LIST items are presented.
+#[derive(Clone, Debug)]
+pub enum ListFormat {
+    /// `<Kind>List` with full objects (the default).
+    Objects,
+    /// A `meta.k8s.io` Table, rows rendered at `now` (seconds since the epoch).
+    Table(TableFormat, i64),
+}
 
 enum Phase {
     Header,
@@ -24,6 +34,7 @@ pub struct ListEncoder {
     api_version: String,
     continue_prefix: String,
     page_limited: bool,
+    format: ListFormat,
 }
 
 /// Records examined per step: bounds the work done per poll when a selector skips most.
@@ -38,6 +49,7 @@ impl ListEncoder {
         api_version: String,
         continue_prefix: String,
         page_limited: bool,
+        format: ListFormat,
         chunk: usize,
     ) -> Self {
         ListEncoder {
@@ -49,6 +61,7 @@ impl ListEncoder {
             api_version,
             continue_prefix,
             page_limited,
+            format,
         }
     }
 
@@ -69,11 +82,17 @@ impl ListEncoder {
     fn header(&mut self) {
         let (token, remaining) = self.page_metadata();
         let mut h = Vec::with_capacity(256);
-        h.extend_from_slice(b"{\"kind\":");
-        push_go_string(&mut h, &self.list_kind);
-        h.extend_from_slice(b",\"apiVersion\":");
-        push_go_string(&mut h, &self.api_version);
-        h.extend_from_slice(b",\"metadata\":{\"resourceVersion\":\"");
+        match &self.format {
+            ListFormat::Objects => {
+                h.extend_from_slice(b"{\"kind\":");
+                push_go_string(&mut h, &self.list_kind);
+                h.extend_from_slice(b",\"apiVersion\":");
+                push_go_string(&mut h, &self.api_version);
+                h.extend_from_slice(b",\"metadata\":{");
+            }
+            ListFormat::Table(t, _) => t.open(&mut h),
+        }
+        h.extend_from_slice(b"\"resourceVersion\":\"");
         h.extend_from_slice(self.reader.snapshot().rv().to_string().as_bytes());
         h.push(b'"');
         if let Some(t) = token {
@@ -84,7 +103,10 @@ impl ListEncoder {
             h.extend_from_slice(b",\"remainingItemCount\":");
             h.extend_from_slice(n.to_string().as_bytes());
         }
-        h.extend_from_slice(b"},\"items\":[");
+        match &self.format {
+            ListFormat::Objects => h.extend_from_slice(b"},\"items\":["),
+            ListFormat::Table(t, _) => t.columns_and_rows_start(&mut h),
+        }
         self.out.put_slice(&h);
     }
 
@@ -102,10 +124,21 @@ impl ListEncoder {
                 Phase::Items => {
                     let out = &mut self.out;
                     let first = &mut self.first;
+                    let format = &self.format;
                     let more = self.reader.next_batch(SCAN_PER_STEP, |r| {
-                        out.put_slice(if *first { b"{" } else { b",{" });
+                        match format {
+                            ListFormat::Objects => {
+                                out.put_slice(if *first { b"{" } else { b",{" });
+                                out.put_bytes(r.list_item_tail());
+                            }
+                            ListFormat::Table(t, now) => {
+                                if !*first {
+                                    out.put_slice(b",");
+                                }
+                                t.write_row(out, r, None, *now);
+                            }
+                        }
                         *first = false;
-                        out.put_bytes(r.list_item_tail());
                         !out.is_full()
                     });
                     if !more {

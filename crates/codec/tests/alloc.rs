@@ -37,6 +37,7 @@ fn list_encoding_allocates_per_chunk_not_per_record() {
         info.api_version(),
         String::new(),
         false,
+        listwatch_codec::ListFormat::Objects,
         CHUNK,
     );
 

@@ -13,6 +13,7 @@ pub mod labels;
 pub mod options;
 pub mod resource;
 pub mod status;
+pub mod time;
 
 pub use continue_token::ContinueToken;
 pub use fields::FieldSelector;

@@ -166,6 +166,9 @@ pub enum ApiError {
         /// The token (with `rv: -1`) to put in the Status' `metadata.continue`.
         inconsistent_token: String,
     },
+    /// 406 `NotAcceptable`: no representation the client accepts.
+    #[error("{0}")]
+    NotAcceptable(String),
     /// 413 `RequestEntityTooLarge`.
     #[error("{0}")]
     TooLarge(String),
@@ -388,6 +391,7 @@ impl ApiError {
                 continue_token: Some(inconsistent_token),
                 details: None,
             },
+            ApiError::NotAcceptable(m) => simple(406, "NotAcceptable", m.clone()),
             ApiError::TooLarge(m) => simple(413, "RequestEntityTooLarge", m.clone()),
             ApiError::UnsupportedMediaType(m) => simple(415, "UnsupportedMediaType", m.clone()),
             ApiError::TooManyRequests(m) => StatusParts {

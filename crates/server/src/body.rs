@@ -86,6 +86,8 @@ pub struct WatchSpec {
     pub deadline: Instant,
     /// Chunk size.
     pub chunk: usize,
+    /// Send each event's object as a one-row Table (kubectl `-w`).
+    pub table: Option<listwatch_codec::TableFormat>,
 }
 
 enum Phase {
@@ -148,8 +150,10 @@ impl WatchStream {
                 Phase::Done => return None,
                 Phase::Initial(reader) => {
                     let out = &mut self.out;
+                    let table = &self.spec.table;
+                    let now = listwatch_core::time::unix_now();
                     let more = reader.next_batch(4096, |r| {
-                        watch::write_event(out, EventType::Added, r, None);
+                        write_one(out, table, EventType::Added, r, None, now);
                         !out.is_full()
                     });
                     if !more {
@@ -177,9 +181,17 @@ impl WatchStream {
                         }
                         self.pending.extend(self.scratch.drain(..));
                     }
+                    let now = listwatch_core::time::unix_now();
                     while let Some(e) = self.pending.pop_front() {
                         if let Some(v) = self.filter.view(&e) {
-                            watch::write_event(&mut self.out, v.kind, v.object, v.stamp_rv);
+                            write_one(
+                                &mut self.out,
+                                &self.spec.table,
+                                v.kind,
+                                v.object,
+                                v.stamp_rv,
+                                now,
+                            );
                         }
                         if self.out.is_full() {
                             break;
@@ -248,6 +260,21 @@ impl WatchStream {
                 .map(|c| (Ok::<_, Infallible>(Frame::data(c)), s))
         });
         http_body_util::StreamBody::new(stream).boxed()
+    }
+}
+
+/// One event line, as a plain object or a one-row Table.
+fn write_one(
+    out: &mut ChunkWriter,
+    table: &Option<listwatch_codec::TableFormat>,
+    kind: EventType,
+    r: &listwatch_store::Record,
+    stamp_rv: Option<u64>,
+    now: i64,
+) {
+    match table {
+        Some(t) => t.write_event(out, kind.as_str(), r, stamp_rv, now),
+        None => watch::write_event(out, kind, r, stamp_rv),
     }
 }
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{Method, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use listwatch_codec::ListEncoder;
+use listwatch_codec::{ChunkWriter, IncludeObject, ListEncoder, ListFormat, TableFormat};
 use listwatch_core::options::list_prefix;
 use listwatch_core::status::LIST_TOO_OLD_MESSAGE;
 use listwatch_core::{ApiError, ContinueToken, ListOptions, ObjectRef, ResourceVersion, RvMatch};
@@ -26,6 +26,8 @@ pub struct Call {
     pub query: String,
     /// `Content-Type` of the body, if any.
     pub content_type: Option<String>,
+    /// `Accept` header, if any.
+    pub accept: Option<String>,
     /// The request body (read only by writes).
     pub body: Incoming,
 }
@@ -59,6 +61,61 @@ pub fn error_response(e: &ApiError) -> Response<ResponseBody> {
             .insert(header::RETRY_AFTER, http::HeaderValue::from(secs));
     }
     r
+}
+
+/// Picks the representation from `Accept`: a `meta.k8s.io` Table (v1 or v1beta1) when the
+/// client lists one before plain JSON, else JSON; 406 when it accepts neither.
+pub fn negotiate(
+    accept: Option<&str>,
+    query: &str,
+    info: &listwatch_core::ResourceInfo,
+) -> Result<Option<TableFormat>, ApiError> {
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+        return Ok(None);
+    };
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("");
+        let params: Vec<(&str, &str)> = parts
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .collect();
+        let param = |k: &str| params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
+        if !matches!(media, "application/json" | "application/*" | "*/*") {
+            continue;
+        }
+        match param("as") {
+            None => return Ok(None),
+            Some("Table")
+                if param("g") == Some("meta.k8s.io")
+                    && matches!(param("v"), Some("v1" | "v1beta1")) =>
+            {
+                let include = form_urlencoded_value(query, "includeObject");
+                let include = match include.as_deref() {
+                    Some("None") => IncludeObject::None,
+                    Some("Object") => IncludeObject::Object,
+                    _ => IncludeObject::Metadata,
+                };
+                return Ok(Some(TableFormat::new(
+                    info,
+                    param("v") == Some("v1beta1"),
+                    include,
+                )));
+            }
+            Some(_) => continue,
+        }
+    }
+    Err(ApiError::NotAcceptable(format!(
+        "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (got {accept})"
+    )))
+}
+
+fn form_urlencoded_value(query: &str, key: &str) -> Option<String> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.to_string())
 }
 
 /// Maps a store error on the LIST/GET path to its API error.
@@ -117,10 +174,11 @@ impl App {
             Method::GET => {
                 let mut opts = ListOptions::parse(&call.query, store.info(), ns)?;
                 opts.watch |= legacy_watch;
+                let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
                 if opts.watch {
-                    return self.watch(store, ns, opts).await;
+                    return self.watch(store, ns, opts, table).await;
                 }
-                self.list(store, ns, opts).await
+                self.list(store, ns, opts, table).await
             }
             Method::POST => {
                 let bytes = self
@@ -157,13 +215,28 @@ impl App {
                             value: name,
                             negated: false,
                         });
-                    return self.watch(store, ns, opts).await;
+                    let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
+                    return self.watch(store, ns, opts, table).await;
                 }
+                let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
                 let snap = self.read_snapshot(&store, &opts).await?;
                 let key = store.info().key(ns.unwrap_or(""), &name);
-                match snap.get(&key) {
-                    Some(r) => Ok(json_response(200, full(with_newline(r.bytes().clone())))),
-                    None => Err(ApiError::NotFound(ObjectRef::new(store.info(), &name))),
+                let Some(r) = snap.get(&key) else {
+                    return Err(ApiError::NotFound(ObjectRef::new(store.info(), &name)));
+                };
+                match table {
+                    None => Ok(json_response(200, full(with_newline(r.bytes().clone())))),
+                    Some(t) => {
+                        let mut out = ChunkWriter::new(usize::MAX >> 1);
+                        t.write_single(&mut out, r, None, listwatch_core::time::unix_now());
+                        out.put_slice(b"\n");
+                        out.flush();
+                        let mut body = Vec::new();
+                        while let Some(c) = out.pop() {
+                            body.extend_from_slice(&c);
+                        }
+                        Ok(json_response(200, full(body)))
+                    }
                 }
             }
             Method::PUT => {
@@ -204,7 +277,13 @@ impl App {
         }
     }
 
-    async fn list(&self, store: Arc<Store>, ns: Option<&str>, opts: ListOptions) -> Answer {
+    async fn list(
+        &self,
+        store: Arc<Store>,
+        ns: Option<&str>,
+        opts: ListOptions,
+        table: Option<TableFormat>,
+    ) -> Answer {
         let info = store.info().clone();
         let prefix = list_prefix(&info, ns);
         let (snap, start) = match &opts.continue_token {
@@ -238,13 +317,23 @@ impl App {
             info.api_version(),
             prefix,
             opts.limit.is_some(),
+            match table {
+                Some(t) => ListFormat::Table(t, listwatch_core::time::unix_now()),
+                None => ListFormat::Objects,
+            },
             self.config.chunk_bytes,
         );
         self.metrics.lists_started();
         Ok(json_response(200, BodyExt::boxed(ListBody::new(encoder))))
     }
 
-    async fn watch(&self, store: Arc<Store>, ns: Option<&str>, opts: ListOptions) -> Answer {
+    async fn watch(
+        &self,
+        store: Arc<Store>,
+        ns: Option<&str>,
+        opts: ListOptions,
+        table: Option<TableFormat>,
+    ) -> Answer {
         let info = store.info().clone();
         let filter = Arc::new(Filter::new(&info, ns, &opts));
         let timeout = match opts.timeout_seconds {
@@ -291,6 +380,7 @@ impl App {
             bookmark_every: self.config.bookmark_interval,
             deadline,
             chunk: self.config.chunk_bytes,
+            table,
         };
         self.metrics.watches_started();
         Ok(json_response(

@@ -129,10 +129,16 @@ impl App {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let accept = req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let call = handlers::Call {
             method: method.clone(),
             query: query.clone(),
             content_type,
+            accept,
             body: req.into_body(),
         };
         let answer = match routes::route(&self.registry, &path) {

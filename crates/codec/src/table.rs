@@ -1,0 +1,419 @@
+//! `meta.k8s.io` Table responses (what kubectl asks for with
+//! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`): pods get kubectl's pod columns,
+//! every other kind a Name/Age table. Rows carry the object's metadata as
+//! `PartialObjectMetadata`, spliced from the stored bytes without parsing them.
+
+use listwatch_core::ResourceInfo;
+use listwatch_core::json::push_go_string;
+use listwatch_core::time::{human_duration, parse_rfc3339};
+use listwatch_store::Record;
+use listwatch_store::record::fmt_u64;
+use listwatch_store::scan::{self, Span};
+
+use crate::ChunkWriter;
+
+const POD_COLUMNS: &str = include_str!("pod_columns.json");
+const GENERIC_COLUMNS: &str = include_str!("generic_columns.json");
+const CONFIGMAP_COLUMNS: &str = include_str!("configmap_columns.json");
+const SECRET_COLUMNS: &str = include_str!("secret_columns.json");
+
+/// Which printer a resource gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Printer {
+    Pods,
+    ConfigMaps,
+    Secrets,
+    NameAge,
+}
+
+/// What each row carries besides its cells (`includeObject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IncludeObject {
+    /// No object.
+    None,
+    /// `PartialObjectMetadata` (the default).
+    Metadata,
+    /// The whole object.
+    Object,
+}
+
+/// How to render rows for one resource.
+#[derive(Clone, Debug)]
+pub struct TableFormat {
+    printer: Printer,
+    api_version: &'static str,
+    include: IncludeObject,
+}
+
+impl TableFormat {
+    /// The table for `info`, as `meta.k8s.io/v1` or (`v1beta1`) `meta.k8s.io/v1beta1`.
+    pub fn new(info: &ResourceInfo, v1beta1: bool, include: IncludeObject) -> Self {
+        TableFormat {
+            printer: match (info.group.as_str(), info.resource.as_str()) {
+                ("", "pods") => Printer::Pods,
+                ("", "configmaps") => Printer::ConfigMaps,
+                ("", "secrets") => Printer::Secrets,
+                _ => Printer::NameAge,
+            },
+            api_version: if v1beta1 {
+                "meta.k8s.io/v1beta1"
+            } else {
+                "meta.k8s.io/v1"
+            },
+            include,
+        }
+    }
+
+    /// `{"kind":"Table","apiVersion":…,"metadata":{` — the caller writes the metadata fields.
+    pub fn open(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"kind\":\"Table\",\"apiVersion\":\"");
+        out.extend_from_slice(self.api_version.as_bytes());
+        out.extend_from_slice(b"\",\"metadata\":{");
+    }
+
+    /// After the metadata: the column definitions and the start of the rows array.
+    pub fn columns_and_rows_start(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"},\"columnDefinitions\":");
+        out.extend_from_slice(
+            match self.printer {
+                Printer::Pods => POD_COLUMNS,
+                Printer::ConfigMaps => CONFIGMAP_COLUMNS,
+                Printer::Secrets => SECRET_COLUMNS,
+                Printer::NameAge => GENERIC_COLUMNS,
+            }
+            .as_bytes(),
+        );
+        out.extend_from_slice(b",\"rows\":[");
+    }
+
+    /// Writes one row for `r` (served with `stamp_rv` in place of its RV when given).
+    pub fn write_row(&self, out: &mut ChunkWriter, r: &Record, stamp_rv: Option<u64>, now: i64) {
+        let b = &r.bytes()[..];
+        let mut cells = Vec::with_capacity(160);
+        cells.extend_from_slice(b"{\"cells\":[");
+        let created =
+            scan::find_path(b, 0, &["metadata", "creationTimestamp"]).and_then(|v| text(b, v));
+        let age = created
+            .and_then(parse_rfc3339)
+            .map_or_else(|| "<unknown>".to_string(), |t| human_duration(now - t));
+        let data_count = || (members(b, &["data"]) + members(b, &["binaryData"])).to_string();
+        let values: Vec<String> = match self.printer {
+            Printer::Pods => {
+                let p = pod_cells(b);
+                vec![
+                    r.name().into(),
+                    p.ready,
+                    p.status,
+                    p.restarts,
+                    age,
+                    p.ip,
+                    p.node,
+                    p.nominated,
+                    p.gates,
+                ]
+            }
+            Printer::ConfigMaps => vec![r.name().into(), data_count(), age],
+            Printer::Secrets => {
+                let ty = path_text(b, 0, &["type"]).unwrap_or("").to_string();
+                vec![r.name().into(), ty, members(b, &["data"]).to_string(), age]
+            }
+            Printer::NameAge => vec![r.name().into(), age],
+        };
+        for (i, v) in values.iter().enumerate() {
+            if i > 0 {
+                cells.push(b',');
+            }
+            push_go_string(&mut cells, v);
+        }
+        cells.push(b']');
+        out.put_slice(&cells);
+        match self.include {
+            IncludeObject::None => {}
+            IncludeObject::Object => {
+                out.put_slice(b",\"object\":");
+                write_with_rv(out, r, stamp_rv, (0, b.len()));
+            }
+            IncludeObject::Metadata => {
+                if let Some(md) = scan::find_member(b, 0, "metadata") {
+                    out.put_slice(b",\"object\":{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":");
+                    write_with_rv(out, r, stamp_rv, md);
+                    out.put_slice(b"}");
+                }
+            }
+        }
+        out.put_slice(b"}");
+    }
+
+    /// A watch event whose object is a one-row Table (as kube-apiserver sends for `-w`).
+    pub fn write_event(
+        &self,
+        out: &mut ChunkWriter,
+        kind: &str,
+        r: &Record,
+        stamp_rv: Option<u64>,
+        now: i64,
+    ) {
+        out.put_slice(b"{\"type\":\"");
+        out.put_slice(kind.as_bytes());
+        out.put_slice(b"\",\"object\":");
+        self.write_single(out, r, stamp_rv, now);
+        out.put_slice(b"}\n");
+    }
+
+    /// A one-row Table for `r` (single-object GET, and each watch event).
+    pub fn write_single(&self, out: &mut ChunkWriter, r: &Record, stamp_rv: Option<u64>, now: i64) {
+        let mut head = Vec::with_capacity(3300);
+        self.open(&mut head);
+        head.extend_from_slice(b"\"resourceVersion\":\"");
+        let mut buf = [0u8; 24];
+        head.extend_from_slice(fmt_u64(stamp_rv.unwrap_or(r.rv()), &mut buf));
+        head.push(b'"');
+        self.columns_and_rows_start(&mut head);
+        out.put_slice(&head);
+        self.write_row(out, r, stamp_rv, now);
+        out.put_slice(b"]}");
+    }
+}
+
+/// Writes `span` of the record's bytes, replacing its RV by `stamp_rv` when given.
+fn write_with_rv(out: &mut ChunkWriter, r: &Record, stamp_rv: Option<u64>, span: Span) {
+    let (pre, post) = r.split_at_rv();
+    let (rv_start, rv_end) = (pre.len(), r.bytes().len() - post.len());
+    match stamp_rv {
+        Some(rv) if rv != r.rv() && span.0 <= rv_start && rv_end <= span.1 => {
+            out.put_bytes(r.bytes().slice(span.0..rv_start));
+            let mut buf = [0u8; 24];
+            out.put_slice(fmt_u64(rv, &mut buf));
+            out.put_bytes(r.bytes().slice(rv_end..span.1));
+        }
+        _ => out.put_bytes(r.bytes().slice(span.0..span.1)),
+    }
+}
+
+fn text(b: &[u8], v: Span) -> Option<&str> {
+    scan::plain_scalar(b, v).and_then(|s| std::str::from_utf8(&b[s.0..s.1]).ok())
+}
+
+fn path_text<'a>(b: &'a [u8], start: usize, path: &[&str]) -> Option<&'a str> {
+    scan::find_path(b, start, path).and_then(|v| text(b, v))
+}
+
+struct PodCells {
+    ready: String,
+    status: String,
+    restarts: String,
+    ip: String,
+    node: String,
+    nominated: String,
+    gates: String,
+}
+
+struct ContainerState<'a> {
+    ready: bool,
+    restarts: i64,
+    waiting_reason: Option<&'a str>,
+    terminated: Option<(Option<&'a str>, i64, i64)>,
+    running: bool,
+}
+
+fn container_states<'a>(b: &'a [u8], path: &[&str]) -> Vec<ContainerState<'a>> {
+    let mut v = Vec::new();
+    if let Some(arr) = scan::find_path(b, 0, path) {
+        scan::for_each_element(b, arr.0, |e| {
+            let num = |p: &[&str]| {
+                path_text(b, e.0, p)
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .unwrap_or(0)
+            };
+            let terminated = scan::find_path(b, e.0, &["state", "terminated"]).map(|_| {
+                (
+                    path_text(b, e.0, &["state", "terminated", "reason"]),
+                    num(&["state", "terminated", "exitCode"]),
+                    num(&["state", "terminated", "signal"]),
+                )
+            });
+            v.push(ContainerState {
+                ready: path_text(b, e.0, &["ready"]) == Some("true"),
+                restarts: num(&["restartCount"]),
+                waiting_reason: path_text(b, e.0, &["state", "waiting", "reason"])
+                    .filter(|s| !s.is_empty()),
+                terminated,
+                running: scan::find_path(b, e.0, &["state", "running"]).is_some(),
+            });
+        });
+    }
+    v
+}
+
+fn members(b: &[u8], path: &[&str]) -> usize {
+    let mut n = 0;
+    if let Some(obj) = scan::find_path(b, 0, path) {
+        scan::for_each_member(b, obj.0, |_| n += 1);
+    }
+    n
+}
+
+fn count(b: &[u8], path: &[&str]) -> usize {
+    let mut n = 0;
+    if let Some(arr) = scan::find_path(b, 0, path) {
+        scan::for_each_element(b, arr.0, |_| n += 1);
+    }
+    n
+}
+
+/// kubectl's pod printer: READY, STATUS, RESTARTS, IP, NODE, NOMINATED NODE, READINESS GATES.
+fn pod_cells(b: &[u8]) -> PodCells {
+    let none = || "<none>".to_string();
+    let total = count(b, &["spec", "containers"]);
+    let init_total = count(b, &["spec", "initContainers"]);
+    let mut reason = path_text(b, 0, &["status", "phase"])
+        .unwrap_or("")
+        .to_string();
+    if let Some(r) = path_text(b, 0, &["status", "reason"]).filter(|s| !s.is_empty()) {
+        reason = r.to_string();
+    }
+    let mut restarts = 0;
+    let mut ready = 0;
+    let mut initializing = false;
+    for (i, c) in container_states(b, &["status", "initContainerStatuses"])
+        .iter()
+        .enumerate()
+    {
+        restarts += c.restarts;
+        match (&c.terminated, c.waiting_reason) {
+            (Some((_, 0, _)), _) => continue,
+            (Some((Some(r), _, _)), _) if !r.is_empty() => reason = format!("Init:{r}"),
+            (Some((_, _, sig)), _) if *sig != 0 => reason = format!("Init:Signal:{sig}"),
+            (Some((_, code, _)), _) => reason = format!("Init:ExitCode:{code}"),
+            (None, Some(w)) if w != "PodInitializing" => reason = format!("Init:{w}"),
+            _ => reason = format!("Init:{i}/{init_total}"),
+        }
+        initializing = true;
+        break;
+    }
+    if !initializing {
+        restarts = 0;
+        let mut has_running = false;
+        for c in container_states(b, &["status", "containerStatuses"])
+            .iter()
+            .rev()
+        {
+            restarts += c.restarts;
+            if let Some(w) = c.waiting_reason {
+                reason = w.to_string();
+            } else if let Some((r, code, sig)) = &c.terminated {
+                reason = match r {
+                    Some(r) if !r.is_empty() => r.to_string(),
+                    _ if *sig != 0 => format!("Signal:{sig}"),
+                    _ => format!("ExitCode:{code}"),
+                };
+            } else if c.ready && c.running {
+                has_running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && has_running {
+            reason = "Running".into();
+        }
+    }
+    if scan::find_path(b, 0, &["metadata", "deletionTimestamp"]).is_some_and(|v| b[v.0] != b'n') {
+        reason = if path_text(b, 0, &["status", "reason"]) == Some("NodeLost") {
+            "Unknown".into()
+        } else {
+            "Terminating".into()
+        };
+    }
+    let gates = count(b, &["spec", "readinessGates"]);
+    let or_none = |v: Option<&str>| {
+        v.filter(|s| !s.is_empty())
+            .map_or_else(none, str::to_string)
+    };
+    PodCells {
+        ready: format!("{ready}/{total}"),
+        status: reason,
+        restarts: restarts.to_string(),
+        ip: or_none(path_text(b, 0, &["status", "podIP"])),
+        node: or_none(path_text(b, 0, &["spec", "nodeName"])),
+        nominated: or_none(path_text(b, 0, &["status", "nominatedNodeName"])),
+        gates: if gates == 0 {
+            none()
+        } else {
+            format!("{}/{gates}", count_true_gates(b))
+        },
+    }
+}
+
+fn count_true_gates(b: &[u8]) -> usize {
+    let mut types = Vec::new();
+    if let Some(arr) = scan::find_path(b, 0, &["spec", "readinessGates"]) {
+        scan::for_each_element(b, arr.0, |e| {
+            if let Some(t) = path_text(b, e.0, &["conditionType"]) {
+                types.push(t);
+            }
+        });
+    }
+    let mut n = 0;
+    if let Some(arr) = scan::find_path(b, 0, &["status", "conditions"]) {
+        scan::for_each_element(b, arr.0, |e| {
+            let t = path_text(b, e.0, &["type"]);
+            if t.is_some_and(|t| types.contains(&t))
+                && path_text(b, e.0, &["status"]) == Some("True")
+            {
+                n += 1;
+            }
+        });
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use listwatch_core::builtin_resources;
+
+    fn pods() -> ResourceInfo {
+        builtin_resources()
+            .into_iter()
+            .find(|r| r.resource == "pods")
+            .expect("pods")
+    }
+
+    fn row(json: &str, now: i64) -> String {
+        let r = Record::ingest(json.as_bytes(), &pods(), 7).expect("ingest");
+        let mut out = ChunkWriter::new(1 << 20);
+        TableFormat::new(&pods(), false, IncludeObject::Metadata)
+            .write_row(&mut out, &r, None, now);
+        out.flush();
+        String::from_utf8(out.pop().expect("row").to_vec()).expect("utf8")
+    }
+
+    #[test]
+    fn pending_pod_row_matches_reference() {
+        let t = parse_rfc3339("2026-11-22T02:18:39Z").expect("ts");
+        let r = row(
+            r#"{"metadata":{"name":"list-pod-0","namespace":"wl-1","creationTimestamp":"2026-11-22T02:18:39Z"},"spec":{"containers":[{"name":"a"},{"name":"b"}]},"status":{"phase":"Pending"}}"#,
+            t + 35,
+        );
+        assert!(r.starts_with(r#"{"cells":["list-pod-0","0/2","Pending","0","35s","\u003cnone\u003e","\u003cnone\u003e","\u003cnone\u003e","\u003cnone\u003e"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"list-pod-0","namespace":"wl-1","resourceVersion":"7","#), "{r}");
+    }
+
+    #[test]
+    fn running_and_crashing_pods() {
+        let r = row(
+            r#"{"metadata":{"name":"p","namespace":"n"},"spec":{"nodeName":"n1","containers":[{"name":"a"},{"name":"b"}]},"status":{"phase":"Running","podIP":"10.0.0.1","containerStatuses":[{"name":"a","ready":true,"restartCount":2,"state":{"running":{}}},{"name":"b","ready":false,"restartCount":5,"state":{"waiting":{"reason":"CrashLoopBackOff"}}}]}}"#,
+            0,
+        );
+        assert!(r.contains(r#""p","1/2","CrashLoopBackOff","7","#), "{r}");
+        assert!(r.contains(r#""10.0.0.1","n1","#));
+        let r = row(
+            r#"{"metadata":{"name":"p","namespace":"n","deletionTimestamp":"2026-01-01T00:00:00Z"},"spec":{"containers":[]},"status":{"phase":"Running"}}"#,
+            0,
+        );
+        assert!(r.contains(r#""Terminating""#));
+        let r = row(
+            r#"{"metadata":{"name":"p","namespace":"n"},"spec":{"initContainers":[{"name":"i"}],"containers":[{"name":"a"}]},"status":{"phase":"Pending","initContainerStatuses":[{"name":"i","restartCount":1,"state":{"waiting":{"reason":"PodInitializing"}}}]}}"#,
+            0,
+        );
+        assert!(r.contains(r#""0/1","Init:0/1","1""#), "{r}");
+    }
+}
