@@ -104,3 +104,59 @@ pub fn version() -> Value {
         "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
     })
 }
+
+/// The aggregated discovery document (`apidiscovery.k8s.io`, `APIGroupDiscoveryList`) for
+/// `/api` (`core`) or `/apis`, so clients skip the per-group-version fan-out.
+pub fn aggregated(registry: &Registry, core: bool, writable: bool, api_version: &str) -> Value {
+    let mut items = Vec::new();
+    for (g, v) in registry.group_versions() {
+        if g.is_empty() != core {
+            continue;
+        }
+        let resources: Vec<Value> = registry
+            .stores()
+            .map(|s| s.info())
+            .filter(|i| i.group == g && i.version == v)
+            .map(|i| {
+                let mut r = json!({
+                    "resource": i.resource,
+                    "responseKind": {"group": "", "version": "", "kind": i.kind},
+                    "scope": if i.namespaced { "Namespaced" } else { "Cluster" },
+                    "singularResource": i.singular,
+                    "verbs": verbs(writable),
+                });
+                if !i.short_names.is_empty() {
+                    r["shortNames"] = json!(i.short_names);
+                }
+                r
+            })
+            .collect();
+        let metadata = if core { json!({}) } else { json!({"name": g}) };
+        items.push(json!({"metadata": metadata, "versions": [{"version": v, "resources": resources, "freshness": "Current"}]}));
+    }
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
+}
+
+/// Whether `Accept` asks for aggregated discovery; returns the `apiVersion` to answer with.
+pub fn wants_aggregated(accept: Option<&str>) -> Option<&'static str> {
+    for range in accept?.split(',') {
+        let params: Vec<&str> = range.split(';').map(str::trim).collect();
+        let has = |p: &str| params.contains(&p);
+        if has("as=APIGroupDiscoveryList") && has("g=apidiscovery.k8s.io") {
+            if has("v=v2") {
+                return Some("apidiscovery.k8s.io/v2");
+            }
+            if has("v=v2beta1") {
+                return Some("apidiscovery.k8s.io/v2beta1");
+            }
+        }
+        if params
+            .first()
+            .is_some_and(|m| *m == "application/json" || *m == "*/*")
+            && params.len() == 1
+        {
+            return None;
+        }
+    }
+    None
+}

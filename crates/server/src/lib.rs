@@ -142,7 +142,9 @@ impl App {
             body: req.into_body(),
         };
         let answer = match routes::route(&self.registry, &path) {
-            Route::Discovery(d) if method == Method::GET => self.discovery(d),
+            Route::Discovery(d) if method == Method::GET => {
+                self.discovery(d, call.accept.as_deref())
+            }
             Route::Discovery(_) => Err(ApiError::MethodNotAllowed),
             Route::Collection {
                 store,
@@ -172,7 +174,7 @@ impl App {
         response
     }
 
-    fn discovery(&self, d: DiscoveryPath) -> handlers::Answer {
+    fn discovery(&self, d: DiscoveryPath, accept: Option<&str>) -> handlers::Answer {
         let json = |v: serde_json::Value| {
             let mut b = serde_json::to_vec(&v).unwrap_or_default();
             b.push(b'\n');
@@ -184,9 +186,36 @@ impl App {
             Ok(r)
         };
         let writable = self.writable().is_ok();
+        let aggregated = |core: bool, api_version: &str| {
+            let mut b = serde_json::to_vec(&discovery::aggregated(
+                &self.registry,
+                core,
+                writable,
+                api_version,
+            ))
+            .unwrap_or_default();
+            b.push(b'\n');
+            let mut r = Response::new(full(b));
+            let ct = format!(
+                "application/json;g=apidiscovery.k8s.io;v={};as=APIGroupDiscoveryList",
+                api_version.rsplit('/').next().unwrap_or("v2")
+            );
+            if let Ok(v) = http::HeaderValue::from_str(&ct) {
+                r.headers_mut().insert(header::CONTENT_TYPE, v);
+            }
+            r.headers_mut()
+                .insert(header::VARY, http::HeaderValue::from_static("Accept"));
+            Ok(r)
+        };
         match d {
-            DiscoveryPath::Api => json(discovery::api(&self.config.advertise)),
-            DiscoveryPath::Apis => json(discovery::apis(&self.registry)),
+            DiscoveryPath::Api => match discovery::wants_aggregated(accept) {
+                Some(v) => aggregated(true, v),
+                None => json(discovery::api(&self.config.advertise)),
+            },
+            DiscoveryPath::Apis => match discovery::wants_aggregated(accept) {
+                Some(v) => aggregated(false, v),
+                None => json(discovery::apis(&self.registry)),
+            },
             DiscoveryPath::Group(g) => {
                 discovery::group(&self.registry, &g).map_or(Err(ApiError::UnknownPath), json)
             }

@@ -171,3 +171,39 @@ async fn get_raw_watch_list() {
         )
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_resources_from_aggregated_discovery() {
+    let s = start(0, ServerConfig::default()).await;
+    let cache = std::env::temp_dir().join(format!("lw-kube-cache-{}", s.addr.port()));
+    let out = kubectl(s.addr)
+        .args(["api-resources", "-v=6", "--cache-dir"])
+        .arg(&cache)
+        .output()
+        .await
+        .expect("kubectl");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for r in [
+        "pods",
+        "configmaps",
+        "secrets",
+        "nodes",
+        "namespaces",
+        "deployments",
+        "statefulsets",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(r)),
+            "{r} missing:\n{stdout}"
+        );
+    }
+    // Aggregated discovery: /api and /apis answer everything; no per-group-version requests.
+    assert!(stderr.contains("/apis?"), "{stderr}");
+    assert!(
+        !stderr.contains("/api/v1?") && !stderr.contains("/apis/apps/v1?"),
+        "legacy fan-out happened:\n{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(cache);
+}
