@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 
+pub mod gzip;
 mod list;
 pub mod table;
 pub mod watch;

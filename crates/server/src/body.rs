@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
+use listwatch_codec::gzip::GzipStream;
 use listwatch_codec::{ChunkWriter, ListEncoder, watch};
 use listwatch_core::ApiError;
 use listwatch_store::{Event, EventType, Filter, SnapshotReader, StoreError, WatchCursor};
@@ -28,16 +29,45 @@ pub fn full(b: impl Into<Bytes>) -> ResponseBody {
 /// A LIST body: each poll encodes the next chunk from the snapshot, synchronously.
 pub struct ListBody {
     encoder: ListEncoder,
+    ahead: VecDeque<Bytes>,
+    gzip: Option<GzipStream>,
     done: bool,
 }
 
+/// Responses smaller than this are sent uncompressed, like kube-apiserver's small-response
+/// threshold.
+const GZIP_MIN: usize = 32 * 1024;
+
 impl ListBody {
-    /// A body streaming `encoder`'s output.
-    pub fn new(encoder: ListEncoder) -> Self {
-        ListBody {
-            encoder,
-            done: false,
+    /// A body streaming `encoder`'s output, gzip-compressed when `gzip_ok` and the body is
+    /// at least `GZIP_MIN` bytes (decided by looking ahead at most one chunk). Returns the
+    /// body and whether it is compressed.
+    pub fn new(mut encoder: ListEncoder, gzip_ok: bool) -> (Self, bool) {
+        let mut ahead = VecDeque::new();
+        let mut gzip = None;
+        if gzip_ok {
+            let mut size = 0;
+            while size < GZIP_MIN {
+                match encoder.next_chunk() {
+                    Some(c) => {
+                        size += c.len();
+                        ahead.push_back(c);
+                    }
+                    None => break,
+                }
+            }
+            gzip = (size >= GZIP_MIN).then(|| GzipStream::new(true));
         }
+        let compressed = gzip.is_some();
+        (
+            ListBody {
+                encoder,
+                ahead,
+                gzip,
+                done: false,
+            },
+            compressed,
+        )
     }
 }
 
@@ -52,10 +82,21 @@ impl Body for ListBody {
         if self.done {
             return Poll::Ready(None);
         }
-        match self.encoder.next_chunk() {
+        let this = &mut *self;
+        let next = match this.ahead.pop_front() {
+            Some(c) => Some(c),
+            None => this.encoder.next_chunk(),
+        };
+        let frame = match (next, &mut this.gzip) {
+            (Some(c), Some(g)) => Some(g.encode(&c)),
+            (Some(c), None) => Some(c),
+            (None, Some(g)) => g.finish(),
+            (None, None) => None,
+        };
+        match frame {
             Some(c) => Poll::Ready(Some(Ok(Frame::data(c)))),
             None => {
-                self.done = true;
+                this.done = true;
                 Poll::Ready(None)
             }
         }
@@ -108,6 +149,7 @@ pub struct WatchStream {
     scratch: Vec<Arc<Event>>,
     spec: WatchSpec,
     next_bookmark: Option<Instant>,
+    gzip: Option<GzipStream>,
 }
 
 /// Events fetched from the log per poll.
@@ -130,6 +172,7 @@ impl WatchStream {
             scratch: Vec::new(),
             spec,
             next_bookmark,
+            gzip: None,
         }
     }
 
@@ -252,12 +295,29 @@ impl WatchStream {
         }
     }
 
-    /// The stream as a response body.
-    pub fn into_body(self) -> ResponseBody {
+    /// The stream as a response body; with `gzip`, one gzip stream flushed per chunk:
+    /// compressed while initial events flow, stored blocks once live (see `GzipStream`).
+    pub fn into_body(mut self, gzip: bool) -> ResponseBody {
+        if gzip {
+            let initial = matches!(self.phase, Phase::Initial(_));
+            self.gzip = Some(GzipStream::new(initial));
+        }
         let stream = futures::stream::unfold(self, |mut s| async move {
-            s.next_chunk()
-                .await
-                .map(|c| (Ok::<_, Infallible>(Frame::data(c)), s))
+            let chunk = s.next_chunk().await;
+            let live = matches!(s.phase, Phase::Live | Phase::Done);
+            let out = match (chunk, s.gzip.as_mut()) {
+                (Some(c), Some(g)) => {
+                    let b = g.encode(&c);
+                    if live {
+                        g.stop_compressing();
+                    }
+                    b
+                }
+                (Some(c), None) => c,
+                (None, Some(g)) => g.finish()?,
+                (None, None) => return None,
+            };
+            Some((Ok::<_, Infallible>(Frame::data(out)), s))
         });
         http_body_util::StreamBody::new(stream).boxed()
     }

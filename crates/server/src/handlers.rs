@@ -28,6 +28,8 @@ pub struct Call {
     pub content_type: Option<String>,
     /// `Accept` header, if any.
     pub accept: Option<String>,
+    /// Whether `Accept-Encoding` allows gzip.
+    pub gzip: bool,
     /// The request body (read only by writes).
     pub body: Incoming,
 }
@@ -176,9 +178,9 @@ impl App {
                 opts.watch |= legacy_watch;
                 let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
                 if opts.watch {
-                    return self.watch(store, ns, opts, table).await;
+                    return self.watch(store, ns, opts, table, call.gzip).await;
                 }
-                self.list(store, ns, opts, table).await
+                self.list(store, ns, opts, table, call.gzip).await
             }
             Method::POST => {
                 let bytes = self
@@ -216,7 +218,7 @@ impl App {
                             negated: false,
                         });
                     let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
-                    return self.watch(store, ns, opts, table).await;
+                    return self.watch(store, ns, opts, table, call.gzip).await;
                 }
                 let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
                 let snap = self.read_snapshot(&store, &opts).await?;
@@ -283,6 +285,7 @@ impl App {
         ns: Option<&str>,
         opts: ListOptions,
         table: Option<TableFormat>,
+        gzip_ok: bool,
     ) -> Answer {
         let info = store.info().clone();
         let prefix = list_prefix(&info, ns);
@@ -324,7 +327,21 @@ impl App {
             self.config.chunk_bytes,
         );
         self.metrics.lists_started();
-        Ok(json_response(200, BodyExt::boxed(ListBody::new(encoder))))
+        let (body, gzip) = ListBody::new(encoder, gzip_ok);
+        let mut r = json_response(200, BodyExt::boxed(body));
+        if gzip {
+            r.headers_mut().insert(
+                header::CONTENT_ENCODING,
+                http::HeaderValue::from_static("gzip"),
+            );
+        }
+        if gzip_ok {
+            r.headers_mut().insert(
+                header::VARY,
+                http::HeaderValue::from_static("Accept-Encoding"),
+            );
+        }
+        Ok(r)
     }
 
     async fn watch(
@@ -333,6 +350,7 @@ impl App {
         ns: Option<&str>,
         opts: ListOptions,
         table: Option<TableFormat>,
+        gzip_ok: bool,
     ) -> Answer {
         let info = store.info().clone();
         let filter = Arc::new(Filter::new(&info, ns, &opts));
@@ -383,10 +401,21 @@ impl App {
             table,
         };
         self.metrics.watches_started();
-        Ok(json_response(
+        let mut r = json_response(
             200,
-            WatchStream::new(cursor, filter, spec).into_body(),
-        ))
+            WatchStream::new(cursor, filter, spec).into_body(gzip_ok),
+        );
+        if gzip_ok {
+            r.headers_mut().insert(
+                header::CONTENT_ENCODING,
+                http::HeaderValue::from_static("gzip"),
+            );
+            r.headers_mut().insert(
+                header::VARY,
+                http::HeaderValue::from_static("Accept-Encoding"),
+            );
+        }
+        Ok(r)
     }
 }
 

@@ -139,6 +139,7 @@ impl App {
             query: query.clone(),
             content_type,
             accept,
+            gzip: accepts_gzip(req.headers()),
             body: req.into_body(),
         };
         let answer = match routes::route(&self.registry, &path) {
@@ -257,6 +258,20 @@ impl App {
             }
         }
     }
+}
+
+/// Whether `Accept-Encoding` lists gzip with a non-zero quality.
+fn accepts_gzip(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|e| {
+            let mut parts = e.split(';').map(str::trim);
+            parts.next().is_some_and(|c| c.eq_ignore_ascii_case("gzip"))
+                && !parts.any(|p| p.replace(' ', "") == "q=0")
+        })
 }
 
 /// Serves `app` on `listener` (HTTP/1.1 and h2c) until `shutdown` completes.
