@@ -326,7 +326,6 @@ impl App {
             },
             self.config.chunk_bytes,
         );
-        self.metrics.lists_started();
         let (body, gzip) = ListBody::new(encoder, gzip_ok);
         let mut r = json_response(200, BodyExt::boxed(body));
         if gzip {
@@ -400,7 +399,6 @@ impl App {
             chunk: self.config.chunk_bytes,
             table,
         };
-        self.metrics.watches_started();
         let mut r = json_response(
             200,
             WatchStream::new(cursor, filter, spec).into_body(gzip_ok),

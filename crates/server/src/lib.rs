@@ -7,7 +7,6 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,11 +16,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch_core::ApiError;
 use listwatch_sources::{EmbeddedSource, Registry};
 use tokio::net::TcpListener;
-use tracing::{info, warn};
+use tracing::warn;
 
 pub mod body;
 pub mod discovery;
 pub mod handlers;
+pub mod metrics;
 pub mod routes;
 
 use body::{ResponseBody, full};
@@ -63,29 +63,12 @@ pub enum Backend {
     Embedded(Arc<EmbeddedSource>),
 }
 
-/// Simple counters (a Prometheus exposition is a later step).
-#[derive(Default)]
-pub struct Metrics {
-    requests: AtomicU64,
-    lists: AtomicU64,
-    watches: AtomicU64,
-}
-
-impl Metrics {
-    fn lists_started(&self) {
-        self.lists.fetch_add(1, Ordering::Relaxed);
-    }
-    fn watches_started(&self) {
-        self.watches.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// The application: registry, backend and configuration shared by all connections.
 pub struct App {
     registry: Registry,
     backend: Backend,
     config: ServerConfig,
-    metrics: Metrics,
+    metrics: Arc<metrics::Metrics>,
 }
 
 impl App {
@@ -95,7 +78,7 @@ impl App {
             registry: source.registry().clone(),
             backend: Backend::Embedded(source),
             config,
-            metrics: Metrics::default(),
+            metrics: Arc::new(metrics::Metrics::default()),
         })
     }
 
@@ -119,7 +102,6 @@ impl App {
 
     /// Answers one request (never fails: errors become `Status` responses).
     pub async fn handle(&self, req: Request<Incoming>) -> Response<ResponseBody> {
-        self.metrics.requests.fetch_add(1, Ordering::Relaxed);
         let start = std::time::Instant::now();
         let method = req.method().clone();
         let path = req.uri().path().to_string();
@@ -142,7 +124,22 @@ impl App {
             gzip: accepts_gzip(req.headers()),
             body: req.into_body(),
         };
-        let answer = match routes::route(&self.registry, &path) {
+        let route = routes::route(&self.registry, &path);
+        // (is an object path, resource, legacy watch) for the metrics labels.
+        let route_kind = match &route {
+            Route::Collection {
+                store,
+                legacy_watch,
+                ..
+            } => (false, store.info().resource.clone(), *legacy_watch),
+            Route::Object {
+                store,
+                legacy_watch,
+                ..
+            } => (true, store.info().resource.clone(), *legacy_watch),
+            _ => (false, String::new(), false),
+        };
+        let answer = match route {
             Route::Discovery(d) if method == Method::GET => {
                 self.discovery(d, call.accept.as_deref())
             }
@@ -164,15 +161,20 @@ impl App {
             Route::NotFound => Err(ApiError::UnknownPath),
         };
         let response = answer.unwrap_or_else(|e| handlers::error_response(&e));
-        info!(
-            verb = %method,
-            path = %path,
-            query = %query,
-            code = response.status().as_u16(),
-            ms = start.elapsed().as_secs_f64() * 1e3,
-            "request"
-        );
-        response
+        let (parts, body) = response.into_parts();
+        let info = metrics::RequestInfo {
+            verb: verb_label(&method, &route_kind, &query),
+            resource: route_kind.1,
+            uri: if query.is_empty() {
+                path
+            } else {
+                format!("{path}?{query}")
+            },
+            code: parts.status.as_u16(),
+            start,
+        };
+        let body = metrics::MeteredBody::new(body, self.metrics.clone(), info);
+        Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
     }
 
     fn discovery(&self, d: DiscoveryPath, accept: Option<&str>) -> handlers::Answer {
@@ -234,29 +236,36 @@ impl App {
                 Ok(r)
             }
             DiscoveryPath::Metrics => {
-                let m = &self.metrics;
-                let mut text = format!(
-                    "listwatch_requests_total {}\nlistwatch_lists_total {}\nlistwatch_watches_total {}\n",
-                    m.requests.load(Ordering::Relaxed),
-                    m.lists.load(Ordering::Relaxed),
-                    m.watches.load(Ordering::Relaxed)
-                );
-                for s in self.registry.stores() {
-                    let st = s.stats();
-                    let i = s.info();
-                    text.push_str(&format!(
-                        "listwatch_store_objects{{resource=\"{}\"}} {}\nlistwatch_store_object_bytes{{resource=\"{}\"}} {}\nlistwatch_store_events{{resource=\"{}\"}} {}\n",
-                        i.resource, st.objects, i.resource, st.object_bytes, i.resource, st.events
-                    ));
-                }
+                let text = self.metrics.render(self.registry.stores());
                 let mut r = Response::new(full(text));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                    http::HeaderValue::from_static(
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    ),
                 );
                 Ok(r)
             }
         }
+    }
+}
+
+/// The verb label kube-apiserver would use.
+fn verb_label(method: &Method, route: &(bool, String, bool), query: &str) -> &'static str {
+    let watch = route.2
+        || query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == "watch")
+            .is_some_and(|(_, v)| !matches!(v.to_ascii_lowercase().as_str(), "0" | "f" | "false"));
+    match *method {
+        Method::GET if watch => "WATCH",
+        Method::GET if route.1.is_empty() || route.0 => "GET",
+        Method::GET => "LIST",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        _ => "OTHER",
     }
 }
 

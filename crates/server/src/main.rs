@@ -108,9 +108,10 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         tracing::info!(pods = n, rv = source.revision(), "seeded demo pods");
     }
     for path in &args.load {
+        // Ingest as we read: only the final records are kept, never the raw file contents.
         let mut by_store: std::collections::BTreeMap<
             String,
-            (Arc<listwatch_store::Store>, Vec<Vec<u8>>),
+            (Arc<listwatch_store::Store>, Vec<listwatch_store::Record>),
         > = Default::default();
         let registry = source.registry().clone();
         load::read_objects(path, |o| {
@@ -122,15 +123,17 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
                     o.kind
                 )
             })?;
+            let record = source.ingest_for_seed(store, &o.json)?;
             by_store
                 .entry(store.info().resource.clone())
                 .or_insert_with(|| (store.clone(), Vec::new()))
                 .1
-                .push(o.json);
+                .push(record);
             Ok(())
         })?;
-        for (resource, (store, objects)) in by_store {
-            let n = source.seed(&store, objects)?;
+        for (resource, (store, records)) in by_store {
+            let n = records.len();
+            source.install(&store, records);
             tracing::info!(file = %path.display(), resource, objects = n, "loaded");
         }
     }

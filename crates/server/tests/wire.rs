@@ -491,3 +491,75 @@ async fn discovery_documents() {
     assert_eq!(get(s.addr, "/readyz").await.body, "ok");
     assert_eq!(get(s.addr, "/apis/nope/v1").await.status, 404);
 }
+
+fn metric(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_metrics_follow_requests_and_watchers() {
+    let s = start(15, cfg()).await;
+    let a = s.addr;
+    get(a, "/api/v1/pods").await;
+    get(a, "/api/v1/namespaces/demo-1/pods/nope").await;
+    let mut w = stream_lines(
+        a,
+        "/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=30",
+    )
+    .await;
+    assert!(next_line(&mut w, 5).await.is_some());
+    let m = get(a, "/metrics").await;
+    assert!(
+        m.header("content-type")
+            .is_some_and(|c| c.starts_with("application/openmetrics-text"))
+    );
+    let t = &m.body;
+    assert_eq!(
+        metric(
+            t,
+            r#"apiserver_request_total{verb="LIST",resource="pods",code="200"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            t,
+            r#"apiserver_request_total{verb="GET",resource="pods",code="404"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(t, r#"apiserver_registered_watchers{resource="pods"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(t, r#"apiserver_storage_objects{resource="pods"}"#),
+        Some(15.0)
+    );
+    assert!(
+        metric(
+            t,
+            r#"listwatch_response_bytes_total{verb="LIST",resource="pods"}"#
+        )
+        .is_some_and(|b| b > 15.0 * 4000.0)
+    );
+    assert!(metric(t, "process_resident_memory_bytes").is_some_and(|b| b > 1e6));
+    drop(w);
+    // The watch's connection closes; the gauge returns to zero once the server notices.
+    let mut zero = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if metric(
+            &get(a, "/metrics").await.body,
+            r#"apiserver_registered_watchers{resource="pods"}"#,
+        ) == Some(0.0)
+        {
+            zero = true;
+            break;
+        }
+    }
+    assert!(zero, "watcher gauge did not return to 0");
+}

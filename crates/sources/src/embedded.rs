@@ -49,34 +49,44 @@ impl EmbeddedSource {
         *self.revision.lock()
     }
 
-    /// Bulk-loads objects into `store` (one revision each, as etcd would assign), replacing
-    /// its content; no watch events are generated. Returns how many were loaded.
+    /// Bulk-loads objects into `store` (one revision each, as etcd would assign), adding
+    /// to what it holds; no watch events are generated. Returns how many were loaded.
     pub fn seed(
         &self,
         store: &Arc<Store>,
         objects: impl IntoIterator<Item = Vec<u8>>,
     ) -> Result<usize, String> {
-        let info = store.info().clone();
-        let mut rev = self.revision.lock();
-        let mut records: Vec<Record> = store
-            .current()
-            .items()
-            .values()
-            .map(|r| clone_record(r, &info))
-            .collect::<Result<_, _>>()?;
-        let mut n = 0;
+        let mut records = Vec::new();
         for obj in objects {
-            *rev += 1;
-            let rec =
-                Record::ingest(&obj, &info, *rev).map_err(|e| format!("{}: {e}", info.resource))?;
-            records.push(rec);
-            n += 1;
+            records.push(self.ingest_for_seed(store, &obj)?);
         }
-        store.replace(*rev, records);
+        let n = records.len();
+        self.install(store, records);
+        Ok(n)
+    }
+
+    /// Ingests one object of a bulk load at the next revision (see [`Self::install`]).
+    pub fn ingest_for_seed(&self, store: &Store, json: &[u8]) -> Result<Record, String> {
+        let mut rev = self.revision.lock();
+        let rec = Record::ingest(json, store.info(), *rev + 1)
+            .map_err(|e| format!("{}: {e}", store.info().resource))?;
+        *rev += 1;
+        Ok(rec)
+    }
+
+    /// Adds bulk-loaded records to `store` at the current revision, without events.
+    pub fn install(&self, store: &Arc<Store>, records: Vec<Record>) {
+        let rev = self.revision.lock();
+        let existing: Vec<Arc<Record>> = store.current().items().values().cloned().collect();
+        store.replace(
+            *rev,
+            existing
+                .into_iter()
+                .chain(records.into_iter().map(Arc::new)),
+        );
         let rv = *rev;
         drop(rev);
         self.progress_others(store, rv);
-        Ok(n)
     }
 
     fn progress_others(&self, store: &Arc<Store>, rv: u64) {
@@ -288,10 +298,6 @@ fn canonical_metadata_order(bytes: &[u8]) -> Result<Vec<u8>, ApiError> {
         *meta = ordered;
     }
     serde_json::to_vec(&obj).map_err(|e| ApiError::Internal(e.to_string()))
-}
-
-fn clone_record(r: &Record, info: &ResourceInfo) -> Result<Record, String> {
-    Record::ingest(r.bytes(), info, r.rv()).map_err(|e| e.to_string())
 }
 
 fn parse_body(body: &[u8], info: &ResourceInfo) -> Result<Value, ApiError> {

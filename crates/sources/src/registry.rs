@@ -25,7 +25,12 @@ impl Registry {
                 let r = r.normalized();
                 (
                     (r.group.clone(), r.version.clone(), r.resource.clone()),
-                    Store::new(Arc::new(r), rv, [], config.clone()),
+                    Store::new(
+                        Arc::new(r),
+                        rv,
+                        Vec::<listwatch_store::Record>::new(),
+                        config.clone(),
+                    ),
                 )
             })
             .collect();

@@ -140,6 +140,27 @@ pub fn plain_scalar(b: &[u8], v: Span) -> Option<Span> {
     }
 }
 
+/// Calls `f` with the span of each element of the array whose `[` is at `start`.
+pub fn for_each_element(b: &[u8], start: usize, mut f: impl FnMut(Span)) -> Option<usize> {
+    if b.get(start) != Some(&b'[') {
+        return None;
+    }
+    let mut i = skip_ws(b, start + 1);
+    if b.get(i) == Some(&b']') {
+        return Some(i + 1);
+    }
+    loop {
+        let end = skip_value(b, i)?;
+        f((i, end));
+        i = skip_ws(b, end);
+        match b.get(i)? {
+            b',' => i = skip_ws(b, i + 1),
+            b']' => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,27 +190,6 @@ mod tests {
         ] {
             let _ = for_each_member(bad, 0, |_| {});
             let _ = skip_value(bad, 0);
-        }
-    }
-}
-
-/// Calls `f` with the span of each element of the array whose `[` is at `start`.
-pub fn for_each_element(b: &[u8], start: usize, mut f: impl FnMut(Span)) -> Option<usize> {
-    if b.get(start) != Some(&b'[') {
-        return None;
-    }
-    let mut i = skip_ws(b, start + 1);
-    if b.get(i) == Some(&b']') {
-        return Some(i + 1);
-    }
-    loop {
-        let end = skip_value(b, i)?;
-        f((i, end));
-        i = skip_ws(b, end);
-        match b.get(i)? {
-            b',' => i = skip_ws(b, i + 1),
-            b']' => return Some(i + 1),
-            _ => return None,
         }
     }
 }

@@ -138,7 +138,7 @@ impl Store {
     pub fn new(
         info: Arc<ResourceInfo>,
         rv: u64,
-        records: impl IntoIterator<Item = Record>,
+        records: impl IntoIterator<Item = impl Into<Arc<Record>>>,
         config: StoreConfig,
     ) -> Arc<Store> {
         let (items, bytes) = build_map(records);
@@ -263,7 +263,7 @@ impl Store {
 
     /// Replaces the whole content at `rv` (after a relist). History is dropped, so every
     /// open watch ends with 410 and clients relist, as after a kube-apiserver cache reset.
-    pub fn replace(&self, rv: u64, records: impl IntoIterator<Item = Record>) {
+    pub fn replace(&self, rv: u64, records: impl IntoIterator<Item = impl Into<Arc<Record>>>) {
         let (items, bytes) = build_map(records);
         let mut g = self.inner.lock();
         g.current = Snapshot::new(rv, items);
@@ -415,13 +415,14 @@ impl Store {
     }
 }
 
-fn build_map(records: impl IntoIterator<Item = Record>) -> (RecordMap, usize) {
+fn build_map(records: impl IntoIterator<Item = impl Into<Arc<Record>>>) -> (RecordMap, usize) {
     let mut bytes = 0;
     let items: RecordMap = records
         .into_iter()
         .map(|r| {
+            let r: Arc<Record> = r.into();
             bytes += r.bytes().len();
-            (r.key().clone(), Arc::new(r))
+            (r.key().clone(), r)
         })
         .collect();
     (items, bytes)

@@ -263,7 +263,7 @@ proptest! {
     ) {
         let info = pods();
         let initial = 10;
-        let store = Store::new(info.clone(), initial, [], config(keep, checkpoint_every));
+        let store = Store::new(info.clone(), initial, Vec::<listwatch_store::Record>::new(), config(keep, checkpoint_every));
         let mut m = Model::new(initial);
         for o in &ops {
             m.step(&store, &info, o);
@@ -326,7 +326,7 @@ proptest! {
         checkpoint_every in 1usize..12,
     ) {
         let info = pods();
-        let store = Store::new(info.clone(), 1, [], config(1 << 20, checkpoint_every));
+        let store = Store::new(info.clone(), 1, Vec::<listwatch_store::Record>::new(), config(1 << 20, checkpoint_every));
         let mut m = Model::new(1);
         for o in &before {
             m.step(&store, &info, o);
@@ -367,7 +367,12 @@ proptest! {
 #[tokio::test]
 async fn waits_for_future_rv_and_times_out() {
     let info = pods();
-    let store = Store::new(info.clone(), 5, [], StoreConfig::default());
+    let store = Store::new(
+        info.clone(),
+        5,
+        Vec::<listwatch_store::Record>::new(),
+        StoreConfig::default(),
+    );
     let s2 = store.clone();
     let waiter = tokio::spawn(async move { s2.wait_for(7, Duration::from_secs(5)).await });
     tokio::task::yield_now().await;
@@ -388,7 +393,12 @@ async fn waits_for_future_rv_and_times_out() {
 #[tokio::test]
 async fn cursor_from_future_rv_skips_until_then_and_wakes_on_events() {
     let info = pods();
-    let store = Store::new(info.clone(), 5, [], StoreConfig::default());
+    let store = Store::new(
+        info.clone(),
+        5,
+        Vec::<listwatch_store::Record>::new(),
+        StoreConfig::default(),
+    );
     let mut cursor = store.watch_from(7).expect("cursor");
     let s2 = store.clone();
     let i2 = info.clone();
@@ -411,7 +421,12 @@ async fn cursor_from_future_rv_skips_until_then_and_wakes_on_events() {
 #[test]
 fn backwards_rv_is_rejected_and_relist_expires_cursors() {
     let info = pods();
-    let store = Store::new(info.clone(), 5, [], StoreConfig::default());
+    let store = Store::new(
+        info.clone(),
+        5,
+        Vec::<listwatch_store::Record>::new(),
+        StoreConfig::default(),
+    );
     store
         .apply([Change::Put(record(&info, "ns0/a", 0, 0, 6))])
         .expect("apply");

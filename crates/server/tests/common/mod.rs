@@ -145,17 +145,26 @@ fn parse(raw: &[u8]) -> Raw {
 }
 
 /// Opens a streaming GET and returns a line reader over the de-chunked body.
-pub async fn stream_lines(
-    addr: SocketAddr,
-    path: &str,
-) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+/// Lines of a streaming response; dropping it closes the connection.
+pub struct Lines {
+    rx: tokio::sync::mpsc::UnboundedReceiver<String>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub async fn stream_lines(addr: SocketAddr, path: &str) -> Lines {
     let s = TcpStream::connect(addr).await.expect("connect");
     let (r, mut w) = s.into_split();
     w.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
         .await
         .expect("write");
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let _keep = w;
         let mut r = BufReader::new(r);
         let mut line = String::new();
@@ -192,15 +201,12 @@ pub async fn stream_lines(
             }
         }
     });
-    rx
+    Lines { rx, task }
 }
 
 /// The next line within `secs`, or None.
-pub async fn next_line(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
-    secs: u64,
-) -> Option<String> {
-    tokio::time::timeout(Duration::from_secs(secs), rx.recv())
+pub async fn next_line(lines: &mut Lines, secs: u64) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(secs), lines.rx.recv())
         .await
         .ok()
         .flatten()

@@ -1,0 +1,303 @@
+//! Prometheus metrics (kube-apiserver's names where a counterpart exists) and the per-request
+//! accounting that feeds them and the request log: every response body is wrapped in a
+//! [`MeteredBody`] that counts bytes and, when the response ends, records and logs it once.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry as PromRegistry;
+
+use crate::body::ResponseBody;
+
+/// Labels of a request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// LIST, WATCH, GET, POST, PUT, DELETE.
+    pub verb: String,
+    /// Plural resource ("" for discovery and health).
+    pub resource: String,
+    /// HTTP status code.
+    pub code: String,
+}
+
+/// Verb and resource.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbResource {
+    /// LIST, WATCH, …
+    pub verb: String,
+    /// Plural resource.
+    pub resource: String,
+}
+
+/// Resource only.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabel {
+    /// Plural resource.
+    pub resource: String,
+}
+
+/// All metrics of one server.
+pub struct Metrics {
+    registry: PromRegistry,
+    requests: Family<RequestLabels, Counter>,
+    duration: Family<VerbResource, Histogram>,
+    bytes: Family<VerbResource, Counter>,
+    longrunning: Family<VerbResource, Gauge>,
+    watchers: Family<ResourceLabel, Gauge>,
+    objects: Family<ResourceLabel, Gauge>,
+    object_bytes: Family<ResourceLabel, Gauge>,
+    events: Family<ResourceLabel, Gauge>,
+    oldest_rv: Family<ResourceLabel, Gauge>,
+    snapshots: Family<ResourceLabel, Gauge>,
+    rss: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = PromRegistry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let duration = Family::<VerbResource, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 16))
+        });
+        let bytes = Family::<VerbResource, Counter>::default();
+        let longrunning = Family::<VerbResource, Gauge>::default();
+        let watchers = Family::<ResourceLabel, Gauge>::default();
+        let objects = Family::<ResourceLabel, Gauge>::default();
+        let object_bytes = Family::<ResourceLabel, Gauge>::default();
+        let events = Family::<ResourceLabel, Gauge>::default();
+        let oldest_rv = Family::<ResourceLabel, Gauge>::default();
+        let snapshots = Family::<ResourceLabel, Gauge>::default();
+        let rss = Gauge::default();
+        registry.register(
+            "apiserver_request",
+            "Requests by verb, resource and HTTP code",
+            requests.clone(),
+        );
+        registry.register(
+            "apiserver_request_duration_seconds",
+            "Time until a response (or stream) ended",
+            duration.clone(),
+        );
+        registry.register(
+            "listwatch_response_bytes",
+            "Bytes sent in response bodies",
+            bytes.clone(),
+        );
+        registry.register(
+            "apiserver_longrunning_requests",
+            "LISTs and watches in flight",
+            longrunning.clone(),
+        );
+        registry.register(
+            "apiserver_registered_watchers",
+            "Open watches per resource",
+            watchers.clone(),
+        );
+        registry.register(
+            "apiserver_storage_objects",
+            "Objects in the store per resource",
+            objects.clone(),
+        );
+        registry.register(
+            "listwatch_store_object_bytes",
+            "Serialized bytes of stored objects per resource",
+            object_bytes.clone(),
+        );
+        registry.register(
+            "listwatch_event_log_events",
+            "Events held in the event log per resource",
+            events.clone(),
+        );
+        registry.register(
+            "listwatch_event_log_oldest_resource_version",
+            "Oldest RV a watch can start from",
+            oldest_rv.clone(),
+        );
+        registry.register(
+            "listwatch_snapshots_retained",
+            "Retained snapshots per resource",
+            snapshots.clone(),
+        );
+        registry.register(
+            "process_resident_memory_bytes",
+            "Resident set size",
+            rss.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            duration,
+            bytes,
+            longrunning,
+            watchers,
+            objects,
+            object_bytes,
+            events,
+            oldest_rv,
+            snapshots,
+            rss,
+        }
+    }
+}
+
+impl Metrics {
+    /// Renders the exposition (OpenMetrics text), refreshing store and process gauges first.
+    pub fn render<'a>(
+        &self,
+        stores: impl Iterator<Item = &'a Arc<listwatch_store::Store>>,
+    ) -> String {
+        for s in stores {
+            let st = s.stats();
+            let l = ResourceLabel {
+                resource: s.info().resource.clone(),
+            };
+            self.objects.get_or_create(&l).set(st.objects as i64);
+            self.object_bytes
+                .get_or_create(&l)
+                .set(st.object_bytes as i64);
+            self.events.get_or_create(&l).set(st.events as i64);
+            self.oldest_rv.get_or_create(&l).set(st.oldest_rv as i64);
+            self.snapshots.get_or_create(&l).set(st.snapshots as i64);
+        }
+        self.rss.set(rss_bytes() as i64);
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Resident set size of this process (0 where /proc is unavailable).
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// What is known about a request when its response starts.
+pub struct RequestInfo {
+    /// Verb label.
+    pub verb: &'static str,
+    /// Resource label.
+    pub resource: String,
+    /// Path and query, for the log.
+    pub uri: String,
+    /// HTTP status.
+    pub code: u16,
+    /// When the request arrived.
+    pub start: Instant,
+}
+
+/// A response body that counts its bytes, holds the in-flight gauges, and records the
+/// request (counter, histogram, log line) exactly once when the response ends or is dropped.
+pub struct MeteredBody {
+    inner: ResponseBody,
+    metrics: Arc<Metrics>,
+    info: RequestInfo,
+    sent: u64,
+    longrunning: bool,
+}
+
+impl MeteredBody {
+    /// Wraps `inner`; LIST and WATCH count as long-running while the body lives.
+    pub fn new(inner: ResponseBody, metrics: Arc<Metrics>, info: RequestInfo) -> Self {
+        let longrunning = info.code == 200 && matches!(info.verb, "LIST" | "WATCH");
+        if longrunning {
+            metrics
+                .longrunning
+                .get_or_create(&VerbResource {
+                    verb: info.verb.into(),
+                    resource: info.resource.clone(),
+                })
+                .inc();
+            if info.verb == "WATCH" {
+                metrics
+                    .watchers
+                    .get_or_create(&ResourceLabel {
+                        resource: info.resource.clone(),
+                    })
+                    .inc();
+            }
+        }
+        MeteredBody {
+            inner,
+            metrics,
+            info,
+            sent: 0,
+            longrunning,
+        }
+    }
+}
+
+impl Drop for MeteredBody {
+    fn drop(&mut self) {
+        let i = &self.info;
+        let vr = VerbResource {
+            verb: i.verb.into(),
+            resource: i.resource.clone(),
+        };
+        if self.longrunning {
+            self.metrics.longrunning.get_or_create(&vr).dec();
+            if i.verb == "WATCH" {
+                self.metrics
+                    .watchers
+                    .get_or_create(&ResourceLabel {
+                        resource: i.resource.clone(),
+                    })
+                    .dec();
+            }
+        }
+        let secs = i.start.elapsed().as_secs_f64();
+        self.metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                verb: i.verb.into(),
+                resource: i.resource.clone(),
+                code: i.code.to_string(),
+            })
+            .inc();
+        self.metrics.duration.get_or_create(&vr).observe(secs);
+        self.metrics.bytes.get_or_create(&vr).inc_by(self.sent);
+        tracing::info!(verb = i.verb, resource = %i.resource, uri = %i.uri, code = i.code, ms = secs * 1e3, bytes = self.sent, "request");
+    }
+}
+
+impl Body for MeteredBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let p = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(f))) = &p
+            && let Some(d) = f.data_ref()
+        {
+            self.sent += d.len() as u64;
+        }
+        p
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
