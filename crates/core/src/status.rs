@@ -119,6 +119,19 @@ impl ObjectRef {
     }
 }
 
+/// Who was denied what, for a 403.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denied {
+    /// User name (`system:anonymous` when none).
+    pub user: String,
+    /// Verb (`list`, `watch`, `get`, …).
+    pub verb: String,
+    /// The resource (and object name, empty for collections).
+    pub object: ObjectRef,
+    /// Namespace, or None for the cluster scope.
+    pub namespace: Option<String>,
+}
+
 /// Every error the read path can answer with. Converted to a wire `Status` only by
 /// [`ApiError::to_status`], so codes, reasons and messages live in one place.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -141,6 +154,9 @@ pub enum ApiError {
         /// The field errors.
         causes: Vec<FieldError>,
     },
+    /// 403 `Forbidden` (boxed: it is the largest variant and errors travel by value).
+    #[error("forbidden")]
+    Forbidden(Box<Denied>),
     /// 404 `NotFound` for an object.
     #[error("not found")]
     NotFound(ObjectRef),
@@ -347,6 +363,38 @@ impl ApiError {
                     format!("{kind}.{group}")
                 };
                 invalid(group, kind, name, &qualified, causes)
+            }
+            ApiError::Forbidden(d) => {
+                let Denied {
+                    user,
+                    verb,
+                    object: target,
+                    namespace,
+                } = &**d;
+                let subject = if target.name.is_empty() {
+                    target.group_resource()
+                } else {
+                    format!("{} {:?}", target.group_resource(), target.name)
+                };
+                let scope = match namespace {
+                    Some(ns) => format!("in the namespace {ns:?}"),
+                    None => "at the cluster scope".into(),
+                };
+                StatusParts {
+                    code: 403,
+                    reason: "Forbidden",
+                    message: format!(
+                        "{subject} is forbidden: User {user:?} cannot {verb} resource {:?} in API group {:?} {scope}",
+                        target.resource, target.group
+                    ),
+                    continue_token: None,
+                    details: Some(Details {
+                        name: Some(&target.name),
+                        group: Some(&target.group),
+                        kind: Some(&target.resource),
+                        ..Default::default()
+                    }),
+                }
             }
             ApiError::NotFound(r) => object(
                 404,

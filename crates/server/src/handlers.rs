@@ -7,7 +7,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Response, StatusCode, header};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use listwatch_codec::{ChunkWriter, IncludeObject, ListEncoder, ListFormat, TableFormat};
 use listwatch_core::options::list_prefix;
 use listwatch_core::status::LIST_TOO_OLD_MESSAGE;
@@ -30,8 +29,10 @@ pub struct Call {
     pub accept: Option<String>,
     /// Whether `Accept-Encoding` allows gzip.
     pub gzip: bool,
+    /// The authenticated user the host passed in, if any.
+    pub user: Option<crate::auth::User>,
     /// The request body (read only by writes).
-    pub body: Incoming,
+    pub body: crate::RequestBody,
 }
 
 /// A handler's answer: a response, or an error to render as a `Status`.
@@ -259,24 +260,28 @@ impl App {
     async fn read_body(
         &self,
         content_type: Option<&str>,
-        body: Incoming,
+        body: crate::RequestBody,
     ) -> Result<Bytes, ApiError> {
-        // Writes are JSON only; answering 415 makes client-go retry protobuf/CBOR as JSON.
+        // Writes are JSON only (protobuf and CBOR bodies get 415).
         let ct = content_type.unwrap_or("application/json");
         let media = ct.split(';').next().unwrap_or("").trim();
         if media != "application/json" && !media.is_empty() {
             return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json".to_string()));
         }
-        let limited = http_body_util::Limited::new(body, self.config.max_body_bytes);
-        match limited.collect().await {
-            Ok(b) => Ok(b.to_bytes()),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                Err(ApiError::TooLarge("the request body is too large".into()))
+        let mut body = body;
+        let mut buf = bytes::BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                ApiError::BadRequest(format!("error reading the request body: {e}"))
+            })?;
+            if let Some(data) = frame.data_ref() {
+                if buf.len() + data.len() > self.config.max_body_bytes {
+                    return Err(ApiError::TooLarge("the request body is too large".into()));
+                }
+                buf.extend_from_slice(data);
             }
-            Err(e) => Err(ApiError::BadRequest(format!(
-                "error reading the request body: {e}"
-            ))),
         }
+        Ok(buf.freeze())
     }
 
     async fn list(

@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, header};
-use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch_core::ApiError;
-use listwatch_sources::{EmbeddedSource, Registry};
+use listwatch_sources::{EmbeddedSource, HostFedSource, Registry};
 use tokio::net::TcpListener;
 use tracing::warn;
 
+pub mod auth;
 pub mod body;
 pub mod discovery;
 pub mod handlers;
@@ -61,6 +61,8 @@ impl Default for ServerConfig {
 pub enum Backend {
     /// The in-process store (default).
     Embedded(Arc<EmbeddedSource>),
+    /// Changes pushed by an embedding host; reads only.
+    HostFed(Arc<HostFedSource>),
 }
 
 /// The application: registry, backend and configuration shared by all connections.
@@ -69,17 +71,56 @@ pub struct App {
     backend: Backend,
     config: ServerConfig,
     metrics: Arc<metrics::Metrics>,
+    authorizer: Option<Arc<dyn auth::Authorizer>>,
 }
+
+/// A request body of any type the host uses (boxed once per request).
+pub type RequestBody =
+    http_body_util::combinators::UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 impl App {
     /// An app over the embedded source.
     pub fn embedded(source: Arc<EmbeddedSource>, config: ServerConfig) -> Arc<App> {
+        Self::new(
+            source.registry().clone(),
+            Backend::Embedded(source),
+            config,
+            None,
+        )
+    }
+
+    /// An app over `backend`, with an optional authorizer.
+    pub fn new(
+        registry: Registry,
+        backend: Backend,
+        config: ServerConfig,
+        authorizer: Option<Arc<dyn auth::Authorizer>>,
+    ) -> Arc<App> {
         Arc::new(App {
-            registry: source.registry().clone(),
-            backend: Backend::Embedded(source),
+            registry,
+            backend,
             config,
             metrics: Arc::new(metrics::Metrics::default()),
+            authorizer,
         })
+    }
+
+    /// Whether this app answers `method` on `path` (read verbs on served resources): what
+    /// an embedding host routes to us.
+    pub fn handles(&self, method: &Method, path: &str) -> bool {
+        *method == Method::GET
+            && matches!(
+                routes::route(&self.registry, path),
+                Route::Collection { .. } | Route::Object { .. }
+            )
+    }
+
+    /// Time-based housekeeping of every store (trims event windows and retained snapshots);
+    /// `serve` runs it every second, an embedding host calls it (or spawns it) itself.
+    pub fn maintain(&self) {
+        for s in self.registry.stores() {
+            s.maintain();
+        }
     }
 
     /// The served resources and their stores.
@@ -91,17 +132,19 @@ impl App {
     async fn current_revision(&self) -> Result<u64, ApiError> {
         match &self.backend {
             Backend::Embedded(s) => Ok(s.revision()),
+            Backend::HostFed(s) => Ok(s.revision()),
         }
     }
 
     fn writable(&self) -> Result<&EmbeddedSource, ApiError> {
         match &self.backend {
             Backend::Embedded(s) => Ok(s),
+            Backend::HostFed(_) => Err(ApiError::MethodNotAllowed),
         }
     }
 
     /// Answers one request (never fails: errors become `Status` responses).
-    pub async fn handle(&self, req: Request<Incoming>) -> Response<ResponseBody> {
+    pub async fn handle(&self, req: Request<RequestBody>) -> Response<ResponseBody> {
         let start = std::time::Instant::now();
         let method = req.method().clone();
         let path = req.uri().path().to_string();
@@ -122,6 +165,7 @@ impl App {
             content_type,
             accept,
             gzip: accepts_gzip(req.headers()),
+            user: req.extensions().get::<auth::User>().cloned(),
             body: req.into_body(),
         };
         let route = routes::route(&self.registry, &path);
@@ -148,16 +192,22 @@ impl App {
                 store,
                 namespace,
                 legacy_watch,
-            } => self.collection(call, store, namespace, legacy_watch).await,
+            } => match self.authorize(&call, &route_kind, &store, namespace.as_deref(), "") {
+                Ok(()) => self.collection(call, store, namespace, legacy_watch).await,
+                Err(e) => Err(e),
+            },
             Route::Object {
                 store,
                 namespace,
                 name,
                 legacy_watch,
-            } => {
-                self.object(call, store, namespace, name, legacy_watch)
-                    .await
-            }
+            } => match self.authorize(&call, &route_kind, &store, namespace.as_deref(), &name) {
+                Ok(()) => {
+                    self.object(call, store, namespace, name, legacy_watch)
+                        .await
+                }
+                Err(e) => Err(e),
+            },
             Route::NotFound => Err(ApiError::UnknownPath),
         };
         let response = answer.unwrap_or_else(|e| handlers::error_response(&e));
@@ -175,6 +225,44 @@ impl App {
         };
         let body = metrics::MeteredBody::new(body, self.metrics.clone(), info);
         Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
+    }
+
+    fn authorize(
+        &self,
+        call: &handlers::Call,
+        route: &(bool, String, bool),
+        store: &listwatch_store::Store,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let Some(authz) = &self.authorizer else {
+            return Ok(());
+        };
+        let verb = verb_label(&call.method, route, &call.query).to_ascii_lowercase();
+        let verb = match verb.as_str() {
+            "post" => "create".to_string(),
+            "put" => "update".to_string(),
+            _ => verb,
+        };
+        let ns = if store.info().namespaced {
+            namespace
+        } else {
+            None
+        };
+        if authz.allowed(call.user.as_ref(), &verb, store.info(), ns) {
+            return Ok(());
+        }
+        Err(ApiError::Forbidden(Box::new(
+            listwatch_core::status::Denied {
+                user: call
+                    .user
+                    .as_ref()
+                    .map_or_else(|| "system:anonymous".to_string(), |u| u.name.clone()),
+                verb,
+                object: listwatch_core::ObjectRef::new(store.info(), name),
+                namespace: ns.map(str::to_string),
+            },
+        )))
     }
 
     fn discovery(&self, d: DiscoveryPath, accept: Option<&str>) -> handlers::Answer {
@@ -250,6 +338,18 @@ impl App {
     }
 }
 
+/// Boxes any request body into [`RequestBody`] (for [`App::handle`]).
+pub fn box_body<B>(body: B) -> RequestBody
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    http_body_util::BodyExt::boxed_unsync(http_body_util::BodyExt::map_err(
+        body,
+        |e| -> Box<dyn std::error::Error + Send + Sync> { e.into() },
+    ))
+}
+
 /// The verb label kube-apiserver would use.
 fn verb_label(method: &Method, route: &(bool, String, bool), query: &str) -> &'static str {
     let watch = route.2
@@ -295,9 +395,7 @@ pub async fn serve(
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                for s in app.registry.stores() {
-                    s.maintain();
-                }
+                app.maintain();
             }
         }
     });
@@ -320,7 +418,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 let app = app.clone();
-                async move { Ok::<_, Infallible>(app.handle(req).await) }
+                async move { Ok::<_, Infallible>(app.handle(req.map(box_body)).await) }
             });
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             // hyper queues body chunks by reference (writev) until this many bytes are

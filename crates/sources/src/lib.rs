@@ -2,12 +2,15 @@
 //!
 //! - [`Registry`]: served resource types and their stores.
 //! - [`embedded::EmbeddedSource`]: the default in-process MVCC store with the write verbs.
+//! - [`host::HostFedSource`]: changes pushed by an embedding host (reads only).
 //! - [`demo`]: realistic demo pods; [`load`]: objects from JSON/NDJSON files.
 
 pub mod demo;
 pub mod embedded;
+pub mod host;
 pub mod load;
 mod registry;
 
 pub use embedded::EmbeddedSource;
+pub use host::{FeedError, HostChange, HostFedSource, Relisted};
 pub use registry::Registry;

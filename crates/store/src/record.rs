@@ -104,6 +104,15 @@ impl Record {
         Record::index(Bytes::from(out), body_off, info, rv)
     }
 
+    /// The `metadata.resourceVersion` an object's JSON already carries, if any (a relist
+    /// keeps each object's own RV rather than the list's).
+    pub fn existing_rv(input: &[u8]) -> Option<u64> {
+        let start = scan::skip_ws(input, 0);
+        let v = scan::find_path(input, start, &["metadata", "resourceVersion"])?;
+        let s = scan::plain_scalar(input, v)?;
+        std::str::from_utf8(&input[s.0..s.1]).ok()?.parse().ok()
+    }
+
     /// Builds the record's spans over canonical bytes.
     fn index(
         bytes: Bytes,

@@ -1,0 +1,332 @@
+//! # listwatch, embedded
+//!
+//! Serve the Kubernetes read path — LIST, GET, WATCH and watch-list — from inside your own
+//! apiserver, with kube-apiserver's wire format and resourceVersion semantics and memory that
+//! does not grow with the number or slowness of clients. Your server keeps writes,
+//! admission and everything else; you feed listwatch the changes you commit.
+//!
+//! ```no_run
+//! use listwatch::{Builder, Outcome, Relisted};
+//!
+//! # async fn host() {
+//! // 1. Build: the resources to serve, and how to relist one if your stream ever breaks.
+//! let (lw, feed) = Builder::new().host_fed(|_resource| Ok(Relisted { rv: 1, objects: vec![] }));
+//! lw.spawn_maintenance();
+//!
+//! // 2. Feed every committed change with the RV you committed it at.
+//! feed.put("", "v1", "configmaps", 2, br#"{"metadata":{"name":"a","namespace":"default"}}"#).unwrap();
+//! feed.progress(3); // nothing else happened up to RV 3
+//!
+//! // 3. Route requests: listwatch answers reads of served resources, hands back the rest.
+//! let req = http::Request::get("/api/v1/namespaces/default/configmaps")
+//!     .body(http_body_util::Empty::<bytes::Bytes>::new())
+//!     .unwrap();
+//! match lw.handle(req).await {
+//!     Outcome::Handled(response) => { /* send it */ }
+//!     Outcome::NotHandled(request) => { /* your own handlers */ }
+//! }
+//! # }
+//! ```
+//!
+//! See `docs/embedding.md` for the threading and backpressure model and what the host must
+//! guarantee about resourceVersions, and `examples/host.rs` for a complete host.
+#![deny(missing_docs)]
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use listwatch_server::App;
+use listwatch_sources::{HostFedSource, Registry};
+
+pub use listwatch_core::{ApiError, ResourceInfo, builtin_resources};
+pub use listwatch_server::ServerConfig;
+pub use listwatch_server::auth::{Authorizer, User};
+pub use listwatch_server::body::ResponseBody;
+pub use listwatch_sources::{FeedError, HostChange, Relisted};
+pub use listwatch_store::StoreConfig;
+
+/// Configures a listwatch instance.
+///
+/// ```
+/// let builder = listwatch::Builder::new()
+///     .resources(listwatch::builtin_resources())
+///     .start_rv(100);
+/// ```
+pub struct Builder {
+    resources: Vec<ResourceInfo>,
+    server: ServerConfig,
+    store: StoreConfig,
+    authorizer: Option<Arc<dyn Authorizer>>,
+    start_rv: u64,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            resources: builtin_resources(),
+            server: ServerConfig::default(),
+            store: StoreConfig::default(),
+            authorizer: None,
+            start_rv: 1,
+        }
+    }
+}
+
+impl Builder {
+    /// Built-in resources (pods, configmaps, …, apps/v1 workloads), default limits, no
+    /// authorizer, starting at RV 1.
+    ///
+    /// ```
+    /// let b = listwatch::Builder::new();
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Replaces the served resources.
+    ///
+    /// ```
+    /// let mut widgets: Vec<listwatch::ResourceInfo> = listwatch::builtin_resources();
+    /// let b = listwatch::Builder::new().resources(widgets);
+    /// ```
+    pub fn resources(mut self, resources: Vec<ResourceInfo>) -> Self {
+        self.resources = resources
+            .into_iter()
+            .map(ResourceInfo::normalized)
+            .collect();
+        self
+    }
+
+    /// Server tunables (chunk size, RV wait, bookmark period, watch timeout).
+    ///
+    /// ```
+    /// let b = listwatch::Builder::new().server_config(listwatch::ServerConfig::default());
+    /// ```
+    pub fn server_config(mut self, config: ServerConfig) -> Self {
+        self.server = config;
+        self
+    }
+
+    /// Store tunables (event window, snapshot retention).
+    ///
+    /// ```
+    /// let b = listwatch::Builder::new().store_config(listwatch::StoreConfig::default());
+    /// ```
+    pub fn store_config(mut self, config: StoreConfig) -> Self {
+        self.store = config;
+        self
+    }
+
+    /// Decides every read using the [`User`] the host put into the request's extensions.
+    ///
+    /// ```
+    /// struct AllowAll;
+    /// impl listwatch::Authorizer for AllowAll {
+    ///     fn allowed(&self, _: Option<&listwatch::User>, _: &str, _: &listwatch::ResourceInfo, _: Option<&str>) -> bool { true }
+    /// }
+    /// let b = listwatch::Builder::new().authorizer(AllowAll);
+    /// ```
+    pub fn authorizer(mut self, authorizer: impl Authorizer) -> Self {
+        self.authorizer = Some(Arc::new(authorizer));
+        self
+    }
+
+    /// The RV the (empty) caches start at; the first change fed must be after it.
+    ///
+    /// ```
+    /// let b = listwatch::Builder::new().start_rv(5000);
+    /// ```
+    pub fn start_rv(mut self, rv: u64) -> Self {
+        self.start_rv = rv;
+        self
+    }
+
+    /// Builds an instance fed by the host. `relist` returns a resource's full state when
+    /// its change stream can no longer be trusted (a gap, an RV going backwards).
+    ///
+    /// ```
+    /// let (lw, feed) = listwatch::Builder::new()
+    ///     .host_fed(|_| Ok(listwatch::Relisted { rv: 1, objects: vec![] }));
+    /// ```
+    pub fn host_fed<F>(self, relist: F) -> (ListWatch, Feed)
+    where
+        F: Fn(&ResourceInfo) -> Result<Relisted, String> + Send + Sync + 'static,
+    {
+        let registry = Registry::new(self.resources, self.start_rv, &self.store);
+        let source = HostFedSource::new(registry.clone(), self.start_rv, Box::new(relist));
+        let app = App::new(
+            registry,
+            listwatch_server::Backend::HostFed(source.clone()),
+            self.server,
+            self.authorizer,
+        );
+        (ListWatch { app }, Feed { source })
+    }
+}
+
+/// What [`ListWatch::handle`] did with a request.
+pub enum Outcome<B> {
+    /// listwatch answered (a read of a served resource): send this response.
+    Handled(Response<ResponseBody>),
+    /// Not a read of a served resource: the untouched request, for the host's own handlers.
+    NotHandled(Request<B>),
+}
+
+/// A running listwatch: cheap to clone, shared by all connections.
+#[derive(Clone)]
+pub struct ListWatch {
+    app: Arc<App>,
+}
+
+impl ListWatch {
+    /// Answers GET (LIST, GET, WATCH, watch-list) on served resources and hands every other
+    /// request back untouched. Responses stream: their bodies pull data only as the
+    /// connection drains.
+    ///
+    /// ```no_run
+    /// # async fn f(lw: listwatch::ListWatch, req: http::Request<http_body_util::Empty<bytes::Bytes>>) {
+    /// match lw.handle(req).await {
+    ///     listwatch::Outcome::Handled(resp) => drop(resp),
+    ///     listwatch::Outcome::NotHandled(req) => drop(req),
+    /// }
+    /// # }
+    /// ```
+    pub async fn handle<B>(&self, req: Request<B>) -> Outcome<B>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        if !self.app.handles(req.method(), req.uri().path()) {
+            return Outcome::NotHandled(req);
+        }
+        let req = req.map(listwatch_server::box_body);
+        Outcome::Handled(self.app.handle(req).await)
+    }
+
+    /// Trims event windows and retained snapshots by age; call about once a second.
+    ///
+    /// ```no_run
+    /// # fn f(lw: listwatch::ListWatch) { lw.maintain(); }
+    /// ```
+    pub fn maintain(&self) {
+        self.app.maintain();
+    }
+
+    /// Spawns a task on the current tokio runtime that calls [`Self::maintain`] every second.
+    ///
+    /// ```no_run
+    /// # async fn f(lw: listwatch::ListWatch) { let task = lw.spawn_maintenance(); task.abort(); }
+    /// ```
+    pub fn spawn_maintenance(&self) -> tokio::task::JoinHandle<()> {
+        let lw = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                lw.maintain();
+            }
+        })
+    }
+}
+
+/// The host's handle for pushing committed changes. Cheap to clone; call from any thread.
+#[derive(Clone)]
+pub struct Feed {
+    source: Arc<HostFedSource>,
+}
+
+impl Feed {
+    /// An object of `group/version/resource` was created or updated at `rv` (its JSON; the
+    /// RV is written into `metadata.resourceVersion` for you).
+    ///
+    /// ```no_run
+    /// # fn f(feed: listwatch::Feed) {
+    /// feed.put("apps", "v1", "deployments", 42, br#"{"metadata":{"name":"web","namespace":"prod"}}"#).unwrap();
+    /// # }
+    /// ```
+    pub fn put(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &str,
+        rv: u64,
+        json: &[u8],
+    ) -> Result<(), FeedError> {
+        self.source
+            .apply(group, version, resource, rv, &[HostChange::Put(json)])
+    }
+
+    /// An object was deleted at `rv`.
+    ///
+    /// ```no_run
+    /// # fn f(feed: listwatch::Feed) {
+    /// feed.delete("", "v1", "configmaps", 43, "default", "a").unwrap();
+    /// # }
+    /// ```
+    pub fn delete(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &str,
+        rv: u64,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), FeedError> {
+        self.source.apply(
+            group,
+            version,
+            resource,
+            rv,
+            &[HostChange::Delete { namespace, name }],
+        )
+    }
+
+    /// Several changes committed together at `rv` (one transaction).
+    ///
+    /// ```no_run
+    /// # fn f(feed: listwatch::Feed) {
+    /// use listwatch::HostChange;
+    /// feed.apply("", "v1", "configmaps", 44, &[HostChange::Put(br#"{"metadata":{"name":"b","namespace":"d"}}"#), HostChange::Delete { namespace: "d", name: "c" }]).unwrap();
+    /// # }
+    /// ```
+    pub fn apply(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &str,
+        rv: u64,
+        changes: &[HostChange<'_>],
+    ) -> Result<(), FeedError> {
+        self.source.apply(group, version, resource, rv, changes)
+    }
+
+    /// Nothing happened on any resource up to `rv`: consistent reads and RV waits complete,
+    /// bookmarks report it.
+    ///
+    /// ```no_run
+    /// # fn f(feed: listwatch::Feed) { feed.progress(100); }
+    /// ```
+    pub fn progress(&self, rv: u64) {
+        self.source.progress(rv);
+    }
+
+    /// The host lost changes of a resource: listwatch relists it through the callback and
+    /// its open watches end with 410, so clients relist too.
+    ///
+    /// ```no_run
+    /// # fn f(feed: listwatch::Feed) { let _ = feed.gap("", "v1", "pods"); }
+    /// ```
+    pub fn gap(&self, group: &str, version: &str, resource: &str) -> Result<(), FeedError> {
+        self.source.gap(group, version, resource)
+    }
+
+    /// The newest RV fed (changes or progress).
+    ///
+    /// ```no_run
+    /// # fn f(feed: listwatch::Feed) { let rv = feed.revision(); }
+    /// ```
+    pub fn revision(&self) -> u64 {
+        self.source.revision()
+    }
+}

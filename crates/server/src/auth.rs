@@ -1,0 +1,29 @@
+//! Authorization hook: the embedding host (or, later, our own authenticator) puts the
+//! authenticated [`User`] into the request's extensions; an [`Authorizer`] decides per verb,
+//! resource and namespace. A cluster-wide LIST by a user allowed only some namespaces is
+//! denied, as in Kubernetes RBAC.
+
+use listwatch_core::ResourceInfo;
+
+/// An authenticated user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    /// User name.
+    pub name: String,
+    /// Group memberships.
+    pub groups: Vec<String>,
+}
+
+/// Decides whether a user may perform a read.
+pub trait Authorizer: Send + Sync + 'static {
+    /// Whether `user` (None: anonymous) may `verb` (`list`, `watch`, `get`, `create`,
+    /// `update`, `delete`) `resource` in `namespace` (None: all namespaces, or a
+    /// cluster-scoped resource).
+    fn allowed(
+        &self,
+        user: Option<&User>,
+        verb: &str,
+        resource: &ResourceInfo,
+        namespace: Option<&str>,
+    ) -> bool;
+}
