@@ -85,7 +85,11 @@ impl GzipStream {
 }
 
 /// Non-final stored deflate blocks holding `data` (the stream is byte-aligned after a sync
-/// flush or another stored block, so a block starts with its header byte).
+/// flush or another stored block, so a block starts with its header byte), then an empty
+/// stored block — the marker a sync flush ends with. Go's flate reader keeps a stored
+/// block's bytes in its window until the next block header arrives and hands them out on an
+/// empty block; without the marker a Go client (kubectl, client-go) would see each event
+/// only when the next one came.
 fn stored_blocks(out: &mut Vec<u8>, data: &[u8]) {
     for piece in data.chunks(65_535) {
         let len = piece.len() as u16;
@@ -94,6 +98,7 @@ fn stored_blocks(out: &mut Vec<u8>, data: &[u8]) {
         out.extend_from_slice(&(!len).to_le_bytes());
         out.extend_from_slice(piece);
     }
+    out.extend_from_slice(&[0x00, 0x00, 0x00, 0xff, 0xff]);
 }
 
 #[cfg(test)]
@@ -132,6 +137,22 @@ mod tests {
         want.extend_from_slice(&big);
         assert_eq!(decode(&wire), want);
         assert!(compressed < a.len() / 10, "{compressed}");
+    }
+
+    #[test]
+    fn every_chunk_ends_with_the_sync_flush_marker() {
+        // Both framings end each chunk with an empty stored block, so readers that flush
+        // only at block boundaries (Go) deliver the chunk at once.
+        for compress in [true, false] {
+            let mut g = GzipStream::new(compress);
+            for chunk in [&b"{\"type\":\"ADDED\"}\n"[..], b"x"] {
+                let out = g.encode(chunk);
+                assert!(
+                    out.ends_with(&[0x00, 0x00, 0x00, 0xff, 0xff]),
+                    "compress={compress}"
+                );
+            }
+        }
     }
 
     #[test]

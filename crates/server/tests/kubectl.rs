@@ -110,8 +110,19 @@ async fn get_watch_sees_added_modified_deleted() {
         .spawn()
         .expect("kubectl");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    // Give kubectl time to list and start watching before writing.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Write only once kubectl's watch is registered (a fixed sleep races under load).
+    let mut watching = false;
+    for _ in 0..200 {
+        let m = common::get(s.addr, "/metrics").await.body;
+        if m.lines()
+            .any(|l| l == r#"apiserver_registered_watchers{resource="configmaps"} 1"#)
+        {
+            watching = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(watching, "kubectl never started watching");
     let ns = "/api/v1/namespaces/w/configmaps";
     assert_eq!(
         request(s.addr, "POST", ns, Some(r#"{"metadata":{"name":"c1"}}"#))
