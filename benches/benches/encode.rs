@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use listwatch_benches::pod_store;
-use listwatch_codec::{ChunkWriter, DEFAULT_CHUNK, ListEncoder, watch};
+use listwatch_benches::{list_encoder, pod_store};
+use listwatch_codec::{ChunkWriter, DEFAULT_CHUNK, watch};
 use listwatch_store::{EventType, Filter, SnapshotReader};
 
 #[global_allocator]
@@ -15,19 +15,8 @@ const N: usize = 100_000;
 
 fn encode(c: &mut Criterion) {
     let store = pod_store(N);
-    let info = store.info().clone();
     let total: usize = {
-        let reader =
-            SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
-        let mut e = ListEncoder::new(
-            reader,
-            info.list_kind(),
-            info.api_version(),
-            String::new(),
-            false,
-            listwatch_codec::ListFormat::Objects,
-            DEFAULT_CHUNK,
-        );
+        let mut e = list_encoder(&store);
         std::iter::from_fn(|| e.next_chunk()).map(|c| c.len()).sum()
     };
     let mut g = c.benchmark_group("encode");
@@ -35,17 +24,7 @@ fn encode(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("list_100k_pods", |b| {
         b.iter(|| {
-            let reader =
-                SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
-            let mut e = ListEncoder::new(
-                reader,
-                info.list_kind(),
-                info.api_version(),
-                String::new(),
-                false,
-                listwatch_codec::ListFormat::Objects,
-                DEFAULT_CHUNK,
-            );
+            let mut e = list_encoder(&store);
             std::iter::from_fn(|| e.next_chunk())
                 .map(|c| c.len())
                 .sum::<usize>()

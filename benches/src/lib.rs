@@ -28,3 +28,23 @@ pub fn pod_records(n: usize) -> Vec<Record> {
 pub fn pod_store(n: usize) -> Arc<Store> {
     Store::new(pods(), n as u64 + 1, pod_records(n), StoreConfig::default())
 }
+
+/// A LIST encoder over the whole current snapshot of `store` (no selectors, no limit).
+pub fn list_encoder(store: &Store) -> listwatch_codec::ListEncoder {
+    let info = store.info();
+    let reader = listwatch_store::SnapshotReader::new(
+        store.current(),
+        Arc::new(listwatch_store::Filter::everything()),
+        None,
+        None,
+    );
+    listwatch_codec::ListEncoder::new(
+        reader,
+        info.list_kind(),
+        info.api_version(),
+        String::new(),
+        false,
+        listwatch_codec::ListFormat::Objects,
+        listwatch_codec::DEFAULT_CHUNK,
+    )
+}

@@ -84,17 +84,16 @@ pub fn base64url_decode(input: &str) -> Result<Vec<u8>, String> {
 }
 
 impl ContinueToken {
-    /// Encodes a token for a page that ended just before `next_key`. `prefix` is the list's
-    /// key prefix (`""` for all namespaces, `"ns/"` for one namespace). kube-apiserver's
-    /// watch cache writes the start key with a leading `/`; its inconsistent tokens (rv -1)
-    /// write it without one, and we do the same so tokens compare equal.
+    /// Encodes a token for a page whose last item had `last_key`, served from the snapshot at
+    /// `rv`. `prefix` is the list's key prefix (`""` for all namespaces, `"ns/"` for one
+    /// namespace); like kube-apiserver's watch cache, the start key is written relative to
+    /// it with a leading `/`.
     pub fn encode(rv: i64, prefix: &str, last_key: &str) -> String {
         let rel = last_key.strip_prefix(prefix).unwrap_or(last_key);
-        let start = if rv < 0 {
-            format!("{rel}\u{0}")
-        } else {
-            format!("/{rel}\u{0}")
-        };
+        Self::wire(rv, format!("/{rel}\u{0}"))
+    }
+
+    fn wire(rv: i64, start: String) -> String {
         let json = serde_json::to_vec(&Wire {
             v: "meta.k8s.io/v1".into(),
             rv,

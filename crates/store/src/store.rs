@@ -242,12 +242,17 @@ impl Store {
                 let snap = g.current.clone();
                 self.push_checkpoint(&mut g, snap);
             }
-            let end = g.log.end_seq();
-            drop(g);
-            self.clock.send_replace(rv);
-            self.head.send_replace(end);
+            self.publish(g, rv);
         }
         result
+    }
+
+    /// Releases the lock, then wakes LIST waiters (clock) and watchers (log head).
+    fn publish(&self, g: parking_lot::MutexGuard<'_, Inner>, rv: u64) {
+        let end = g.log.end_seq();
+        drop(g);
+        self.clock.send_replace(rv);
+        self.head.send_replace(end);
     }
 
     /// Declares that nothing happened up to `rv` (a source progress mark): readers waiting
@@ -272,10 +277,7 @@ impl Store {
         g.checkpoints.clear();
         let snap = g.current.clone();
         self.push_checkpoint(&mut g, snap);
-        let end = g.log.end_seq();
-        drop(g);
-        self.clock.send_replace(rv);
-        self.head.send_replace(end);
+        self.publish(g, rv);
     }
 
     /// Waits (without polling) until the store reaches `rv`, at most `timeout`.
