@@ -186,7 +186,7 @@ mod tests {
             REF_TOKEN
         );
         assert_eq!(
-            ContinueToken::encode(-1, "", "default/anchor-cm"),
+            ContinueToken::encode_inconsistent("", "default/anchor-cm\u{0}"),
             REF_INCONSISTENT
         );
     }
