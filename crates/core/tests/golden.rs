@@ -136,10 +136,9 @@ fn object_errors_match_kube_apiserver() {
         ),
         (
             ApiError::ContinueExpired {
-                inconsistent_token: listwatch_core::ContinueToken::encode(
-                    -1,
+                inconsistent_token: listwatch_core::ContinueToken::encode_inconsistent(
                     "",
-                    "default/anchor-cm",
+                    "default/anchor-cm\u{0}",
                 ),
             },
             r#"{"kind":"Status","apiVersion":"v1","metadata":{"continue":"eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6LTEsInN0YXJ0IjoiZGVmYXVsdC9hbmNob3ItY21cdTAwMDAifQ"},"status":"Failure","message":"The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.","reason":"Expired","code":410}"#,
