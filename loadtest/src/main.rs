@@ -23,6 +23,14 @@ enum Scenario {
     ListConsistent,
     /// watch-list until the initial-events-end bookmark.
     Watchlist,
+    /// Half the clients LIST, half watch-list, all reading at `--read-rate-kib`, for `--hold`.
+    SlowReaders,
+    /// `--clients` watches with bookmarks on an idle resource, held open for `--hold`.
+    IdleWatchers,
+    /// Every client LISTs and watches, then all drop and relist at the same instant.
+    RelistStorm,
+    /// `--write-rate` writes/s for `--hold` seconds while `--clients` watchers receive them.
+    Churn,
 }
 
 #[derive(Parser)]
@@ -58,6 +66,18 @@ struct Args {
     /// Where to write the JSON report.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Read rate limit per client in KiB/s (slow-readers; optional elsewhere).
+    #[arg(long)]
+    read_rate_kib: Option<u64>,
+    /// Seconds to hold watches / keep writing / keep slow readers reading.
+    #[arg(long, default_value_t = 10)]
+    hold: u64,
+    /// Writes per second (churn).
+    #[arg(long, default_value_t = 100)]
+    write_rate: u64,
+    /// Namespace for churn writes and idle watches.
+    #[arg(long, default_value = "loadtest")]
+    namespace: String,
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -68,6 +88,18 @@ struct ClientResult {
     seconds: f64,
     requests: u32,
     error: Option<String>,
+}
+
+#[derive(Serialize, Default)]
+struct Latency {
+    events_per_watcher: Vec<u64>,
+    writes: u64,
+    write_errors: u64,
+    in_order: bool,
+    every_watcher_saw_every_event: bool,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
 }
 
 #[derive(Serialize)]
@@ -85,6 +117,10 @@ struct Report {
     objects_per_client: Vec<u64>,
     complete: bool,
     rss_samples_kib: Vec<(f64, u64)>,
+    /// Churn only: delivery latency and ordering.
+    churn: Option<Latency>,
+    /// Idle watchers only: (peak - idle) / watchers.
+    bytes_per_watcher: Option<f64>,
     per_client: Vec<ClientResult>,
 }
 
@@ -287,12 +323,22 @@ async fn get(
             }
             wire += n as u64;
             while n > 0 {
-                let k = n.min(buf.len());
+                // With a read rate, take a tenth of a second's worth at a time and pause.
+                let step = args
+                    .read_rate_kib
+                    .map_or(usize::MAX, |r| (r as usize * 1024 / 10).max(1));
+                let k = n.min(buf.len()).min(step);
                 r.read_exact(&mut buf[..k])
                     .await
                     .map_err(|e| e.to_string())?;
                 feed(&buf[..k], sink, &mut body, &mut tail)?;
                 n -= k;
+                if let Some(rate) = args.read_rate_kib {
+                    tokio::time::sleep(Duration::from_secs_f64(
+                        k as f64 / (rate.max(1) as f64 * 1024.0),
+                    ))
+                    .await;
+                }
             }
             let mut crlf = [0u8; 2];
             r.read_exact(&mut crlf).await.map_err(|e| e.to_string())?;
@@ -347,6 +393,11 @@ async fn client(args: Arc<Args>, host: String, start: Arc<tokio::sync::Barrier>)
         Scenario::Watchlist => Some(format!(
             "{base}{sep}watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
         )),
+        // The other scenarios have their own client functions.
+        Scenario::SlowReaders
+        | Scenario::IdleWatchers
+        | Scenario::RelistStorm
+        | Scenario::Churn => None,
     };
     while let Some(path) = next.take() {
         // A paged list restarts item counting per page; keep the running total.
@@ -372,6 +423,447 @@ async fn client(args: Arc<Args>, host: String, start: Arc<tokio::sync::Barrier>)
     res.objects = sink.objects();
     res.seconds = t.elapsed().as_secs_f64();
     res
+}
+
+/// One small request (writes, RV probes); returns status and body.
+async fn request(
+    host: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Result<(u16, Vec<u8>), String> {
+    let mut s = TcpStream::connect(host).await.map_err(|e| e.to_string())?;
+    s.write_all(
+        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+            .as_bytes(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.map_err(|e| e.to_string())?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or("no header end")?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = &raw[split + 4..];
+    if !head.contains("transfer-encoding: chunked") {
+        return Ok((code, body.to_vec()));
+    }
+    // LIST responses stream: undo the chunked framing.
+    let mut out = Vec::with_capacity(body.len());
+    let mut rest = body;
+    while let Some(nl) = rest.windows(2).position(|w| w == b"\r\n") {
+        let n = usize::from_str_radix(String::from_utf8_lossy(&rest[..nl]).trim(), 16)
+            .map_err(|e| e.to_string())?;
+        if n == 0 || rest.len() < nl + 2 + n {
+            break;
+        }
+        out.extend_from_slice(&rest[nl + 2..nl + 2 + n]);
+        rest = &rest[(nl + 4 + n).min(rest.len())..];
+    }
+    Ok((code, out))
+}
+
+/// A keep-alive HTTP/1.1 connection for back-to-back small requests (the churn writers).
+struct KeepAlive {
+    host: String,
+    conn: Option<BufReader<TcpStream>>,
+}
+
+impl KeepAlive {
+    async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> Result<(u16, Vec<u8>), String> {
+        if self.conn.is_none() {
+            self.conn = Some(BufReader::new(
+                TcpStream::connect(&self.host)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ));
+        }
+        let r = self.try_request(method, path, body).await;
+        if r.is_err() {
+            self.conn = None;
+        }
+        r
+    }
+
+    async fn try_request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> Result<(u16, Vec<u8>), String> {
+        let host = self.host.clone();
+        let c = self.conn.as_mut().ok_or("no connection")?;
+        c.get_mut()
+            .write_all(format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        c.read_line(&mut line).await.map_err(|e| e.to_string())?;
+        let code = line
+            .split(' ')
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .ok_or("bad status line")?;
+        let mut len = 0usize;
+        loop {
+            line.clear();
+            c.read_line(&mut line).await.map_err(|e| e.to_string())?;
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0u8; len];
+        c.read_exact(&mut body).await.map_err(|e| e.to_string())?;
+        Ok((code, body))
+    }
+}
+
+/// The `metadata.resourceVersion` of a JSON body (object or list).
+fn rv_of(body: &[u8]) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v["metadata"]["resourceVersion"].as_str()?.parse().ok()
+}
+
+/// Streams a watch, calling `on_line` for each event line with its arrival time, until it
+/// returns false or `until` passes.
+async fn watch_lines(
+    host: &str,
+    path: &str,
+    until: Instant,
+    mut on_line: impl FnMut(&[u8], Instant) -> bool,
+) -> Result<(), String> {
+    let mut s = TcpStream::connect(host).await.map_err(|e| e.to_string())?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).await.map_err(|e| e.to_string())?;
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        line.clear();
+        let read = tokio::time::timeout_at(until.into(), r.read_line(&mut line)).await;
+        let Ok(read) = read else { return Ok(()) };
+        if read.map_err(|e| e.to_string())? == 0 {
+            return Ok(());
+        }
+        let n = usize::from_str_radix(line.trim(), 16).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Ok(());
+        }
+        let mut buf = vec![0u8; n + 2];
+        r.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
+        let now = Instant::now();
+        pending.extend_from_slice(&buf[..n]);
+        while let Some(i) = pending.iter().position(|c| *c == b'\n') {
+            let l: Vec<u8> = pending.drain(..=i).collect();
+            if !on_line(&l, now) {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Slow readers: even clients LIST, odd clients watch-list, all rate-limited, for `--hold`.
+async fn slow_reader(
+    args: Arc<Args>,
+    host: String,
+    start: Arc<tokio::sync::Barrier>,
+    i: usize,
+) -> ClientResult {
+    start.wait().await;
+    let t = Instant::now();
+    let base = &args.path;
+    let (path, mut sink) = if i.is_multiple_of(2) {
+        (
+            format!("{base}?resourceVersion=0"),
+            Sink::List(ItemCounter::default()),
+        )
+    } else {
+        (
+            format!(
+                "{base}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+            ),
+            Sink::Watch(EventCounter::default()),
+        )
+    };
+    let mut res = ClientResult {
+        requests: 1,
+        ..Default::default()
+    };
+    match tokio::time::timeout(
+        Duration::from_secs(args.hold),
+        get(&args, &host, &path, &mut sink),
+    )
+    .await
+    {
+        Ok(Ok((w, b, _))) => {
+            res.wire_bytes = w;
+            res.body_bytes = b;
+        }
+        Ok(Err(e)) => res.error = Some(e),
+        Err(_) => {} // still reading when the hold ended: expected for slow readers
+    }
+    res.objects = sink.objects();
+    res.seconds = t.elapsed().as_secs_f64();
+    res
+}
+
+/// An idle watcher with bookmarks, held open for `--hold`.
+async fn idle_watcher(
+    args: Arc<Args>,
+    host: String,
+    start: Arc<tokio::sync::Barrier>,
+) -> ClientResult {
+    start.wait().await;
+    let t = Instant::now();
+    let path = format!(
+        "/api/v1/namespaces/{}/configmaps?watch=1&resourceVersion=0&allowWatchBookmarks=true&timeoutSeconds={}",
+        args.namespace,
+        args.hold + 60
+    );
+    let until = Instant::now() + Duration::from_secs(args.hold);
+    let mut res = ClientResult {
+        requests: 1,
+        ..Default::default()
+    };
+    if let Err(e) = watch_lines(&host, &path, until, |_, _| true).await {
+        res.error = Some(e);
+    }
+    res.seconds = t.elapsed().as_secs_f64();
+    res
+}
+
+/// Relist storm: LIST, watch from its RV, then everyone drops the watch and relists at once.
+async fn relist_storm(
+    args: Arc<Args>,
+    host: String,
+    start: Arc<tokio::sync::Barrier>,
+    relist: Arc<tokio::sync::Barrier>,
+) -> ClientResult {
+    start.wait().await;
+    let t = Instant::now();
+    let base = &args.path;
+    let mut res = ClientResult::default();
+    let mut sink = Sink::List(ItemCounter::default());
+    let rv = match get(
+        &args,
+        &host,
+        &format!("{base}?resourceVersion=0"),
+        &mut sink,
+    )
+    .await
+    {
+        Ok(_) => request(
+            &host,
+            "GET",
+            &format!("{base}?resourceVersion=0&limit=1"),
+            "",
+        )
+        .await
+        .ok()
+        .and_then(|(_, b)| rv_of(&b)),
+        Err(e) => {
+            res.error = Some(e);
+            None
+        }
+    };
+    let watch_path = format!(
+        "{base}?watch=1&resourceVersion={}&allowWatchBookmarks=true",
+        rv.unwrap_or(0)
+    );
+    let h = host.clone();
+    let watch = tokio::spawn(async move {
+        watch_lines(
+            &h,
+            &watch_path,
+            Instant::now() + Duration::from_secs(3600),
+            |_, _| true,
+        )
+        .await
+    });
+    relist.wait().await;
+    watch.abort();
+    let mut sink = Sink::List(ItemCounter::default());
+    match get(
+        &args,
+        &host,
+        &format!("{base}?resourceVersion=0"),
+        &mut sink,
+    )
+    .await
+    {
+        Ok((w, b, _)) => {
+            res.wire_bytes = w;
+            res.body_bytes = b;
+            res.requests = 2;
+        }
+        Err(e) => res.error = Some(e),
+    }
+    res.objects = sink.objects();
+    res.seconds = t.elapsed().as_secs_f64();
+    res
+}
+
+/// Churn: a writer cycles create → update → delete over 100 names at `--write-rate` for
+/// `--hold` seconds while `--clients` watchers receive the events.
+async fn churn(args: Arc<Args>, host: String) -> (Vec<ClientResult>, Latency) {
+    let ns = args.namespace.clone();
+    let coll = format!("/api/v1/namespaces/{ns}/configmaps");
+    // The RV every watcher starts from; without it a watch would begin with synthetic ADDED
+    // events for the current state (RV "0" semantics) and the ordering check would be void.
+    let Some(start_rv) = request(&host, "GET", &coll, "")
+        .await
+        .ok()
+        .and_then(|(_, b)| rv_of(&b))
+    else {
+        eprintln!("churn: could not read the collection's resourceVersion");
+        return (Vec::new(), Latency::default());
+    };
+    type Seen = Vec<(u64, Instant)>;
+    // Watchers stop 5 s after the last write: ample to deliver everything on loopback.
+    let deadline = Instant::now() + Duration::from_millis(300) + Duration::from_secs(args.hold + 5);
+    let mut watchers = Vec::new();
+    for _ in 0..args.clients {
+        let (h, path) = (
+            host.clone(),
+            format!("{coll}?watch=1&resourceVersion={start_rv}"),
+        );
+        watchers.push(tokio::spawn(async move {
+            let mut seen: Seen = Vec::new();
+            let r = watch_lines(&h, &path, deadline, |line, at| {
+                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(line)
+                    && let Some(rv) = v["object"]["metadata"]["resourceVersion"]
+                        .as_str()
+                        .and_then(|s| s.parse().ok())
+                {
+                    seen.push((rv, at));
+                }
+                true
+            })
+            .await;
+            (seen, r.err())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Writers: 4 keep-alive connections, each at a quarter of the rate, over disjoint names.
+    let stop = Instant::now() + Duration::from_secs(args.hold);
+    let writers = 4u64;
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let (host, coll) = (host.clone(), coll.clone());
+        let period = Duration::from_secs_f64(writers as f64 / args.write_rate.max(1) as f64);
+        tasks.push(tokio::spawn(async move {
+            let mut conn = KeepAlive { host, conn: None };
+            let mut acks: Vec<(u64, Instant)> = Vec::new();
+            let (mut writes, mut errors) = (0u64, 0u64);
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut i = 0u64;
+            while Instant::now() < stop {
+                tick.tick().await;
+                let name = format!("churn-{w}-{}", (i / 3) % 25);
+                let body = format!(r#"{{"metadata":{{"name":"{name}"}},"data":{{"i":"{i}"}}}}"#);
+                let r = match i % 3 {
+                    0 => conn.request("POST", &coll, &body).await,
+                    1 => conn.request("PUT", &format!("{coll}/{name}"), &body).await,
+                    _ => conn.request("DELETE", &format!("{coll}/{name}"), "").await,
+                };
+                match r {
+                    Ok((code, b)) if code < 300 => {
+                        writes += 1;
+                        if let Some(rv) = rv_of(&b) {
+                            acks.push((rv, Instant::now()));
+                        }
+                    }
+                    _ => errors += 1,
+                }
+                i += 1;
+            }
+            (writes, errors, acks)
+        }));
+    }
+    let mut acks: std::collections::HashMap<u64, Instant> = Default::default();
+    let (mut writes, mut write_errors) = (0u64, 0u64);
+    for t in tasks {
+        if let Ok((w, e, a)) = t.await {
+            writes += w;
+            write_errors += e;
+            acks.extend(a);
+        }
+    }
+    let mut results = Vec::new();
+    let mut lat: Vec<f64> = Vec::new();
+    let mut in_order = true;
+    let mut per = Vec::new();
+    let mut sequences: Vec<Vec<u64>> = Vec::new();
+    for w in watchers {
+        let (seen, err) = w
+            .await
+            .unwrap_or_else(|e| (Vec::new(), Some(e.to_string())));
+        let ordered = seen.windows(2).all(|p| p[0].0 < p[1].0);
+        in_order &= ordered;
+        per.push(seen.len() as u64);
+        for (rv, at) in &seen {
+            if let Some(ack) = acks.get(rv) {
+                lat.push(at.saturating_duration_since(*ack).as_secs_f64() * 1e3);
+            }
+        }
+        sequences.push(seen.iter().map(|(rv, _)| *rv).collect());
+        results.push(ClientResult {
+            objects: seen.len() as u64,
+            requests: 1,
+            error: err,
+            ..Default::default()
+        });
+    }
+    // No lost events: every watcher saw the same RV sequence, it holds every acknowledged
+    // write, and it is at least as long as the writes acknowledged.
+    let first = sequences.first().cloned().unwrap_or_default();
+    let first_set: std::collections::HashSet<u64> = first.iter().copied().collect();
+    let all = sequences.iter().all(|s| *s == first)
+        && acks.keys().all(|rv| first_set.contains(rv))
+        && first.len() as u64 >= writes;
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let latency = Latency {
+        events_per_watcher: per,
+        writes,
+        write_errors,
+        in_order,
+        every_watcher_saw_every_event: all,
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        max_ms: lat.last().copied().unwrap_or(0.0),
+    };
+    (results, latency)
 }
 
 #[tokio::main]
@@ -401,24 +893,48 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
     };
     let barrier = Arc::new(tokio::sync::Barrier::new(args.clients));
+    let relist = Arc::new(tokio::sync::Barrier::new(args.clients));
     let start = Instant::now();
-    let handles: Vec<_> = (0..args.clients)
-        .map(|_| tokio::spawn(client(args.clone(), host.clone(), barrier.clone())))
-        .collect();
     let mut per_client = Vec::new();
-    for h in handles {
-        per_client.push(h.await.unwrap_or_else(|e| ClientResult {
-            error: Some(e.to_string()),
-            ..Default::default()
-        }));
+    let mut churn_report = None;
+    if let Scenario::Churn = args.scenario {
+        let (results, latency) = churn(args.clone(), host.clone()).await;
+        per_client = results;
+        churn_report = Some(latency);
+    } else {
+        let handles: Vec<_> = (0..args.clients)
+            .map(|i| {
+                let (a, h, b) = (args.clone(), host.clone(), barrier.clone());
+                match a.scenario {
+                    Scenario::SlowReaders => tokio::spawn(slow_reader(a, h, b, i)),
+                    Scenario::IdleWatchers => tokio::spawn(idle_watcher(a, h, b)),
+                    Scenario::RelistStorm => tokio::spawn(relist_storm(a, h, b, relist.clone())),
+                    _ => tokio::spawn(client(a, h, b)),
+                }
+            })
+            .collect();
+        for h in handles {
+            per_client.push(h.await.unwrap_or_else(|e| ClientResult {
+                error: Some(e.to_string()),
+                ..Default::default()
+            }));
+        }
     }
     let duration = start.elapsed().as_secs_f64();
     running.store(false, Ordering::Relaxed);
     let samples = sampler.join().unwrap_or_default();
     let peak = samples.iter().map(|s| s.1).max().or(idle);
     let objects: Vec<u64> = per_client.iter().map(|c| c.objects).collect();
-    let complete = per_client.iter().all(|c| c.error.is_none())
-        && args.expect.is_none_or(|e| objects.iter().all(|o| *o == e));
+    let expect_ok = match args.scenario {
+        // Slow readers are cut off by --hold; they must only have made progress.
+        Scenario::SlowReaders => objects.iter().all(|o| *o > 0),
+        Scenario::IdleWatchers => true,
+        Scenario::Churn => churn_report
+            .as_ref()
+            .is_some_and(|c| c.in_order && c.every_watcher_saw_every_event && c.writes > 0),
+        _ => args.expect.is_none_or(|e| objects.iter().all(|o| *o == e)),
+    };
+    let complete = per_client.iter().all(|c| c.error.is_none()) && expect_ok;
     let report = Report {
         scenario: args.scenario,
         clients: args.clients,
@@ -433,6 +949,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         objects_per_client: objects,
         complete,
         rss_samples_kib: samples,
+        bytes_per_watcher: match (args.scenario, idle.zip(peak)) {
+            (Scenario::IdleWatchers, Some((i, p))) => {
+                Some(p.saturating_sub(i) as f64 * 1024.0 / args.clients.max(1) as f64)
+            }
+            _ => None,
+        },
+        churn: churn_report,
         per_client,
     };
     let json = serde_json::to_string_pretty(&report)?;

@@ -1,5 +1,6 @@
 //! The harness itself, run in CI on small data: every scenario against a real listwatch
-//! server, and the JSON report's invariants (every client got every object).
+//! server, and the JSON report's invariants (every client got every object; churn events
+//! arrive complete and in RV order).
 
 use std::process::Command;
 
@@ -10,8 +11,7 @@ use listwatch_store::StoreConfig;
 
 const PODS: usize = 1200;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_scenario_reports_complete_runs() {
+async fn server() -> std::net::SocketAddr {
     let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
     let source = EmbeddedSource::new(registry);
     let pods = source
@@ -29,55 +29,134 @@ async fn every_scenario_reports_complete_runs() {
         listener,
         std::future::pending(),
     ));
-    let dir = std::env::temp_dir().join(format!("lw-loadtest-{}", addr.port()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    for (scenario, gzip) in [
-        ("list", false),
-        ("list-paged", false),
-        ("list-consistent", false),
-        ("watchlist", false),
-        ("list", true),
-        ("watchlist", true),
-    ] {
-        let out = dir.join(format!("{scenario}-{gzip}.json"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_listwatch-loadtest"));
-        cmd.args([
-            "--url",
-            &format!("http://{addr}"),
-            "--scenario",
-            scenario,
-            "--clients",
-            "3",
-            "--expect",
-            &PODS.to_string(),
-        ])
+    addr
+}
+
+/// Runs the harness binary with `args` (plus --pid and --out) and returns its report.
+async fn run(args: &[&str]) -> serde_json::Value {
+    let name: String = args
+        .join("_")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let out = std::env::temp_dir().join(format!("lw-loadtest-{}-{name}.json", std::process::id()));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_listwatch-loadtest"));
+    cmd.args(args)
         .args(["--pid", &std::process::id().to_string(), "--out"])
         .arg(&out);
-        if gzip {
-            cmd.arg("--gzip");
-        }
-        let status = tokio::task::spawn_blocking(move || cmd.status())
-            .await
-            .expect("join")
-            .expect("run harness");
-        assert!(status.success(), "{scenario} gzip={gzip}");
-        let report: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
-        assert_eq!(report["complete"], true, "{scenario}");
-        assert_eq!(report["clients"], 3);
-        let objects = report["objects_per_client"].as_array().expect("objects");
-        assert!(
-            objects.iter().all(|o| o.as_u64() == Some(PODS as u64)),
-            "{scenario}: {objects:?}"
-        );
-        assert!(report["peak_rss_kib"].as_u64().is_some_and(|p| p > 0));
-        assert!(report["total_wire_bytes"].as_u64().is_some_and(|b| b > 0));
-        if gzip {
-            // Compressed on the wire: far fewer bytes than the ~4.4 KiB per pod decoded.
+    let status = tokio::task::spawn_blocking(move || cmd.status())
+        .await
+        .expect("join")
+        .expect("run harness");
+    assert!(status.success(), "{args:?}");
+    let report = serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
+    let _ = std::fs::remove_file(out);
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_watchlist_scenarios_report_complete_runs() {
+    let url = format!("http://{}", server().await);
+    let pods = PODS.to_string();
+    for scenario in ["list", "list-paged", "list-consistent", "watchlist"] {
+        for gzip in [false, true] {
+            let mut args = vec![
+                "--url",
+                &url,
+                "--scenario",
+                scenario,
+                "--clients",
+                "3",
+                "--expect",
+                &pods,
+            ];
+            if gzip {
+                args.push("--gzip");
+            }
+            let report = run(&args).await;
+            assert_eq!(report["complete"], true, "{scenario}");
+            assert_eq!(report["clients"], 3);
+            let objects = report["objects_per_client"].as_array().expect("objects");
             assert!(
-                report["total_wire_bytes"].as_u64().unwrap_or(u64::MAX) < 3 * PODS as u64 * 1000
+                objects.iter().all(|o| o.as_u64() == Some(PODS as u64)),
+                "{scenario}: {objects:?}"
             );
+            assert!(report["peak_rss_kib"].as_u64().is_some_and(|p| p > 0));
+            let wire = report["total_wire_bytes"].as_u64().unwrap_or(0);
+            assert!(wire > 0);
+            if gzip && scenario != "list-paged" {
+                // Compressed on the wire: far fewer bytes than ~4.4 KiB per decoded pod.
+                assert!(wire < 3 * PODS as u64 * 1000, "{scenario}: {wire}");
+            }
         }
     }
-    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storms_slow_readers_idle_watchers_and_churn() {
+    let url = format!("http://{}", server().await);
+    let pods = PODS.to_string();
+    let r = run(&[
+        "--url",
+        &url,
+        "--scenario",
+        "relist-storm",
+        "--clients",
+        "4",
+        "--expect",
+        &pods,
+    ])
+    .await;
+    assert_eq!(r["complete"], true);
+    let r = run(&[
+        "--url",
+        &url,
+        "--scenario",
+        "slow-readers",
+        "--clients",
+        "2",
+        "--read-rate-kib",
+        "64",
+        "--hold",
+        "1",
+    ])
+    .await;
+    assert_eq!(r["complete"], true);
+    let objects = r["objects_per_client"].as_array().expect("objects");
+    assert!(
+        objects
+            .iter()
+            .all(|o| o.as_u64().is_some_and(|o| o > 0 && o < PODS as u64)),
+        "{objects:?}"
+    );
+    let r = run(&[
+        "--url",
+        &url,
+        "--scenario",
+        "idle-watchers",
+        "--clients",
+        "20",
+        "--hold",
+        "1",
+    ])
+    .await;
+    assert_eq!(r["complete"], true);
+    assert!(r["bytes_per_watcher"].is_number());
+    let r = run(&[
+        "--url",
+        &url,
+        "--scenario",
+        "churn",
+        "--clients",
+        "5",
+        "--write-rate",
+        "100",
+        "--hold",
+        "2",
+    ])
+    .await;
+    assert_eq!(r["complete"], true, "{}", r["churn"]);
+    assert_eq!(r["churn"]["in_order"], true);
+    assert_eq!(r["churn"]["every_watcher_saw_every_event"], true);
+    assert!(r["churn"]["writes"].as_u64().is_some_and(|w| w > 50));
 }
