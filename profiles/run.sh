@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Heap profiles of the server with dhat: baseline (4,000 demo pods, no requests), 4 LISTs,
+# 4 watch-lists, 4 paged LISTs. Writes profiles/dhat-<name>.json.gz and prints the summary.
+# (dhat records a backtrace per allocation, so the 40k-pod data set is impractically slow here.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p listwatch-loadtest
+cargo build --release -p listwatch-server --features dhat-heap --target-dir target/dhat
+work=$(mktemp -d)
+run() {
+  local name=$1; shift
+  (cd "$work" && exec "$OLDPWD/target/dhat/release/listwatch" serve --demo-pods 4000 --listen 127.0.0.1:18090 --log-level warn) &
+  local pid=$!
+  until curl -s -o /dev/null 127.0.0.1:18090/readyz; do sleep 0.2; done
+  if [ $# -gt 0 ]; then ./target/release/listwatch-loadtest --url http://127.0.0.1:18090 "$@" > /dev/null; fi
+  kill -INT "$pid"; wait "$pid" || true
+  gzip -9 -c "$work/dhat-heap.json" > "profiles/dhat-$name.json.gz"
+}
+run base
+run list4 --scenario list --clients 4 --expect 4000
+run watchlist4 --scenario watchlist --clients 4 --expect 4000
+run paged4 --scenario list-paged --clients 4 --expect 4000
+python3 profiles/summarize.py
