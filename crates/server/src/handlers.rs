@@ -35,6 +35,15 @@ pub struct Call {
     pub body: crate::RequestBody,
 }
 
+/// How a LIST or watch response is rendered: as a Table or objects, gzip or not.
+#[derive(Clone)]
+pub struct Rendering {
+    /// A `meta.k8s.io` Table instead of objects.
+    pub table: Option<TableFormat>,
+    /// The client accepts gzip.
+    pub gzip: bool,
+}
+
 /// A handler's answer: a response, or an error to render as a `Status`.
 pub type Answer = Result<Response<ResponseBody>, ApiError>;
 
@@ -179,9 +188,28 @@ impl App {
                 opts.watch |= legacy_watch;
                 let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
                 if opts.watch {
-                    return self.watch(store, ns, opts, table, call.gzip).await;
+                    return self
+                        .watch(
+                            store,
+                            ns,
+                            opts,
+                            Rendering {
+                                table,
+                                gzip: call.gzip,
+                            },
+                        )
+                        .await;
                 }
-                self.list(store, ns, opts, table, call.gzip).await
+                self.list(
+                    store,
+                    ns,
+                    opts,
+                    Rendering {
+                        table,
+                        gzip: call.gzip,
+                    },
+                )
+                .await
             }
             Method::POST => {
                 let bytes = self
@@ -219,7 +247,17 @@ impl App {
                             negated: false,
                         });
                     let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
-                    return self.watch(store, ns, opts, table, call.gzip).await;
+                    return self
+                        .watch(
+                            store,
+                            ns,
+                            opts,
+                            Rendering {
+                                table,
+                                gzip: call.gzip,
+                            },
+                        )
+                        .await;
                 }
                 let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
                 let snap = self.read_snapshot(&store, &opts).await?;
@@ -289,9 +327,12 @@ impl App {
         store: Arc<Store>,
         ns: Option<&str>,
         opts: ListOptions,
-        table: Option<TableFormat>,
-        gzip_ok: bool,
+        render: Rendering,
     ) -> Answer {
+        let Rendering {
+            table,
+            gzip: gzip_ok,
+        } = render;
         let info = store.info().clone();
         let prefix = list_prefix(&info, ns);
         let (snap, start) = match &opts.continue_token {
@@ -353,9 +394,12 @@ impl App {
         store: Arc<Store>,
         ns: Option<&str>,
         opts: ListOptions,
-        table: Option<TableFormat>,
-        gzip_ok: bool,
+        render: Rendering,
     ) -> Answer {
+        let Rendering {
+            table,
+            gzip: gzip_ok,
+        } = render;
         let info = store.info().clone();
         let filter = Arc::new(Filter::new(&info, ns, &opts));
         let timeout = match opts.timeout_seconds {
