@@ -20,7 +20,8 @@ async fn python_client_lists_pages_and_watches() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "python client failed:\n{stdout}\n{stderr}"
+        "python client failed ({}):\n{stdout}\n{stderr}",
+        out.status
     );
     assert!(
         stdout.contains("python client ok: 45 pods in 7 pages"),

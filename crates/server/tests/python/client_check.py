@@ -39,12 +39,16 @@ def writer():
     api.delete_namespaced_config_map("c1", "py")
 
 
-threading.Thread(target=writer, daemon=True).start()
+writer_thread = threading.Thread(target=writer)
+writer_thread.start()
 seen = []
 w = watch.Watch()
 for ev in w.stream(api.list_namespaced_config_map, namespace="py", resource_version=rv, timeout_seconds=10):
     seen.append((ev["type"], ev["object"].metadata.name, (ev["object"].data or {}).get("a")))
     if len(seen) == 3:
         w.stop()
+# The DELETED event can arrive before the writer has read its DELETE response: join it, so
+# the interpreter never shuts down under a running thread.
+writer_thread.join(timeout=10)
 assert seen == [("ADDED", "c1", "1"), ("MODIFIED", "c1", "2"), ("DELETED", "c1", "2")], seen
 print("python client ok:", len(names), "pods in", pages, "pages;", seen)
