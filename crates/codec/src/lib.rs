@@ -79,6 +79,16 @@ impl ChunkWriter {
         self.ready.pop_front()
     }
 
+    /// Everything written, as one buffer (for small one-off bodies, not for streaming).
+    pub fn into_vec(mut self) -> Vec<u8> {
+        self.flush();
+        let mut all = Vec::with_capacity(self.ready.iter().map(Bytes::len).sum());
+        for c in self.ready {
+            all.extend_from_slice(&c);
+        }
+        all
+    }
+
     /// Bytes copied into the open chunk and not yet handed out.
     pub fn buffered(&self) -> usize {
         self.buf.len() + self.ready.iter().map(Bytes::len).sum::<usize>()

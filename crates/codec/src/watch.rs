@@ -73,12 +73,7 @@ pub fn write_error(out: &mut ChunkWriter, status_body: &[u8]) {
 pub fn event_line(kind: EventType, object: &Record, stamp_rv: Option<u64>) -> Bytes {
     let mut w = ChunkWriter::new(usize::MAX);
     write_event(&mut w, kind, object, stamp_rv);
-    w.flush();
-    let mut all = Vec::new();
-    while let Some(c) = w.pop() {
-        all.extend_from_slice(&c);
-    }
-    Bytes::from(all)
+    Bytes::from(w.into_vec())
 }
 
 #[cfg(test)]

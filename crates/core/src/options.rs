@@ -77,6 +77,18 @@ fn parse_bool(s: &str) -> bool {
     !matches!(s.to_ascii_lowercase().as_str(), "0" | "f" | "false")
 }
 
+/// The first value of query parameter `key`, percent-decoded (what Go's `Query().Get` gives).
+pub fn query_param(query: &str, key: &str) -> Option<String> {
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// A boolean query parameter with Go's conversion (absent: false).
+pub fn query_flag(query: &str, key: &str) -> bool {
+    query_param(query, key).is_some_and(|v| parse_bool(&v))
+}
+
 /// Parses an RV string as kube-apiserver's versioner does.
 pub fn parse_resource_version(s: &str) -> Result<u64, ApiError> {
     // Go's ParseUint rejects a sign, Rust's accepts '+'.

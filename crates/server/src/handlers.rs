@@ -44,6 +44,16 @@ pub struct Rendering {
     pub gzip: bool,
 }
 
+impl Call {
+    /// How a LIST/GET/watch on `info` is rendered, from `Accept` and `Accept-Encoding`.
+    fn rendering(&self, info: &listwatch_core::ResourceInfo) -> Result<Rendering, ApiError> {
+        Ok(Rendering {
+            table: negotiate(self.accept.as_deref(), &self.query, info)?,
+            gzip: self.gzip,
+        })
+    }
+}
+
 /// A handler's answer: a response, or an error to render as a `Status`.
 pub type Answer = Result<Response<ResponseBody>, ApiError>;
 
@@ -102,7 +112,7 @@ pub fn negotiate(
                 if param("g") == Some("meta.k8s.io")
                     && matches!(param("v"), Some("v1" | "v1beta1")) =>
             {
-                let include = form_urlencoded_value(query, "includeObject");
+                let include = listwatch_core::options::query_param(query, "includeObject");
                 let include = match include.as_deref() {
                     Some("None") => IncludeObject::None,
                     Some("Object") => IncludeObject::Object,
@@ -120,14 +130,6 @@ pub fn negotiate(
     Err(ApiError::NotAcceptable(format!(
         "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (got {accept})"
     )))
-}
-
-fn form_urlencoded_value(query: &str, key: &str) -> Option<String> {
-    query
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v.to_string())
 }
 
 /// Maps a store error on the LIST/GET path to its API error.
@@ -186,30 +188,11 @@ impl App {
             Method::GET => {
                 let mut opts = ListOptions::parse(&call.query, store.info(), ns)?;
                 opts.watch |= legacy_watch;
-                let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
+                let render = call.rendering(store.info())?;
                 if opts.watch {
-                    return self
-                        .watch(
-                            store,
-                            ns,
-                            opts,
-                            Rendering {
-                                table,
-                                gzip: call.gzip,
-                            },
-                        )
-                        .await;
+                    return self.watch(store, ns, opts, render).await;
                 }
-                self.list(
-                    store,
-                    ns,
-                    opts,
-                    Rendering {
-                        table,
-                        gzip: call.gzip,
-                    },
-                )
-                .await
+                self.list(store, ns, opts, render).await
             }
             Method::POST => {
                 let bytes = self
@@ -237,6 +220,7 @@ impl App {
             Method::GET => {
                 let mut opts = ListOptions::parse(&call.query, store.info(), ns)?;
                 opts.watch |= legacy_watch;
+                let render = call.rendering(store.info())?;
                 if opts.watch {
                     // Watching one object is a watch with a name field selector.
                     opts.field_selector
@@ -246,37 +230,20 @@ impl App {
                             value: name,
                             negated: false,
                         });
-                    let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
-                    return self
-                        .watch(
-                            store,
-                            ns,
-                            opts,
-                            Rendering {
-                                table,
-                                gzip: call.gzip,
-                            },
-                        )
-                        .await;
+                    return self.watch(store, ns, opts, render).await;
                 }
-                let table = negotiate(call.accept.as_deref(), &call.query, store.info())?;
                 let snap = self.read_snapshot(&store, &opts).await?;
                 let key = store.info().key(ns.unwrap_or(""), &name);
                 let Some(r) = snap.get(&key) else {
                     return Err(ApiError::NotFound(ObjectRef::new(store.info(), &name)));
                 };
-                match table {
+                match render.table {
                     None => Ok(json_response(200, full(with_newline(r.bytes().clone())))),
                     Some(t) => {
                         let mut out = ChunkWriter::new(usize::MAX >> 1);
                         t.write_single(&mut out, r, None, listwatch_core::time::unix_now());
                         out.put_slice(b"\n");
-                        out.flush();
-                        let mut body = Vec::new();
-                        while let Some(c) = out.pop() {
-                            body.extend_from_slice(&c);
-                        }
-                        Ok(json_response(200, full(body)))
+                        Ok(json_response(200, full(out.into_vec())))
                     }
                 }
             }

@@ -352,12 +352,7 @@ where
 
 /// The verb label kube-apiserver would use.
 fn verb_label(method: &Method, route: &(bool, String, bool), query: &str) -> &'static str {
-    let watch = route.2
-        || query
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .find(|(k, _)| *k == "watch")
-            .is_some_and(|(_, v)| !matches!(v.to_ascii_lowercase().as_str(), "0" | "f" | "false"));
+    let watch = route.2 || listwatch_core::options::query_flag(query, "watch");
     match *method {
         Method::GET if watch => "WATCH",
         Method::GET if route.1.is_empty() || route.0 => "GET",
