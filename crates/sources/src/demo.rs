@@ -1,7 +1,7 @@
 //! Demo data: pods of the realistic ~4 KiB shape kube-apiserver serves (8 labels,
 //! 10 annotations, two init containers, two containers with env and requests, volumes).
 
-use crate::embedded::{rfc3339_now, uuid_v4};
+use crate::objects::{rfc3339_now, uuid_v4};
 
 /// The JSON of demo pod `i` (namespace `demo-<i % namespaces>`), without resourceVersion.
 pub fn demo_pod(i: usize, namespaces: usize) -> Vec<u8> {

@@ -3,12 +3,14 @@
 //! - [`Registry`]: served resource types and their stores.
 //! - [`embedded::EmbeddedSource`]: the default in-process MVCC store with the write verbs.
 //! - [`host::HostFedSource`]: changes pushed by an embedding host (reads only).
+//! - [`objects`]: write checks shared by every writable source.
 //! - [`demo`]: realistic demo pods; [`load`]: objects from JSON/NDJSON files.
 
 pub mod demo;
 pub mod embedded;
 pub mod host;
 pub mod load;
+pub mod objects;
 mod registry;
 
 pub use embedded::EmbeddedSource;

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use listwatch_core::ResourceInfo;
@@ -131,6 +132,10 @@ pub struct Store {
     /// End sequence of the event log; watchers wait on this, so progress marks on idle
     /// resources wake nobody.
     head: watch::Sender<u64>,
+    /// Whether the source vouches for this cache. A source clears it the moment it finds
+    /// the cache may be stale (a lost event, a compaction) and sets it after a relist;
+    /// readers refuse an unready store instead of serving stale data.
+    ready: AtomicBool,
 }
 
 impl Store {
@@ -156,12 +161,23 @@ impl Store {
             inner: Mutex::new(inner),
             clock: watch::Sender::new(rv),
             head: watch::Sender::new(0),
+            ready: AtomicBool::new(true),
         })
     }
 
     /// The resource this store serves.
     pub fn info(&self) -> &Arc<ResourceInfo> {
         &self.info
+    }
+
+    /// Whether the source currently vouches for this cache (see [`Store::set_ready`]).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Marks the cache trusted (`true`, after a load or relist) or untrusted (`false`).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
     }
 
     /// The current RV.
