@@ -132,6 +132,18 @@ pub fn negotiate(
     )))
 }
 
+/// Refuses reads of a cache its source no longer vouches for (being loaded or relisted
+/// after a lost event), as kube-apiserver does while its watch cache (re)initializes.
+fn ready(store: &Store) -> Result<(), ApiError> {
+    if store.is_ready() {
+        Ok(())
+    } else {
+        Err(ApiError::TooManyRequests(
+            "storage is (re)initializing".into(),
+        ))
+    }
+}
+
 /// Maps a store error on the LIST/GET path to its API error.
 fn store_error(e: StoreError) -> ApiError {
     match e {
@@ -146,6 +158,9 @@ fn store_error(e: StoreError) -> ApiError {
 impl App {
     /// Waits until `store` has reached `rv` (bounded by the configured wait).
     async fn wait_for(&self, store: &Store, rv: u64) -> Result<(), ApiError> {
+        if store.rv() < rv {
+            self.request_progress(store);
+        }
         store
             .wait_for(rv, self.config.rv_wait)
             .await
@@ -154,7 +169,7 @@ impl App {
 
     /// A snapshot at least as new as the source's current revision (consistent read).
     async fn consistent_snapshot(&self, store: &Store) -> Result<Snapshot, ApiError> {
-        let target = self.current_revision().await?;
+        let target = self.current_revision(store).await?;
         self.wait_for(store, target).await?;
         Ok(store.current())
     }
@@ -186,6 +201,7 @@ impl App {
         let ns = namespace.as_deref();
         match call.method {
             Method::GET => {
+                ready(&store)?;
                 let mut opts = ListOptions::parse(&call.query, store.info(), ns)?;
                 opts.watch |= legacy_watch;
                 let render = call.rendering(store.info())?;
@@ -198,8 +214,7 @@ impl App {
                 let bytes = self
                     .read_body(call.content_type.as_deref(), call.body)
                     .await?;
-                let source = self.writable()?;
-                let w = source.create(&store, ns, &bytes)?;
+                let w = self.create(&store, ns, &bytes).await?;
                 Ok(json_response(w.code, full(with_newline(w.body))))
             }
             _ => Err(ApiError::MethodNotAllowed),
@@ -218,6 +233,7 @@ impl App {
         let ns = namespace.as_deref();
         match call.method {
             Method::GET => {
+                ready(&store)?;
                 let mut opts = ListOptions::parse(&call.query, store.info(), ns)?;
                 opts.watch |= legacy_watch;
                 let render = call.rendering(store.info())?;
@@ -251,11 +267,11 @@ impl App {
                 let bytes = self
                     .read_body(call.content_type.as_deref(), call.body)
                     .await?;
-                let w = self.writable()?.update(&store, ns, &name, &bytes)?;
+                let w = self.update(&store, ns, &name, &bytes).await?;
                 Ok(json_response(w.code, full(with_newline(w.body))))
             }
             Method::DELETE => {
-                let w = self.writable()?.delete(&store, ns, &name)?;
+                let w = self.delete(&store, ns, &name).await?;
                 Ok(json_response(w.code, full(with_newline(w.body))))
             }
             _ => Err(ApiError::MethodNotAllowed),

@@ -13,6 +13,8 @@ use bytes::Bytes;
 use http::{Method, Request, Response, header};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch_core::ApiError;
+use listwatch_etcd::EtcdSource;
+use listwatch_sources::embedded::WriteResult;
 use listwatch_sources::{EmbeddedSource, HostFedSource, Registry};
 use tokio::net::TcpListener;
 use tracing::warn;
@@ -63,6 +65,8 @@ pub enum Backend {
     Embedded(Arc<EmbeddedSource>),
     /// Changes pushed by an embedding host; reads only.
     HostFed(Arc<HostFedSource>),
+    /// A real etcd, followed; writes go to etcd in transactions.
+    Etcd(Arc<EtcdSource>),
 }
 
 /// The application: registry, backend and configuration shared by all connections.
@@ -128,17 +132,67 @@ impl App {
         &self.registry
     }
 
-    /// The source's newest committed revision: what a consistent read must reach.
-    async fn current_revision(&self) -> Result<u64, ApiError> {
+    /// The source's newest committed revision: what a consistent read of `store` must
+    /// reach (for etcd, also asks for a progress notification so the cache gets there).
+    async fn current_revision(&self, store: &listwatch_store::Store) -> Result<u64, ApiError> {
         match &self.backend {
             Backend::Embedded(s) => Ok(s.revision()),
             Backend::HostFed(s) => Ok(s.revision()),
+            Backend::Etcd(s) => s.consistent_revision(store).await,
         }
     }
 
-    fn writable(&self) -> Result<&EmbeddedSource, ApiError> {
+    /// A reader waits for `store` to reach an RV it has not: ask the source to report its
+    /// progress now rather than at its next periodic mark.
+    fn request_progress(&self, store: &listwatch_store::Store) {
+        if let Backend::Etcd(s) = &self.backend {
+            s.request_progress(store);
+        }
+    }
+
+    fn writable(&self) -> bool {
+        !matches!(self.backend, Backend::HostFed(_))
+    }
+
+    /// POST through the backend.
+    async fn create(
+        &self,
+        store: &Arc<listwatch_store::Store>,
+        ns: Option<&str>,
+        body: &[u8],
+    ) -> Result<WriteResult, ApiError> {
         match &self.backend {
-            Backend::Embedded(s) => Ok(s),
+            Backend::Embedded(s) => s.create(store, ns, body),
+            Backend::Etcd(s) => s.create(store, ns, body).await,
+            Backend::HostFed(_) => Err(ApiError::MethodNotAllowed),
+        }
+    }
+
+    /// PUT through the backend.
+    async fn update(
+        &self,
+        store: &Arc<listwatch_store::Store>,
+        ns: Option<&str>,
+        name: &str,
+        body: &[u8],
+    ) -> Result<WriteResult, ApiError> {
+        match &self.backend {
+            Backend::Embedded(s) => s.update(store, ns, name, body),
+            Backend::Etcd(s) => s.update(store, ns, name, body).await,
+            Backend::HostFed(_) => Err(ApiError::MethodNotAllowed),
+        }
+    }
+
+    /// DELETE through the backend.
+    async fn delete(
+        &self,
+        store: &Arc<listwatch_store::Store>,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<WriteResult, ApiError> {
+        match &self.backend {
+            Backend::Embedded(s) => s.delete(store, ns, name),
+            Backend::Etcd(s) => s.delete(store, ns, name).await,
             Backend::HostFed(_) => Err(ApiError::MethodNotAllowed),
         }
     }
@@ -276,7 +330,7 @@ impl App {
             );
             Ok(r)
         };
-        let writable = self.writable().is_ok();
+        let writable = self.writable();
         let aggregated = |core: bool, api_version: &str| {
             let mut b = serde_json::to_vec(&discovery::aggregated(
                 &self.registry,
@@ -317,6 +371,40 @@ impl App {
             DiscoveryPath::Version => json(discovery::version()),
             DiscoveryPath::Health => {
                 let mut r = Response::new(full(Bytes::from_static(b"ok")));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                Ok(r)
+            }
+            DiscoveryPath::Ready => {
+                // kube-apiserver's format: one [+]/[-] line per check, 500 when one fails.
+                let mut text = String::new();
+                let mut ok = true;
+                for s in self.registry.stores() {
+                    let ready = s.is_ready();
+                    ok &= ready;
+                    let i = s.info();
+                    text.push_str(&format!(
+                        "[{}]cache {}{}{} {}\n",
+                        if ready { '+' } else { '-' },
+                        i.resource,
+                        if i.group.is_empty() { "" } else { "." },
+                        i.group,
+                        if ready { "ok" } else { "not ready" }
+                    ));
+                }
+                text.push_str(if ok {
+                    "readyz check passed\n"
+                } else {
+                    "readyz check failed\n"
+                });
+                let mut r = Response::new(full(Bytes::from(text)));
+                *r.status_mut() = if ok {
+                    http::StatusCode::OK
+                } else {
+                    http::StatusCode::INTERNAL_SERVER_ERROR
+                };
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
                     http::HeaderValue::from_static("text/plain; charset=utf-8"),

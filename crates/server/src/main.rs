@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use listwatch_core::{ResourceInfo, builtin_resources};
-use listwatch_server::{App, ServerConfig, serve};
+use listwatch_etcd::{EtcdConfig, EtcdSource};
+use listwatch_server::{App, Backend, ServerConfig, serve};
 use listwatch_sources::{EmbeddedSource, Registry, demo, load};
 use listwatch_store::StoreConfig;
 
@@ -30,12 +31,27 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the Kubernetes read path (and writes) from the embedded store.
+    /// Serve the Kubernetes read path (and writes) from the embedded store or etcd.
     Serve(ServeArgs),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SourceKind {
+    Embedded,
+    Etcd,
 }
 
 #[derive(clap::Args)]
 struct ServeArgs {
+    /// Where objects live: `embedded` (in-process, default) or `etcd`.
+    #[arg(long, value_enum, default_value = "embedded")]
+    source: SourceKind,
+    /// etcd client URLs, comma-separated (with `--source etcd`).
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    etcd_endpoints: Vec<String>,
+    /// Seconds between progress requests to etcd (keeps idle resources' RVs fresh).
+    #[arg(long, default_value_t = 5)]
+    etcd_progress_interval: u64,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
@@ -97,6 +113,47 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         resources.extend(extra.into_iter().map(ResourceInfo::normalized));
     }
     let registry = Registry::new(resources, 1, &StoreConfig::default());
+    let listener = tokio::net::TcpListener::bind(&args.listen).await?;
+    let config = ServerConfig {
+        advertise: listener.local_addr()?.to_string(),
+        bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval.max(1)),
+        chunk_bytes: args.chunk_bytes.max(4096),
+        ..ServerConfig::default()
+    };
+    let app = match args.source {
+        SourceKind::Embedded => App::embedded(embedded_source(&args, registry)?, config),
+        SourceKind::Etcd => {
+            if args.demo_pods > 0 || !args.load.is_empty() {
+                return Err("--demo-pods and --load fill the embedded store; with etcd, write the objects to etcd".into());
+            }
+            let etcd = EtcdSource::start(
+                registry.clone(),
+                EtcdConfig {
+                    endpoints: args.etcd_endpoints.clone(),
+                    progress_interval: std::time::Duration::from_secs(
+                        args.etcd_progress_interval.max(1),
+                    ),
+                    ..EtcdConfig::default()
+                },
+            )
+            .await?;
+            tracing::info!(endpoints = ?args.etcd_endpoints, "following etcd");
+            App::new(registry, Backend::Etcd(etcd), config, None)
+        }
+    };
+    tracing::info!(listen = %listener.local_addr()?, "serving");
+    serve(app, listener, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    Ok(())
+}
+
+/// The embedded store with the demo pods and files the flags ask for.
+fn embedded_source(
+    args: &ServeArgs,
+    registry: Registry,
+) -> Result<Arc<EmbeddedSource>, Box<dyn std::error::Error>> {
     let source = EmbeddedSource::new(registry);
     if args.demo_pods > 0 {
         let pods = source
@@ -137,18 +194,5 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             tracing::info!(file = %path.display(), resource, objects = n, "loaded");
         }
     }
-    let listener = tokio::net::TcpListener::bind(&args.listen).await?;
-    let config = ServerConfig {
-        advertise: listener.local_addr()?.to_string(),
-        bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval.max(1)),
-        chunk_bytes: args.chunk_bytes.max(4096),
-        ..ServerConfig::default()
-    };
-    tracing::info!(listen = %listener.local_addr()?, "serving");
-    let app = App::embedded(source, config);
-    serve(app, listener, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
-    Ok(())
+    Ok(source)
 }

@@ -45,8 +45,10 @@ pub enum DiscoveryPath {
     Group(String),
     /// `/version`.
     Version,
-    /// `/healthz`, `/livez`, `/readyz`.
+    /// `/healthz`, `/livez`.
     Health,
+    /// `/readyz`: every resource's cache is trusted by its source.
+    Ready,
     /// `/metrics`.
     Metrics,
 }
@@ -65,7 +67,8 @@ pub fn route(registry: &Registry, path: &str) -> Route {
             return Route::Discovery(DiscoveryPath::GroupVersion(g.to_string(), v.to_string()));
         }
         ["version"] => return Route::Discovery(DiscoveryPath::Version),
-        ["healthz" | "livez" | "readyz", ..] => return Route::Discovery(DiscoveryPath::Health),
+        ["healthz" | "livez", ..] => return Route::Discovery(DiscoveryPath::Health),
+        ["readyz", ..] => return Route::Discovery(DiscoveryPath::Ready),
         ["metrics"] => return Route::Discovery(DiscoveryPath::Metrics),
         _ => {}
     }

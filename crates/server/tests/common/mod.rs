@@ -1,6 +1,8 @@
 //! Test helpers: start a real listwatch server on 127.0.0.1 and talk raw HTTP to it.
 #![allow(dead_code)]
 
+pub mod etcd;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

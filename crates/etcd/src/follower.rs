@@ -1,0 +1,505 @@
+//! One resource's follower: the state machine that keeps a [`Store`] equal to etcd.
+//!
+//! ```text
+//!  Loading ──list ok──▶ Following ──watch error / reconnect──▶ Following (resume at rev+1)
+//!                          │
+//!        compacted, event without prev_kv, unknown delete, revision backwards
+//!                          ▼
+//!                       Unsafe ──▶ Relisting ──list ok──▶ Following (watchers got 410)
+//! ```
+//!
+//! While a resource is not `Following`, its store is marked unready and readers get 429
+//! instead of data that may be stale.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchResponse};
+use listwatch_core::ResourceInfo;
+use listwatch_store::{Change, Record, Store, StoreError};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use crate::EtcdError;
+use crate::layout::{prefix_end, store_key};
+use crate::source::EtcdConfig;
+
+/// Where a follower is in its state machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FollowerState {
+    /// First list in progress.
+    Loading,
+    /// Watching; the cache is exact at its RV.
+    Following,
+    /// The cache may be stale; a relist follows at once.
+    Unsafe,
+    /// Listing again after `Unsafe`.
+    Relisting,
+}
+
+/// A follower's counters and state, for readiness and metrics.
+#[derive(Clone, Debug)]
+pub struct FollowerStats {
+    /// Current state.
+    pub state: FollowerState,
+    /// Relists after the first load.
+    pub relists: u64,
+    /// Values skipped because they were not JSON (protobuf, encrypted).
+    pub skipped: u64,
+    /// Watch reconnects (without relist).
+    pub reconnects: u64,
+    /// Why the cache was last declared unsafe.
+    pub last_unsafe: Option<String>,
+}
+
+/// A watched key-value, independent of the client library (so the checks are testable).
+#[derive(Clone, Debug)]
+pub struct WatchedKv {
+    /// etcd key.
+    pub key: Vec<u8>,
+    /// Value (the object's JSON).
+    pub value: Vec<u8>,
+    /// Revision that created the key.
+    pub create_revision: i64,
+    /// Revision of this version.
+    pub mod_revision: i64,
+}
+
+/// A watch event: put or delete, with the previous version when etcd sent it.
+#[derive(Clone, Debug)]
+pub struct WatchedEvent {
+    /// `true` for a delete.
+    pub delete: bool,
+    /// The key-value (for a delete: key and the delete's revision).
+    pub kv: WatchedKv,
+    /// The version before this event (`prev_kv`).
+    pub prev: Option<WatchedKv>,
+}
+
+/// Why the cache can no longer be trusted.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct Unsafe(pub String);
+
+/// How one watch ended.
+enum Ended {
+    /// The stream broke (etcd restart, network): resume from the last revision.
+    Disconnected(String),
+    /// The cache may be stale: relist.
+    Unsafe(Unsafe),
+}
+
+/// Follows one resource prefix.
+pub struct Follower {
+    store: Arc<Store>,
+    nudge: Notify,
+    status: Mutex<FollowerStats>,
+}
+
+impl Follower {
+    pub(crate) fn new(store: Arc<Store>) -> Arc<Follower> {
+        store.set_ready(false);
+        Arc::new(Follower {
+            store,
+            nudge: Notify::new(),
+            status: Mutex::new(FollowerStats {
+                state: FollowerState::Loading,
+                relists: 0,
+                skipped: 0,
+                reconnects: 0,
+                last_unsafe: None,
+            }),
+        })
+    }
+
+    /// The store this follower keeps.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// State and counters.
+    pub fn stats(&self) -> FollowerStats {
+        self.status.lock().clone()
+    }
+
+    /// Asks etcd for a progress notification now, so the store's RV reaches etcd's current
+    /// revision without waiting for the next periodic one (consistent reads, RV waits).
+    pub fn request_progress(&self) {
+        self.nudge.notify_one();
+    }
+
+    fn set_state(&self, state: FollowerState) {
+        self.status.lock().state = state;
+        self.store.set_ready(state == FollowerState::Following);
+    }
+
+    /// Runs forever: load, follow, and relist whenever the cache becomes unsafe.
+    pub(crate) async fn run(self: Arc<Self>, client: Client, config: Arc<EtcdConfig>) {
+        let info = self.store.info().clone();
+        let mut resume: Option<i64> = None;
+        let mut backoff = config.min_backoff;
+        loop {
+            let from = match resume {
+                Some(rev) => rev,
+                None => match self.list(&client, &config).await {
+                    Ok(rev) => {
+                        backoff = config.min_backoff;
+                        rev
+                    }
+                    Err(e) => {
+                        warn!(resource = %info.resource, error = %e, ?backoff, "etcd list failed; retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(config.max_backoff);
+                        continue;
+                    }
+                },
+            };
+            let mut last = from;
+            match self.follow(&client, &config, &mut last).await {
+                Ended::Disconnected(why) => {
+                    self.status.lock().reconnects += 1;
+                    warn!(resource = %info.resource, %why, revision = last, ?backoff, "etcd watch ended; resuming");
+                    resume = Some(last);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(config.max_backoff);
+                }
+                Ended::Unsafe(Unsafe(why)) => {
+                    warn!(resource = %info.resource, %why, "cache unsafe; relisting");
+                    {
+                        let mut s = self.status.lock();
+                        s.last_unsafe = Some(why);
+                    }
+                    self.set_state(FollowerState::Unsafe);
+                    resume = None;
+                }
+            }
+        }
+    }
+
+    /// Reads the whole prefix at one revision, page by page, and replaces the store with it.
+    async fn list(&self, client: &Client, config: &EtcdConfig) -> Result<i64, EtcdError> {
+        let info = self.store.info().clone();
+        let relist = self.status.lock().state != FollowerState::Loading;
+        if relist {
+            self.set_state(FollowerState::Relisting);
+        }
+        let prefix = info.etcd_prefix.as_bytes().to_vec();
+        let end = prefix_end(&prefix);
+        let kv = client.kv_client();
+        let mut from = prefix.clone();
+        let mut revision = 0;
+        let mut records = Vec::new();
+        let mut skipped = 0;
+        loop {
+            let mut opts = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(config.page_size);
+            if revision > 0 {
+                opts = opts.with_revision(revision);
+            }
+            let resp = call(config.request_timeout, || {
+                let mut kv = kv.clone();
+                let (from, opts) = (from.clone(), opts.clone());
+                async move { kv.get(from, Some(opts)).await }
+            })
+            .await?;
+            if revision == 0 {
+                revision = resp.header().ok_or(EtcdError::NoHeader)?.revision();
+            }
+            for kv in resp.kvs() {
+                match ingest(&info, kv.key(), kv.value(), kv.mod_revision()) {
+                    Some(r) => records.push(r),
+                    None => skipped += 1,
+                }
+            }
+            match (resp.more(), resp.kvs().last()) {
+                (true, Some(last)) => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        let n = records.len();
+        let rv = u64::try_from(revision).unwrap_or(0);
+        self.store.replace(rv, records);
+        {
+            let mut s = self.status.lock();
+            s.skipped += skipped;
+            if relist {
+                s.relists += 1;
+            }
+        }
+        self.set_state(FollowerState::Following);
+        info!(resource = %info.resource, objects = n, skipped, revision, relist, "listed from etcd");
+        Ok(revision)
+    }
+
+    /// Watches from `*last + 1` until the watch ends; `*last` advances with every applied
+    /// event and every ordered progress notification.
+    async fn follow(&self, client: &Client, config: &EtcdConfig, last: &mut i64) -> Ended {
+        let info = self.store.info().clone();
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_prev_key()
+            .with_progress_notify()
+            .with_start_revision(*last + 1);
+        let stream = match call(config.request_timeout, || {
+            let mut w = client.watch_client();
+            let (prefix, opts) = (info.etcd_prefix.clone(), opts.clone());
+            async move { w.watch(prefix, Some(opts)).await }
+        })
+        .await
+        {
+            Ok(s) => s,
+            Err(e) => return Ended::Disconnected(e.to_string()),
+        };
+        let (mut requests, mut responses) = stream.split();
+        let mut tick = tokio::time::interval(config.progress_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut watch_id = None;
+        // Highest header revision seen: etcd's revision never goes backwards on one stream.
+        let mut header_rev = *last;
+        loop {
+            tokio::select! {
+                _ = self.nudge.notified() => {
+                    if let Err(e) = requests.request_progress().await {
+                        return Ended::Disconnected(e.to_string());
+                    }
+                }
+                _ = tick.tick() => {
+                    if let Err(e) = requests.request_progress().await {
+                        return Ended::Disconnected(e.to_string());
+                    }
+                }
+                msg = responses.message() => {
+                    let resp = match msg {
+                        Ok(Some(r)) => r,
+                        Ok(None) => return Ended::Disconnected("watch stream closed".into()),
+                        Err(e) => return Ended::Disconnected(e.to_string()),
+                    };
+                    if let Some(end) = self.on_response(&resp, &mut watch_id, &mut header_rev, last) {
+                        return end;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles one watch response; `Some` ends the watch.
+    fn on_response(
+        &self,
+        resp: &WatchResponse,
+        watch_id: &mut Option<i64>,
+        header_rev: &mut i64,
+        last: &mut i64,
+    ) -> Option<Ended> {
+        if resp.created() {
+            *watch_id = Some(resp.watch_id());
+        }
+        if resp.canceled() {
+            if resp.compact_revision() > 0 {
+                return Some(Ended::Unsafe(Unsafe(format!(
+                    "watch from revision {} compacted (compact revision {})",
+                    *last + 1,
+                    resp.compact_revision()
+                ))));
+            }
+            return Some(Ended::Disconnected(format!(
+                "watch canceled: {}",
+                resp.cancel_reason()
+            )));
+        }
+        let rev = resp.header().map_or(0, |h| h.revision());
+        if rev > 0 {
+            if rev < *header_rev {
+                return Some(Ended::Unsafe(Unsafe(format!(
+                    "etcd revision went backwards ({rev} after {})",
+                    *header_rev
+                ))));
+            }
+            *header_rev = rev;
+        }
+        if resp.events().is_empty() {
+            if rev > 0 && !resp.created() {
+                self.store.progress(u64::try_from(rev).unwrap_or(0));
+                // A notification on our own watch id is ordered with events (etcd sends it
+                // through the watch); a requested one (watch id -1 in etcd < 3.4.24/3.5.8)
+                // may overtake an event (etcd#15220), so a reconnect must not skip past it.
+                if Some(resp.watch_id()) == *watch_id {
+                    *last = (*last).max(rev);
+                }
+                debug!(resource = %self.store.info().resource, rev, "progress");
+            }
+            return None;
+        }
+        let events: Vec<WatchedEvent> = resp
+            .events()
+            .iter()
+            .filter_map(|e| {
+                let kv = e.kv()?;
+                Some(WatchedEvent {
+                    delete: e.event_type() == EventType::Delete,
+                    kv: watched(kv),
+                    prev: e.prev_kv().map(watched),
+                })
+            })
+            .collect();
+        let newest = events.iter().map(|e| e.kv.mod_revision).max().unwrap_or(0);
+        match apply_events(&self.store, &events) {
+            Ok(skipped) => {
+                if skipped > 0 {
+                    self.status.lock().skipped += skipped;
+                }
+                *last = (*last).max(newest);
+                None
+            }
+            Err(u) => Some(Ended::Unsafe(u)),
+        }
+    }
+}
+
+fn watched(kv: &etcd_client::KeyValue) -> WatchedKv {
+    WatchedKv {
+        key: kv.key().to_vec(),
+        value: kv.value().to_vec(),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+    }
+}
+
+/// Ingests one stored value, or logs and skips it when it is not a JSON object of this
+/// resource (protobuf values start with `k8s\0`; encrypted ones with `k8s:enc:`).
+fn ingest(info: &ResourceInfo, key: &[u8], value: &[u8], mod_revision: i64) -> Option<Record> {
+    let Some(_) = store_key(info, key) else {
+        warn!(resource = %info.resource, key = %String::from_utf8_lossy(key), "key outside the resource's layout; skipped");
+        return None;
+    };
+    let what = if value.starts_with(b"k8s\0") {
+        Some("protobuf (k8s\\0 prefix); serve JSON with --storage-media-type=application/json")
+    } else if value.starts_with(b"k8s:enc:") {
+        Some("encrypted at rest (k8s:enc: prefix)")
+    } else {
+        None
+    };
+    if let Some(what) = what {
+        warn!(resource = %info.resource, key = %String::from_utf8_lossy(key), "value is {what}; skipped");
+        return None;
+    }
+    let rv = u64::try_from(mod_revision).unwrap_or(0);
+    match Record::ingest(value, info, rv) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            warn!(resource = %info.resource, key = %String::from_utf8_lossy(key), error = %e, "value is not an object of this resource; skipped");
+            None
+        }
+    }
+}
+
+/// Applies one watch response's events to `store` as one batch. Returns how many values
+/// were skipped (not JSON), or why the cache can no longer be trusted: a change to an
+/// existing key without `prev_kv` (etcd could not say what it replaced, k8s#123072), a
+/// delete of a key the cache does not hold, or an event not after the store's RV.
+pub fn apply_events(store: &Store, events: &[WatchedEvent]) -> Result<u64, Unsafe> {
+    let info = store.info().clone();
+    let current = store.current();
+    let mut changes = Vec::with_capacity(events.len());
+    let mut skipped = 0;
+    for e in events {
+        let created = !e.delete && e.kv.create_revision == e.kv.mod_revision;
+        if !created && e.prev.is_none() {
+            return Err(Unsafe(format!(
+                "{} event for {} at revision {} without prev_kv",
+                if e.delete { "delete" } else { "update" },
+                String::from_utf8_lossy(&e.kv.key),
+                e.kv.mod_revision
+            )));
+        }
+        let Some(key) = store_key(&info, &e.kv.key) else {
+            skipped += 1;
+            continue;
+        };
+        let rv = u64::try_from(e.kv.mod_revision).unwrap_or(0);
+        let held = current.get(key).is_some()
+            || changes
+                .iter()
+                .any(|c: &Change| matches!(c, Change::Put(r) if &**r.key() == key));
+        if e.delete {
+            if held {
+                changes.push(Change::Delete {
+                    key: key.to_string(),
+                    rv,
+                });
+            } else if e
+                .prev
+                .as_ref()
+                .is_some_and(|p| ingest(&info, &p.key, &p.value, p.mod_revision).is_some())
+            {
+                // etcd says a readable object existed and we never saw it.
+                return Err(Unsafe(format!(
+                    "delete of {key} at revision {rv}, which the cache does not hold"
+                )));
+            } else {
+                // A value we skipped (not JSON) went away: nothing to do.
+                skipped += 1;
+            }
+            continue;
+        }
+        match ingest(&info, &e.kv.key, &e.kv.value, e.kv.mod_revision) {
+            Some(r) => changes.push(Change::Put(r)),
+            None => {
+                skipped += 1;
+                // Never keep serving the version this unreadable value replaced.
+                if held {
+                    changes.push(Change::Delete {
+                        key: key.to_string(),
+                        rv,
+                    });
+                }
+            }
+        }
+    }
+    match store.apply(changes) {
+        Ok(()) => Ok(skipped),
+        Err(e @ (StoreError::Backwards { .. } | StoreError::UnknownDelete(_))) => {
+            Err(Unsafe(e.to_string()))
+        }
+        Err(e) => Err(Unsafe(format!("event not applicable: {e}"))),
+    }
+}
+
+/// Runs one etcd call with a time limit, retrying while the connection to the chosen
+/// member cannot even be opened (a killed member in a cluster: the request never reached
+/// etcd, so repeating it is safe even for a write).
+pub(crate) async fn call<T, Fut>(
+    limit: Duration,
+    mut f: impl FnMut() -> Fut,
+) -> Result<T, EtcdError>
+where
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, f()).await {
+            Err(_) => return Err(EtcdError::Timeout(limit)),
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if never_sent(&e) && tokio::time::Instant::now() < deadline => {
+                debug!(error = %e, "etcd member unreachable; retrying");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(Err(e)) => return Err(e.into()),
+        }
+    }
+}
+
+/// Whether `e` says the request could not be delivered at all (connection refused).
+fn never_sent(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => {
+            s.code() == tonic::Code::Unavailable && s.message().contains("connect")
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,263 @@
+//! `EtcdSource`: a follower per served resource over one etcd client, the revision a
+//! consistent read must reach, and the write verbs as etcd transactions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
+use listwatch_core::{ApiError, ObjectRef, ResourceInfo};
+use listwatch_sources::embedded::WriteResult;
+use listwatch_sources::{Registry, objects};
+use listwatch_store::{Record, Store};
+
+use crate::EtcdError;
+use crate::follower::{Follower, FollowerStats, call};
+use crate::layout::etcd_key;
+
+/// Tunables of the etcd source.
+#[derive(Clone, Debug)]
+pub struct EtcdConfig {
+    /// Client URLs of the etcd members (`http://127.0.0.1:2379`).
+    pub endpoints: Vec<String>,
+    /// Keys per page of a list (kube-apiserver's cacher reads 10,000 at a time).
+    pub page_size: i64,
+    /// How often every follower asks etcd for a progress notification, so idle
+    /// resources' RVs (and their bookmarks) advance.
+    pub progress_interval: Duration,
+    /// Limit on one unary request (list page, revision probe, write).
+    pub request_timeout: Duration,
+    /// First reconnect/relist delay; doubles up to `max_backoff`.
+    pub min_backoff: Duration,
+    /// Longest reconnect/relist delay.
+    pub max_backoff: Duration,
+}
+
+impl Default for EtcdConfig {
+    fn default() -> Self {
+        EtcdConfig {
+            endpoints: vec!["http://127.0.0.1:2379".into()],
+            page_size: 10_000,
+            progress_interval: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The etcd source: followers keep the registry's stores equal to etcd; writes go to etcd.
+pub struct EtcdSource {
+    client: Client,
+    registry: Registry,
+    config: Arc<EtcdConfig>,
+    followers: HashMap<(String, String, String), Arc<Follower>>,
+}
+
+impl EtcdSource {
+    /// Connects to etcd and starts a follower for every resource of `registry` (on the
+    /// current tokio runtime). Stores stay unready until their first list completes.
+    pub async fn start(registry: Registry, config: EtcdConfig) -> Result<Arc<Self>, EtcdError> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(3))
+            // Detects a dead member under an open watch (no TCP reset when it is killed -9
+            // behind a proxy, or frozen) and lets the balanced channel move on.
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true)
+            // A member cut off from the quorum would otherwise keep our watch open silently.
+            .with_require_leader(true);
+        let client = Client::connect(&config.endpoints, Some(options)).await?;
+        let config = Arc::new(config);
+        let mut followers = HashMap::new();
+        for store in registry.stores() {
+            let f = Follower::new(store.clone());
+            tokio::spawn(f.clone().run(client.clone(), config.clone()));
+            let i = store.info();
+            followers.insert((i.group.clone(), i.version.clone(), i.resource.clone()), f);
+        }
+        Ok(Arc::new(EtcdSource {
+            client,
+            registry,
+            config,
+            followers,
+        }))
+    }
+
+    /// The registry this source keeps.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Every resource's follower state and counters, ordered by resource.
+    pub fn stats(&self) -> Vec<(String, FollowerStats)> {
+        let mut v: Vec<_> = self
+            .followers
+            .iter()
+            .map(|((g, _, r), f)| {
+                let name = if g.is_empty() {
+                    r.clone()
+                } else {
+                    format!("{r}.{g}")
+                };
+                (name, f.stats())
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    fn follower(&self, info: &ResourceInfo) -> Option<&Arc<Follower>> {
+        self.followers.get(&(
+            info.group.clone(),
+            info.version.clone(),
+            info.resource.clone(),
+        ))
+    }
+
+    /// etcd's current revision (a linearizable point read of one key, O(log n) in etcd
+    /// whatever the collection's size), after asking `store`'s follower for a progress
+    /// notification so the cache reaches it promptly: what a consistent read waits for.
+    pub async fn consistent_revision(&self, store: &Store) -> Result<u64, ApiError> {
+        let key = store.info().etcd_prefix.clone();
+        let resp = call(self.config.request_timeout, || {
+            let mut kv = self.client.kv_client();
+            let key = key.clone();
+            async move { kv.get(key, None).await }
+        })
+        .await?;
+        let rev = resp.header().ok_or(EtcdError::NoHeader)?.revision();
+        self.request_progress(store);
+        Ok(u64::try_from(rev).unwrap_or(0))
+    }
+
+    /// Asks `store`'s follower for a progress notification now (a reader waits for an RV
+    /// the cache has not reached).
+    pub fn request_progress(&self, store: &Store) {
+        if let Some(f) = self.follower(store.info()) {
+            f.request_progress();
+        }
+    }
+
+    /// POST: creates the object if its key is free (`create_revision == 0`).
+    pub async fn create(
+        &self,
+        store: &Arc<Store>,
+        namespace: Option<&str>,
+        body: &[u8],
+    ) -> Result<WriteResult, ApiError> {
+        let info = store.info();
+        let new = objects::prepare_create(info, namespace, body)?;
+        let key = etcd_key(info, &new.key);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, new.json.clone(), None)]);
+        let resp = self.txn(txn).await?;
+        if !resp.succeeded() {
+            return Err(ApiError::AlreadyExists(ObjectRef::new(info, &new.name)));
+        }
+        let rev = resp.header().ok_or(EtcdError::NoHeader)?.revision();
+        Ok(WriteResult {
+            code: 201,
+            body: with_rv(info, &new.json, rev)?,
+        })
+    }
+
+    /// PUT: replaces the object if it is still the version read (`mod_revision` compare);
+    /// a body without `resourceVersion` retries on a concurrent change, one with it gets
+    /// 409 Conflict, as kube-apiserver's optimistic concurrency.
+    pub async fn update(
+        &self,
+        store: &Arc<Store>,
+        namespace: Option<&str>,
+        name: &str,
+        body: &[u8],
+    ) -> Result<WriteResult, ApiError> {
+        let info = store.info();
+        let replacement = objects::prepare_update(info, namespace, name, body)?;
+        let key = etcd_key(info, &replacement.key);
+        for _ in 0..16 {
+            let Some((value, mod_rev)) = self.read(&key).await? else {
+                return Err(ApiError::NotFound(ObjectRef::new(info, name)));
+            };
+            let json = replacement.merge(info, &value, u64::try_from(mod_rev).unwrap_or(0))?;
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    mod_rev,
+                )])
+                .and_then([TxnOp::put(key.clone(), json.clone(), None)]);
+            let resp = self.txn(txn).await?;
+            if resp.succeeded() {
+                let rev = resp.header().ok_or(EtcdError::NoHeader)?.revision();
+                return Ok(WriteResult {
+                    code: 200,
+                    body: with_rv(info, &json, rev)?,
+                });
+            }
+        }
+        Err(ApiError::Conflict(ObjectRef::new(info, name)))
+    }
+
+    /// DELETE: removes the object if it is still the version read.
+    pub async fn delete(
+        &self,
+        store: &Arc<Store>,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<WriteResult, ApiError> {
+        let info = store.info();
+        let key = etcd_key(info, &info.key(namespace.unwrap_or(""), name));
+        for _ in 0..16 {
+            let Some((value, mod_rev)) = self.read(&key).await? else {
+                return Err(ApiError::NotFound(ObjectRef::new(info, name)));
+            };
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    mod_rev,
+                )])
+                .and_then([TxnOp::delete(key.clone(), None)]);
+            let resp = self.txn(txn).await?;
+            if resp.succeeded() {
+                return Ok(WriteResult {
+                    code: 200,
+                    body: objects::delete_status(info, name, &value),
+                });
+            }
+        }
+        Err(ApiError::Conflict(ObjectRef::new(info, name)))
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, ApiError> {
+        Ok(call(self.config.request_timeout, || {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await?)
+    }
+
+    /// The value and mod revision stored at `key` (a linearizable read).
+    async fn read(&self, key: &[u8]) -> Result<Option<(Vec<u8>, i64)>, ApiError> {
+        let resp = call(self.config.request_timeout, || {
+            let mut kv = self.client.kv_client();
+            let key = key.to_vec();
+            async move { kv.get(key, Some(GetOptions::new())).await }
+        })
+        .await?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map(|kv| (kv.value().to_vec(), kv.mod_revision())))
+    }
+}
+
+/// The written JSON as clients see it: with the revision etcd assigned as its RV.
+fn with_rv(info: &ResourceInfo, json: &[u8], rev: i64) -> Result<bytes::Bytes, ApiError> {
+    let rv = u64::try_from(rev).unwrap_or(0);
+    Record::ingest(json, info, rv)
+        .map(|r| r.bytes().clone())
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}

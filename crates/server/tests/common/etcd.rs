@@ -1,0 +1,313 @@
+//! Real etcd for tests: members on 127.0.0.1 with free ports and temporary data dirs
+//! (killed when dropped), a TCP proxy that can cut listwatch off from etcd, and listwatch
+//! servers following etcd.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use listwatch_core::builtin_resources;
+use listwatch_etcd::{EtcdConfig, EtcdSource};
+use listwatch_server::{App, Backend, ServerConfig, serve};
+use listwatch_sources::Registry;
+use listwatch_store::StoreConfig;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, Command};
+
+/// A port nobody listens on now (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A temporary directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "listwatch-{tag}-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One etcd member process.
+pub struct Member {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    dir: PathBuf,
+    cluster: String,
+    state: &'static str,
+    child: Option<Child>,
+}
+
+impl Member {
+    pub fn client_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("etcd")
+            .arg("--name")
+            .arg(&self.name)
+            .arg("--data-dir")
+            .arg(self.dir.join(&self.name))
+            .arg("--listen-client-urls")
+            .arg(self.client_url())
+            .arg("--advertise-client-urls")
+            .arg(self.client_url())
+            .arg("--listen-peer-urls")
+            .arg(format!("http://127.0.0.1:{}", self.peer_port))
+            .arg("--initial-advertise-peer-urls")
+            .arg(format!("http://127.0.0.1:{}", self.peer_port))
+            .arg("--initial-cluster")
+            .arg(&self.cluster)
+            .arg("--initial-cluster-state")
+            .arg(self.state)
+            .arg("--initial-cluster-token")
+            .arg(format!("lw-{}", self.dir.display()))
+            .env("ETCD_UNSUPPORTED_ARCH", "")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("etcd on PATH (Debian: etcd-server)");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL, as a crash.
+    pub async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+            let _ = c.wait().await;
+        }
+    }
+
+    /// Starts again on the same data dir and ports.
+    pub fn restart(&mut self) {
+        self.state = "existing";
+        self.spawn();
+    }
+}
+
+/// An etcd cluster of `n` members on loopback; killed when dropped.
+pub struct Etcd {
+    pub members: Vec<Member>,
+    _dir: TempDir,
+}
+
+impl Etcd {
+    pub async fn start(n: usize) -> Etcd {
+        let dir = TempDir::new("etcd");
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, p))| format!("m{i}=http://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut members: Vec<Member> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (c, p))| Member {
+                name: format!("m{i}"),
+                client_port: *c,
+                peer_port: *p,
+                dir: dir.0.clone(),
+                cluster: cluster.clone(),
+                state: "new",
+                child: None,
+            })
+            .collect();
+        for m in &mut members {
+            m.spawn();
+        }
+        let etcd = Etcd { members, _dir: dir };
+        etcd.wait_healthy().await;
+        etcd
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(Member::client_url).collect()
+    }
+
+    /// A client to the members that are up (tests write and compact through it).
+    pub async fn client(&self) -> etcd_client::Client {
+        let up: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| m.child.is_some())
+            .map(Member::client_url)
+            .collect();
+        etcd_client::Client::connect(up, None)
+            .await
+            .expect("etcd client")
+    }
+
+    /// Waits until a linearizable read succeeds (a leader exists).
+    pub async fn wait_healthy(&self) {
+        for _ in 0..200 {
+            if let Ok(mut c) = etcd_client::Client::connect(self.endpoints(), None).await
+                && tokio::time::timeout(Duration::from_secs(1), c.get("/health-probe", None))
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("etcd did not become healthy");
+    }
+}
+
+/// A TCP proxy in front of an etcd member that a test can cut: `cut()` closes every open
+/// connection and refuses new ones until `restore()`.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    open: Arc<AtomicBool>,
+    generation: tokio::sync::watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Proxy {
+    pub async fn start(target: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let open = Arc::new(AtomicBool::new(true));
+        let (generation, _) = tokio::sync::watch::channel(0u64);
+        let task = tokio::spawn({
+            let open = open.clone();
+            let generation = generation.clone();
+            async move {
+                loop {
+                    let Ok((mut inbound, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    if !open.load(Ordering::SeqCst) {
+                        drop(inbound);
+                        continue;
+                    }
+                    let mut cut = generation.subscribe();
+                    tokio::spawn(async move {
+                        let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", target)).await
+                        else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            _ = cut.changed() => {}
+                        }
+                    });
+                }
+            }
+        });
+        Proxy {
+            addr,
+            open,
+            generation,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Severs every connection through the proxy and refuses new ones.
+    pub fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Accepts connections again.
+    pub fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A listwatch server following etcd; stops when dropped.
+pub struct EtcdServer {
+    pub addr: SocketAddr,
+    pub source: Arc<EtcdSource>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+impl EtcdServer {
+    pub async fn start(endpoints: Vec<String>, progress: Duration, config: ServerConfig) -> Self {
+        let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
+        let source = EtcdSource::start(
+            registry.clone(),
+            EtcdConfig {
+                endpoints,
+                progress_interval: progress,
+                page_size: 100,
+                ..EtcdConfig::default()
+            },
+        )
+        .await
+        .expect("etcd source");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let app = App::new(
+            registry,
+            Backend::Etcd(source.clone()),
+            ServerConfig {
+                advertise: addr.to_string(),
+                ..config
+            },
+            None,
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(serve(app, listener, async {
+            let _ = rx.await;
+        }));
+        let s = EtcdServer {
+            addr,
+            source,
+            stop: Some(tx),
+        };
+        s.wait_ready().await;
+        s
+    }
+
+    /// Waits until every resource's cache is loaded (`/readyz` 200).
+    pub async fn wait_ready(&self) {
+        for _ in 0..300 {
+            if super::get(self.addr, "/readyz").await.status == 200 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("listwatch over etcd did not become ready");
+    }
+}
