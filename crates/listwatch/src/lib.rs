@@ -36,6 +36,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response};
+use listwatch_etcd::EtcdSource;
+pub use listwatch_etcd::{EtcdConfig, EtcdError};
 use listwatch_server::App;
 use listwatch_sources::{HostFedSource, Registry};
 
@@ -162,6 +164,32 @@ impl Builder {
             self.authorizer,
         );
         (ListWatch { app }, Feed { source })
+    }
+
+    /// Builds an instance following etcd (kube-apiserver's key layout, JSON values): reads
+    /// are served from caches kept exact by watches, consistent reads wait for etcd's
+    /// current revision (docs/etcd.md). Must run inside a tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), listwatch::EtcdError> {
+    /// let lw = listwatch::Builder::new()
+    ///     .etcd(listwatch::EtcdConfig {
+    ///         endpoints: vec!["http://127.0.0.1:2379".into()],
+    ///         ..Default::default()
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn etcd(self, config: EtcdConfig) -> Result<ListWatch, EtcdError> {
+        let registry = Registry::new(self.resources, self.start_rv, &self.store);
+        let source = EtcdSource::start(registry.clone(), config).await?;
+        let app = App::new(
+            registry,
+            listwatch_server::Backend::Etcd(source),
+            self.server,
+            self.authorizer,
+        );
+        Ok(ListWatch { app })
     }
 }
 
