@@ -154,6 +154,9 @@ pub enum ApiError {
         /// The field errors.
         causes: Vec<FieldError>,
     },
+    /// 401 `Unauthorized`: no valid credentials (and anonymous requests are off).
+    #[error("Unauthorized")]
+    Unauthorized,
     /// 403 `Forbidden` (boxed: it is the largest variant and errors travel by value).
     #[error("forbidden")]
     Forbidden(Box<Denied>),
@@ -440,6 +443,7 @@ impl ApiError {
                 details: None,
             },
             ApiError::NotAcceptable(m) => simple(406, "NotAcceptable", m.clone()),
+            ApiError::Unauthorized => simple(401, "Unauthorized", "Unauthorized".into()),
             ApiError::TooLarge(m) => simple(413, "RequestEntityTooLarge", m.clone()),
             ApiError::UnsupportedMediaType(m) => simple(415, "UnsupportedMediaType", m.clone()),
             ApiError::TooManyRequests(m) => StatusParts {

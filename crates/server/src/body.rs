@@ -129,6 +129,9 @@ pub struct WatchSpec {
     pub chunk: usize,
     /// Send each event's object as a one-row Table (kubectl `-w`).
     pub table: Option<listwatch_codec::TableFormat>,
+    /// Becomes `Some(grace)` when the server drains: the watch then ends at a random moment
+    /// within `grace`, so clients do not all reconnect at the same instant.
+    pub drain: Option<tokio::sync::watch::Receiver<Option<Duration>>>,
 }
 
 enum Phase {
@@ -259,17 +262,37 @@ impl WatchStream {
             Events,
             Bookmark,
             Deadline,
+            Drain(Duration),
         }
         let far = self.spec.deadline + Duration::from_secs(3600);
         let bookmark_at = self.next_bookmark.unwrap_or(far);
         let deadline = self.spec.deadline;
+        let drain = async {
+            match self.spec.drain.as_mut() {
+                Some(rx) => {
+                    let grace = rx.wait_for(Option::is_some).await.map(|g| *g);
+                    match grace {
+                        Ok(g) => g,
+                        Err(_) => std::future::pending().await,
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
         let woke = tokio::select! {
             _ = self.cursor.changed() => Woke::Events,
             _ = tokio::time::sleep_until(bookmark_at) => Woke::Bookmark,
             _ = tokio::time::sleep_until(deadline) => Woke::Deadline,
+            grace = drain => Woke::Drain(grace.unwrap_or_default()),
         };
         match woke {
             Woke::Events => {}
+            Woke::Drain(grace) => {
+                // Watched once: the new deadline is the spread-out end.
+                self.spec.drain = None;
+                let spread = grace.mul_f64(rand::random::<f64>());
+                self.spec.deadline = self.spec.deadline.min(Instant::now() + spread);
+            }
             Woke::Deadline => self.phase = Phase::Done,
             Woke::Bookmark => {
                 // Drain first so the bookmark's RV covers everything already logged.

@@ -430,6 +430,7 @@ impl App {
             deadline,
             chunk: self.config.chunk_bytes,
             table,
+            drain: Some(self.drain.subscribe()),
         };
         let mut r = json_response(
             200,

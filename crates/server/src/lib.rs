@@ -23,8 +23,10 @@ pub mod auth;
 pub mod body;
 pub mod discovery;
 pub mod handlers;
+pub mod limits;
 pub mod metrics;
 pub mod routes;
+pub mod security;
 
 use body::{ResponseBody, full};
 use routes::{DiscoveryPath, Route};
@@ -44,6 +46,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Address advertised in `/api` discovery.
     pub advertise: String,
+    /// Admission limits (in-flight LISTs and watches, per-user watches, buffer budget).
+    pub limits: limits::LimitConfig,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +59,7 @@ impl Default for ServerConfig {
             bookmark_interval: Duration::from_secs(60),
             max_body_bytes: 3 << 20,
             advertise: "127.0.0.1:8080".into(),
+            limits: limits::LimitConfig::default(),
         }
     }
 }
@@ -76,6 +81,9 @@ pub struct App {
     config: ServerConfig,
     metrics: Arc<metrics::Metrics>,
     authorizer: Option<Arc<dyn auth::Authorizer>>,
+    /// `Some(grace)` once the server drains (see [`App::drain`]).
+    drain: tokio::sync::watch::Sender<Option<Duration>>,
+    limits: limits::Limits,
 }
 
 /// A request body of any type the host uses (boxed once per request).
@@ -103,9 +111,11 @@ impl App {
         Arc::new(App {
             registry,
             backend,
-            config,
             metrics: Arc::new(metrics::Metrics::default()),
             authorizer,
+            drain: tokio::sync::watch::Sender::new(None),
+            limits: limits::Limits::new(config.limits.clone()),
+            config,
         })
     }
 
@@ -125,6 +135,13 @@ impl App {
         for s in self.registry.stores() {
             s.maintain();
         }
+    }
+
+    /// Starts draining: every open watch ends at a random moment within `grace` (like
+    /// kube-apiserver's `--shutdown-watch-termination-grace-period`), so clients reconnect
+    /// spread out rather than all at once; LISTs in flight finish normally.
+    pub fn drain(&self, grace: Duration) {
+        self.drain.send_replace(Some(grace));
     }
 
     /// The served resources and their stores.
@@ -237,6 +254,24 @@ impl App {
             } => (true, store.info().resource.clone(), *legacy_watch),
             _ => (false, String::new(), false),
         };
+        let verb = verb_label(&method, &route_kind, &query);
+        let admitted = self.admit(&route, &method, verb, &call, path.len() + query.len());
+        let admission = match admitted {
+            Ok(a) => a,
+            Err(e) => {
+                let response = handlers::error_response(&e);
+                let (parts, body) = response.into_parts();
+                let info = metrics::RequestInfo {
+                    verb,
+                    resource: route_kind.1,
+                    uri: path,
+                    code: parts.status.as_u16(),
+                    start,
+                };
+                let body = metrics::MeteredBody::new(body, self.metrics.clone(), info);
+                return Response::from_parts(parts, http_body_util::BodyExt::boxed(body));
+            }
+        };
         let answer = match route {
             Route::Discovery(d) if method == Method::GET => {
                 self.discovery(d, call.accept.as_deref())
@@ -267,7 +302,7 @@ impl App {
         let response = answer.unwrap_or_else(|e| handlers::error_response(&e));
         let (parts, body) = response.into_parts();
         let info = metrics::RequestInfo {
-            verb: verb_label(&method, &route_kind, &query),
+            verb,
             resource: route_kind.1,
             uri: if query.is_empty() {
                 path
@@ -277,8 +312,49 @@ impl App {
             code: parts.status.as_u16(),
             start,
         };
-        let body = metrics::MeteredBody::new(body, self.metrics.clone(), info);
+        let admission = if parts.status.is_success() {
+            admission
+        } else {
+            None
+        };
+        let body = metrics::MeteredBody::new(body, self.metrics.clone(), info).hold(admission);
         Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
+    }
+
+    /// A `Status` response for a request refused before routing (e.g. 401).
+    pub fn refuse(&self, e: &ApiError) -> Response<ResponseBody> {
+        handlers::error_response(e)
+    }
+
+    /// Applies the admission limits to a read before any work is done for it.
+    fn admit(
+        &self,
+        route: &Route,
+        method: &Method,
+        verb: &str,
+        call: &handlers::Call,
+        uri_len: usize,
+    ) -> Result<Option<limits::Admission>, ApiError> {
+        self.limits.check_uri(uri_len)?;
+        if *method != Method::GET
+            || !matches!(route, Route::Collection { .. } | Route::Object { .. })
+        {
+            return Ok(None);
+        }
+        let chunk = self.config.chunk_bytes;
+        match verb {
+            "LIST" => self.limits.admit_list(chunk).map(Some),
+            "WATCH" => {
+                let user = call
+                    .user
+                    .as_ref()
+                    .map_or("system:anonymous", |u| u.name.as_str());
+                let initial = listwatch_core::options::query_flag(&call.query, "sendInitialEvents")
+                    .then_some(chunk);
+                self.limits.admit_watch(user, initial).map(Some)
+            }
+            _ => Ok(None),
+        }
     }
 
     fn authorize(
@@ -466,10 +542,35 @@ fn accepts_gzip(headers: &http::HeaderMap) -> bool {
         })
 }
 
+/// How the standalone server accepts connections.
+#[derive(Clone, Default)]
+pub struct ServeOptions {
+    /// TLS (with ALPN h2/http1.1); plaintext HTTP/1.1 and h2c without it.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Authenticates every request; without it requests carry no user (embedding hosts
+    /// put their own [`auth::User`] into the request extensions).
+    pub authenticator: Option<Arc<security::Authenticator>>,
+    /// On shutdown, open watches end spread over this period (0: all at once).
+    pub watch_grace: Duration,
+}
+
 /// Serves `app` on `listener` (HTTP/1.1 and h2c) until `shutdown` completes.
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    serve_with(app, listener, ServeOptions::default(), shutdown).await
+}
+
+/// Serves `app` on `listener` with `options` until `shutdown` completes, then drains:
+/// stops accepting, lets LISTs in flight finish, ends watches spread over
+/// `options.watch_grace`, and returns when every connection is done (or the grace period
+/// plus 10 s has passed).
+pub async fn serve_with(
+    app: Arc<App>,
+    listener: TcpListener,
+    options: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let maintenance = tokio::spawn({
@@ -482,6 +583,8 @@ pub async fn serve(
             }
         }
     });
+    let tls = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -497,22 +600,107 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
-        let chunk = app.config.chunk_bytes;
+        let authn = options.authenticator.clone();
+        let tls = tls.clone();
+        let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let app = app.clone();
-                async move { Ok::<_, Infallible>(app.handle(req.map(box_body)).await) }
-            });
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            // hyper queues body chunks by reference (writev) until this many bytes are
-            // pending, then stops polling the body: a stalled reader holds about one chunk
-            // here plus one in the encoder, whatever the response's size.
-            builder.http1().max_buf_size(chunk.max(16 * 1024));
-            if let Err(e) = builder.serve_connection(TokioIo::new(stream), svc).await {
-                tracing::debug!(%peer, error = %e, "connection ended");
+            match tls {
+                None => {
+                    serve_connection(app, authn, None, TokioIo::new(stream), watcher, peer).await
+                }
+                Some(acceptor) => {
+                    // A client that never finishes its handshake does not hold a task forever.
+                    let accepted =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
+                            .await;
+                    let Ok(Ok(tls_stream)) = accepted else {
+                        tracing::debug!(%peer, "TLS handshake failed or timed out");
+                        return;
+                    };
+                    let cert_user = tls_stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(security::user_from_cert);
+                    serve_connection(
+                        app,
+                        authn,
+                        cert_user,
+                        TokioIo::new(tls_stream),
+                        watcher,
+                        peer,
+                    )
+                    .await;
+                }
             }
         });
     }
+    drop(listener);
+    tracing::info!(grace = ?options.watch_grace, "draining: LISTs finish, watches end spread over the grace period");
+    app.drain(options.watch_grace);
+    let limit = options.watch_grace + Duration::from_secs(10);
+    if tokio::time::timeout(limit, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        warn!("connections still open after the grace period; closing");
+    }
     maintenance.abort();
     Ok(())
+}
+
+async fn serve_connection<I>(
+    app: Arc<App>,
+    authn: Option<Arc<security::Authenticator>>,
+    cert_user: Option<auth::User>,
+    io: TokioIo<I>,
+    watcher: hyper_util::server::graceful::Watcher,
+    peer: std::net::SocketAddr,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let chunk = app.config.chunk_bytes;
+    let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let app = app.clone();
+        let authn = authn.clone();
+        let cert_user = cert_user.clone();
+        async move {
+            let mut req = req.map(box_body);
+            if let Some(authn) = &authn {
+                match authn.authenticate(req.headers(), cert_user.as_ref()) {
+                    Ok(user) => {
+                        req.extensions_mut().insert(user);
+                    }
+                    Err(e) => {
+                        return Ok::<_, Infallible>(app.refuse(&e));
+                    }
+                }
+            }
+            Ok::<_, Infallible>(app.handle(req).await)
+        }
+    });
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // hyper queues body chunks by reference (writev) until this many bytes are pending,
+    // then stops polling the body: a stalled reader holds about one chunk here plus one in
+    // the encoder, whatever the response's size. It also bounds a request head (431).
+    builder
+        .http1()
+        .max_buf_size(chunk.max(16 * 1024))
+        .max_headers(128)
+        .timer(hyper_util::rt::TokioTimer::new())
+        // A client that trickles its request head (slowloris) is cut off.
+        .header_read_timeout(Duration::from_secs(30));
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .max_header_list_size(u32::try_from(chunk.max(16 * 1024)).unwrap_or(u32::MAX))
+        .max_concurrent_streams(1000)
+        // HTTP/2 rapid reset (CVE-2023-44487): cap streams reset before completion.
+        .max_pending_accept_reset_streams(Some(50))
+        .max_local_error_reset_streams(Some(256));
+    let conn = builder.serve_connection_with_upgrades(io, svc);
+    if let Err(e) = watcher.watch(conn.into_owned()).await {
+        tracing::debug!(%peer, error = %e, "connection ended");
+    }
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use listwatch_core::{ResourceInfo, builtin_resources};
 use listwatch_etcd::{EtcdConfig, EtcdSource};
-use listwatch_server::{App, Backend, ServerConfig, serve};
+use listwatch_server::limits::LimitConfig;
+use listwatch_server::security::{Authenticator, PolicyAuthorizer, tls_config};
+use listwatch_server::{App, Backend, ServeOptions, ServerConfig, serve_with};
 use listwatch_sources::{EmbeddedSource, Registry, demo, load};
 use listwatch_store::StoreConfig;
 
@@ -77,6 +79,41 @@ struct ServeArgs {
     /// Watch bookmark period in seconds.
     #[arg(long, default_value_t = 60)]
     bookmark_interval: u64,
+    /// TLS certificate (PEM); with --tls-key, serves HTTPS with HTTP/2 by ALPN.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// CA bundle (PEM) for client certificates: CN is the user, O the groups.
+    #[arg(long, requires = "tls_cert")]
+    client_ca_file: Option<PathBuf>,
+    /// Static bearer tokens in kube-apiserver's CSV format: token,user,uid,"group1,group2".
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// With an authenticator configured, let requests without credentials in as
+    /// system:anonymous (off by default).
+    #[arg(long)]
+    anonymous_auth: bool,
+    /// ABAC policy file (kube-apiserver's JSON-lines format); without it every
+    /// authenticated request is allowed.
+    #[arg(long)]
+    authorization_policy_file: Option<PathBuf>,
+    /// LISTs and watch-lists streaming at once (429 beyond).
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Watches open at once (429 beyond).
+    #[arg(long, default_value_t = 100_000)]
+    max_watches: usize,
+    /// Watches one user may hold (429 beyond).
+    #[arg(long, default_value_t = 10_000)]
+    max_watches_per_user: usize,
+    /// MiB all in-flight LIST responses may buffer together (429 beyond).
+    #[arg(long, default_value_t = 256)]
+    response_buffer_mib: usize,
+    /// On SIGTERM/SIGINT, end open watches spread over this many seconds.
+    #[arg(long, default_value_t = 10)]
+    shutdown_watch_termination_grace_period: u64,
     /// Response chunk size in bytes.
     #[arg(long, default_value_t = listwatch_codec::DEFAULT_CHUNK)]
     chunk_bytes: usize,
@@ -118,10 +155,48 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         advertise: listener.local_addr()?.to_string(),
         bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval.max(1)),
         chunk_bytes: args.chunk_bytes.max(4096),
+        limits: LimitConfig {
+            max_lists: args.max_requests_inflight,
+            max_watches: args.max_watches,
+            max_watches_per_user: args.max_watches_per_user,
+            response_buffer_budget: args.response_buffer_mib << 20,
+            ..LimitConfig::default()
+        },
         ..ServerConfig::default()
     };
+    let authorizer: Option<Arc<dyn listwatch_server::auth::Authorizer>> =
+        match &args.authorization_policy_file {
+            Some(p) => Some(Arc::new(PolicyAuthorizer::from_file(p)?)),
+            None => None,
+        };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => Some(tls_config(c, k, args.client_ca_file.as_deref())?),
+        _ => None,
+    };
+    let authenticator = if args.token_auth_file.is_some() || args.client_ca_file.is_some() {
+        let a = match &args.token_auth_file {
+            Some(p) => Authenticator::from_token_file(p, args.anonymous_auth)?,
+            None => Authenticator::certificates_only(args.anonymous_auth),
+        };
+        Some(Arc::new(a))
+    } else {
+        None
+    };
+    let options = ServeOptions {
+        tls,
+        authenticator,
+        watch_grace: std::time::Duration::from_secs(args.shutdown_watch_termination_grace_period),
+    };
     let app = match args.source {
-        SourceKind::Embedded => App::embedded(embedded_source(&args, registry)?, config),
+        SourceKind::Embedded => {
+            let source = embedded_source(&args, registry)?;
+            App::new(
+                source.registry().clone(),
+                Backend::Embedded(source),
+                config,
+                authorizer,
+            )
+        }
         SourceKind::Etcd => {
             if args.demo_pods > 0 || !args.load.is_empty() {
                 return Err("--demo-pods and --load fill the embedded store; with etcd, write the objects to etcd".into());
@@ -138,15 +213,28 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             )
             .await?;
             tracing::info!(endpoints = ?args.etcd_endpoints, "following etcd");
-            App::new(registry, Backend::Etcd(etcd), config, None)
+            App::new(registry, Backend::Etcd(etcd), config, authorizer)
         }
     };
     tracing::info!(listen = %listener.local_addr()?, "serving");
-    serve(app, listener, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
+    serve_with(app, listener, options, shutdown_signal()).await?;
     Ok(())
+}
+
+/// SIGTERM (what a kubelet or systemd sends) or Ctrl-C.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = term => tracing::info!("SIGTERM"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt"),
+    }
 }
 
 /// The embedded store with the demo pods and files the flags ask for.

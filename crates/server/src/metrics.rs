@@ -210,6 +210,8 @@ pub struct MeteredBody {
     info: RequestInfo,
     sent: u64,
     longrunning: bool,
+    /// Admission held for as long as the response streams (see `limits`).
+    _admission: Option<crate::limits::Admission>,
 }
 
 impl MeteredBody {
@@ -234,12 +236,21 @@ impl MeteredBody {
             }
         }
         MeteredBody {
+            _admission: None,
             inner,
             metrics,
             info,
             sent: 0,
             longrunning,
         }
+    }
+}
+
+impl MeteredBody {
+    /// Keeps `admission` (in-flight slots, buffer budget) until the body is done.
+    pub fn hold(mut self, admission: Option<crate::limits::Admission>) -> Self {
+        self._admission = admission;
+        self
     }
 }
 

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
