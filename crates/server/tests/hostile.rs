@@ -1,0 +1,296 @@
+//! Hostile requests: each gets the right `Status` (or is cut off), and the server keeps
+//! serving everyone else. Memory under never-reading clients is measured in memory.rs.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use listwatch_server::ServerConfig;
+use listwatch_server::limits::LimitConfig;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// The server still answers an ordinary LIST, in full.
+async fn still_serving(addr: std::net::SocketAddr, pods: usize) {
+    let r = common::get(addr, "/api/v1/pods?resourceVersion=0").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        common::json(&r.body)["items"].as_array().map(Vec::len),
+        Some(pods)
+    );
+}
+
+/// Sends a GET and never reads the response.
+async fn stalled(addr: std::net::SocketAddr, path: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    s
+}
+
+/// POSTs raw bytes (write errors ignored: the server may answer before reading it all).
+async fn raw_post(addr: std::net::SocketAddr, path: &str, body: &[u8]) -> String {
+    let mut c = TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let _ = c.write_all(head.as_bytes()).await;
+    let _ = c.write_all(body).await;
+    let mut out = Vec::new();
+    let _ = tokio::io::AsyncReadExt::read_to_end(&mut c, &mut out).await;
+    String::from_utf8_lossy(&out).to_string()
+}
+
+fn status_of(body: &str) -> serde_json::Value {
+    common::json(body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_limits_answer_429_with_retry_after() {
+    let s = common::start(
+        20_000,
+        ServerConfig {
+            chunk_bytes: 16 << 10,
+            limits: LimitConfig {
+                max_lists: 2,
+                max_watches_per_user: 2,
+                ..LimitConfig::default()
+            },
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    // Two LISTs of 20,000 pods whose clients never read hold both LIST slots.
+    let a = stalled(s.addr, "/api/v1/pods?resourceVersion=0").await;
+    let b = stalled(s.addr, "/api/v1/pods?resourceVersion=0").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = common::get(s.addr, "/api/v1/pods?resourceVersion=0&limit=1").await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let v = status_of(&r.body);
+    assert_eq!(v["reason"], "TooManyRequests");
+    assert_eq!(v["details"]["retryAfterSeconds"], 1);
+    // A GET of one object is not a LIST and still gets through.
+    let one = common::get(s.addr, "/api/v1/namespaces/demo-0/pods/does-not-exist").await;
+    assert_eq!(one.status, 404);
+    // The slots come back when the stalled clients go away.
+    drop((a, b));
+    let mut ok = false;
+    for _ in 0..50 {
+        if common::get(s.addr, "/api/v1/pods?resourceVersion=0&limit=1")
+            .await
+            .status
+            == 200
+        {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok, "LIST slots returned after the stalled clients left");
+
+    // Per-user watch cap (no authenticator: everyone is system:anonymous).
+    let w1 = common::stream_lines(s.addr, "/api/v1/configmaps?watch=1").await;
+    let w2 = common::stream_lines(s.addr, "/api/v1/configmaps?watch=1").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = common::get(s.addr, "/api/v1/configmaps?watch=1&timeoutSeconds=1").await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(r.body.contains("too many watches for user"), "{}", r.body);
+    drop((w1, w2));
+    still_serving(s.addr, 20_000).await;
+}
+
+#[tokio::test]
+async fn oversized_and_malformed_requests_get_a_status() {
+    let s = common::start(50, ServerConfig::default()).await;
+    // A 20 KiB selector: over the URI limit (16 KiB), a 400 Status.
+    let giant = "a".repeat(20 << 10);
+    let r = common::get(s.addr, &format!("/api/v1/pods?labelSelector={giant}")).await;
+    assert_eq!(r.status, 400);
+    assert!(r.body.contains("request URI too long"), "{}", r.body);
+    // A 100 KiB header: hyper refuses the head with 431 before any handler runs.
+    let mut c = TcpStream::connect(s.addr).await.expect("connect");
+    let req = format!(
+        "GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+        "b".repeat(100 << 10)
+    );
+    let _ = c.write_all(req.as_bytes()).await;
+    let mut head = vec![0u8; 64];
+    let n = tokio::io::AsyncReadExt::read(&mut c, &mut head)
+        .await
+        .unwrap_or(0);
+    let line = String::from_utf8_lossy(&head[..n]).to_string();
+    assert!(line.starts_with("HTTP/1.1 431"), "{line:?}");
+
+    // Query values kube-apiserver refuses with 400, never a 500 or a crash.
+    for q in [
+        "limit=99999999999999999999999",
+        "limit=abc",
+        "resourceVersion=-5",
+        "resourceVersion=abc",
+        "timeoutSeconds=abc",
+        "labelSelector=a%20in%20(",
+        "labelSelector=%zz",
+        "fieldSelector=spec.notAField%3Dx",
+        "continue=%%%",
+        "continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTAsInN0YXJ0IjoiLy4uL3NlY3JldHMvIn0",
+    ] {
+        let r = common::get(s.addr, &format!("/api/v1/pods?{q}")).await;
+        assert!(
+            (400..500).contains(&r.status),
+            "{q}: {} {}",
+            r.status,
+            r.body
+        );
+        let v = status_of(&r.body);
+        assert_eq!(v["kind"], "Status", "{q}");
+    }
+    // A negative limit means "no limit", as in kube-apiserver.
+    let r = common::get(s.addr, "/api/v1/pods?limit=-1").await;
+    assert_eq!(r.status, 200);
+    // A selector of 1,000 terms is evaluated, within the URI limit.
+    let terms: Vec<String> = (0..1000).map(|i| format!("k{i}!=v")).collect();
+    let r = common::get(
+        s.addr,
+        &format!("/api/v1/pods?labelSelector={}", terms.join(",")),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // Hostile bodies: deeply nested, invalid UTF-8, too large, path tricks in names.
+    let deep = format!(
+        r#"{{"metadata":{{"name":"x"}},"data":{}}}"#,
+        "[".repeat(100_000)
+    );
+    let r = common::request(
+        s.addr,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(&deep),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let text = raw_post(
+        s.addr,
+        "/api/v1/namespaces/default/configmaps",
+        b"{\"metadata\":{\"name\":\"\xff\xfe\"}}",
+    )
+    .await;
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    let huge = format!(
+        r#"{{"metadata":{{"name":"x"}},"data":{{"a":"{}"}}}}"#,
+        "x".repeat(4 << 20)
+    );
+    let text = raw_post(
+        s.addr,
+        "/api/v1/namespaces/default/configmaps",
+        huge.as_bytes(),
+    )
+    .await;
+    assert!(
+        text.starts_with("HTTP/1.1 413"),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    for name in ["../x", "a/b", "..", "x%2Fy"] {
+        let body = format!(r#"{{"metadata":{{"name":"{name}"}}}}"#);
+        let r = common::request(
+            s.addr,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some(&body),
+        )
+        .await;
+        assert_eq!(r.status, 422, "{name}: {}", r.body);
+        assert_eq!(status_of(&r.body)["reason"], "Invalid");
+    }
+    for path in [
+        "/api/v1/namespaces/default/pods/..",
+        "/api/v1/namespaces/../pods",
+        "/api/v1/namespaces/default/pods/a/b/c",
+        "/api/v1/namespaces/default/pods/%2e%2e",
+    ] {
+        let r = common::get(s.addr, path).await;
+        assert!((400..500).contains(&r.status), "{path}: {}", r.status);
+    }
+    still_serving(s.addr, 50).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_rapid_reset_is_cut_off_and_others_are_served() {
+    let s = common::start(50, ServerConfig::default()).await;
+    // The gauge this test reads does count open watches.
+    let w = common::stream_lines(s.addr, "/api/v1/pods?watch=1").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let m = common::get(s.addr, "/metrics").await.body;
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("apiserver_longrunning_requests")
+                && l.contains("WATCH")
+                && l.ends_with(" 1")),
+        "{m}"
+    );
+    drop(w);
+    let tcp = TcpStream::connect(s.addr).await.expect("connect");
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("h2c handshake");
+    let conn = tokio::spawn(conn);
+    // Open streams and reset each at once (CVE-2023-44487), as fast as we can.
+    let mut refused = false;
+    for _ in 0..5_000 {
+        if send.ready().await.is_err() {
+            refused = true;
+            break;
+        }
+        let req = http::Request::get(format!("http://{}/api/v1/pods?watch=1", s.addr))
+            .body(Empty::<Bytes>::new())
+            .expect("req");
+        let fut = send.send_request(req);
+        // Dropping the response future resets the stream.
+        drop(tokio::time::timeout(Duration::from_micros(1), fut).await);
+    }
+    drop(send);
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+    // Either the connection was cut off (streams reset before the server accepted them),
+    // or every watch the resets started has ended: none is left holding resources.
+    let mut open = String::new();
+    for _ in 0..100 {
+        let m = common::get(s.addr, "/metrics").await.body;
+        open = m
+            .lines()
+            .filter(|l| l.starts_with("apiserver_longrunning_requests") && l.contains("WATCH"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+            .join("\n");
+        if open.lines().all(|l| l.ends_with(" 0")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        open.lines().all(|l| l.ends_with(" 0")),
+        "watches left open after {} resets (refused early: {refused}): {open}",
+        5_000
+    );
+    still_serving(s.addr, 50).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_does_not_hold_up_others() {
+    let s = common::start(20_000, ServerConfig::default()).await;
+    let _stalled: Vec<TcpStream> = futures::future::join_all(
+        (0..8).map(|_| stalled(s.addr, "/api/v1/pods?resourceVersion=0")),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..3 {
+        still_serving(s.addr, 20_000).await;
+    }
+}

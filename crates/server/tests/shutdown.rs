@@ -1,0 +1,159 @@
+//! SIGTERM on the real binary: it stops accepting, lets a LIST in flight finish, and ends
+//! open watches spread over the grace period instead of all at once (so informers do not
+//! reconnect in one stampede), then exits 0.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const GRACE_S: u64 = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_lists_and_spreads_watch_ends() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_listwatch"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--demo-pods",
+            "20000",
+            "--shutdown-watch-termination-grace-period",
+            &GRACE_S.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start listwatch");
+    let out = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(out).lines();
+    let addr: std::net::SocketAddr = loop {
+        let line = lines.next().expect("server exited").expect("log line");
+        if let Some(i) = line.find("listen=") {
+            let rest = &line[i + "listen=".len()..];
+            break rest
+                .split_whitespace()
+                .next()
+                .expect("addr")
+                .parse()
+                .expect("addr");
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+
+    // 30 watches, each reporting when its stream ends.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..30 {
+        let tx = tx.clone();
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET /api/v1/configmaps?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut all = Vec::new();
+            while let Ok(n) = s.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                all.extend_from_slice(&buf[..n]);
+                // The chunked body's terminator: the watch ended cleanly.
+                if all.ends_with(b"0\r\n\r\n") {
+                    break;
+                }
+            }
+            let _ = tx.send(Instant::now());
+        });
+    }
+    drop(tx);
+    // A LIST of 20,000 pods read slowly, so it is still in flight at SIGTERM.
+    let mut list = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    list.write_all(
+        b"GET /api/v1/pods?resourceVersion=0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .expect("write");
+    let reader = tokio::spawn(async move {
+        let mut body = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match list.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => body.extend_from_slice(&buf[..n]),
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        body
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let term = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no new connections once draining"
+    );
+
+    let mut ends = Vec::new();
+    while let Some(t) = tokio::time::timeout(Duration::from_secs(GRACE_S + 10), rx.recv())
+        .await
+        .expect("every watch ends within the grace period")
+    {
+        ends.push(t.duration_since(term));
+    }
+    assert_eq!(ends.len(), 30);
+    ends.sort();
+    let (first, last) = (ends[0], ends[ends.len() - 1]);
+    assert!(
+        last <= Duration::from_secs(GRACE_S) + Duration::from_millis(800),
+        "last watch ended {last:?} after SIGTERM"
+    );
+    assert!(
+        last - first >= Duration::from_secs(GRACE_S) / 3,
+        "watch ends are spread, not simultaneous: {first:?}..{last:?}"
+    );
+
+    let raw = reader.await.expect("reader");
+    let head_end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("response head");
+    assert!(raw.starts_with(b"HTTP/1.1 200"));
+    let body = dechunk(&raw[head_end + 4..]);
+    let v: serde_json::Value =
+        serde_json::from_slice(&body).expect("the LIST in flight finished as complete JSON");
+    assert_eq!(
+        v["items"].as_array().map(Vec::len),
+        Some(20_000),
+        "every pod of the LIST in flight was sent"
+    );
+
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("join")
+        .expect("wait");
+    assert!(status.success(), "exit status {status:?}");
+}
+
+/// The body of a chunked HTTP/1.1 response.
+fn dechunk(mut rest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(nl) = rest.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&rest[..nl]).expect("size line");
+        let n = usize::from_str_radix(size.trim(), 16).expect("hex size");
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&rest[nl + 2..nl + 2 + n]);
+        rest = &rest[nl + 2 + n + 2..];
+    }
+    out
+}
