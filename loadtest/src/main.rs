@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+
+mod chart;
+mod net;
 
 #[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -45,6 +47,19 @@ struct Args {
     /// Bearer token, if the server wants one.
     #[arg(long)]
     token: Option<String>,
+    /// CA bundle (PEM) to trust for an https:// URL.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// Accept any server certificate (https:// URLs).
+    #[arg(long)]
+    insecure_skip_tls_verify: bool,
+    /// idle-watchers only: multiplex this many watches per HTTP/2 (h2c) connection, as
+    /// client-go does, instead of one HTTP/1.1 connection per watch.
+    #[arg(long)]
+    h2_streams_per_conn: Option<usize>,
+    /// Where to write a PNG chart of the server's RSS over time (default: next to --out).
+    #[arg(long)]
+    chart: Option<PathBuf>,
     /// PID of the server process, to sample its RSS (same machine).
     #[arg(long)]
     pid: Option<u32>,
@@ -235,12 +250,8 @@ async fn get(
     path: &str,
     sink: &mut Sink,
 ) -> Result<(u64, u64, Option<String>), String> {
-    let mut s = TcpStream::connect(host).await.map_err(|e| e.to_string())?;
-    let auth = args
-        .token
-        .as_ref()
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
+    let mut s = net::connect(host).await?;
+    let auth = net::auth_header();
     let enc = if args.gzip {
         "Accept-Encoding: gzip\r\n"
     } else {
@@ -432,9 +443,9 @@ async fn request(
     path: &str,
     body: &str,
 ) -> Result<(u16, Vec<u8>), String> {
-    let mut s = TcpStream::connect(host).await.map_err(|e| e.to_string())?;
+    let mut s = net::connect(host).await?;
     s.write_all(
-        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n{}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", net::auth_header(), body.len())
             .as_bytes(),
     )
     .await
@@ -473,7 +484,7 @@ async fn request(
 /// A keep-alive HTTP/1.1 connection for back-to-back small requests (the churn writers).
 struct KeepAlive {
     host: String,
-    conn: Option<BufReader<TcpStream>>,
+    conn: Option<BufReader<net::Conn>>,
 }
 
 impl KeepAlive {
@@ -484,11 +495,7 @@ impl KeepAlive {
         body: &str,
     ) -> Result<(u16, Vec<u8>), String> {
         if self.conn.is_none() {
-            self.conn = Some(BufReader::new(
-                TcpStream::connect(&self.host)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            ));
+            self.conn = Some(BufReader::new(net::connect(&self.host).await?));
         }
         let r = self.try_request(method, path, body).await;
         if r.is_err() {
@@ -506,7 +513,7 @@ impl KeepAlive {
         let host = self.host.clone();
         let c = self.conn.as_mut().ok_or("no connection")?;
         c.get_mut()
-            .write_all(format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes())
+            .write_all(format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n{}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", net::auth_header(), body.len()).as_bytes())
             .await
             .map_err(|e| e.to_string())?;
         let mut line = String::new();
@@ -547,9 +554,13 @@ async fn watch_lines(
     until: Instant,
     mut on_line: impl FnMut(&[u8], Instant) -> bool,
 ) -> Result<(), String> {
-    let mut s = TcpStream::connect(host).await.map_err(|e| e.to_string())?;
+    let mut s = net::connect(host).await?;
     s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\n{}Connection: close\r\n\r\n",
+            net::auth_header()
+        )
+        .as_bytes(),
     )
     .await
     .map_err(|e| e.to_string())?;
@@ -652,6 +663,56 @@ async fn idle_watcher(
     };
     if let Err(e) = watch_lines(&host, &path, until, |_, _| true).await {
         res.error = Some(e);
+    }
+    res.seconds = t.elapsed().as_secs_f64();
+    res
+}
+
+/// An idle watch as one stream of a shared HTTP/2 connection: reads bookmarks until --hold.
+async fn idle_watcher_h2(
+    args: Arc<Args>,
+    mut send: hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    host: String,
+    start: Arc<tokio::sync::Barrier>,
+) -> ClientResult {
+    use http_body_util::BodyExt;
+    start.wait().await;
+    let t = Instant::now();
+    let mut res = ClientResult {
+        requests: 1,
+        ..Default::default()
+    };
+    let uri = format!(
+        "http://{host}/api/v1/namespaces/{}/configmaps?watch=1&resourceVersion=0&allowWatchBookmarks=true&timeoutSeconds={}",
+        args.namespace,
+        args.hold + 60
+    );
+    let mut req = hyper::Request::get(uri);
+    let auth = net::auth_header();
+    if let Some(v) = auth.strip_prefix("Authorization: ") {
+        req = req.header("authorization", v.trim_end());
+    }
+    let until = tokio::time::Instant::now() + Duration::from_secs(args.hold);
+    let run = async {
+        let req = req
+            .body(http_body_util::Empty::new())
+            .map_err(|e| e.to_string())?;
+        let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+        if resp.status() != 200 {
+            return Err(format!("HTTP {}", resp.status()));
+        }
+        let mut body = resp.into_body();
+        while let Some(f) = body.frame().await {
+            let f = f.map_err(|e| e.to_string())?;
+            if let Some(d) = f.data_ref() {
+                res.wire_bytes += d.len() as u64;
+            }
+        }
+        Ok::<_, String>(())
+    };
+    match tokio::time::timeout_at(until, run).await {
+        Ok(Err(e)) => res.error = Some(e),
+        Ok(Ok(())) | Err(_) => {}
     }
     res.seconds = t.elapsed().as_secs_f64();
     res
@@ -869,12 +930,12 @@ async fn churn(args: Arc<Args>, host: String) -> (Vec<ClientResult>, Latency) {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Arc::new(Args::parse());
-    let host = args
-        .url
-        .strip_prefix("http://")
-        .ok_or("only http:// URLs are supported so far")?
-        .trim_end_matches('/')
-        .to_string();
+    let host = net::init(
+        &args.url,
+        args.ca_file.as_deref(),
+        args.insecure_skip_tls_verify,
+        args.token.as_deref(),
+    )?;
     let pid = args.pid;
     let idle = pid.and_then(rss_kib);
     let running = Arc::new(AtomicBool::new(true));
@@ -902,8 +963,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         per_client = results;
         churn_report = Some(latency);
     } else {
+        let mut h2 = Vec::new();
+        if let (Scenario::IdleWatchers, Some(k)) = (args.scenario, args.h2_streams_per_conn) {
+            for _ in 0..args.clients.div_ceil(k.max(1)) {
+                let io = hyper_util::rt::TokioIo::new(net::connect(&host).await?);
+                let (send, conn) =
+                    hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .max_concurrent_reset_streams(0)
+                        .handshake(io)
+                        .await?;
+                tokio::spawn(conn);
+                h2.push(send);
+            }
+        }
         let handles: Vec<_> = (0..args.clients)
             .map(|i| {
+                if let Some(k) = args.h2_streams_per_conn.filter(|_| !h2.is_empty()) {
+                    let send = h2[i / k.max(1)].clone();
+                    return tokio::spawn(idle_watcher_h2(
+                        args.clone(),
+                        send,
+                        host.clone(),
+                        barrier.clone(),
+                    ));
+                }
                 let (a, h, b) = (args.clone(), host.clone(), barrier.clone());
                 match a.scenario {
                     Scenario::SlowReaders => tokio::spawn(slow_reader(a, h, b, i)),
@@ -913,12 +996,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             })
             .collect();
+        // Hidden automatically when stderr is not a terminal (CI, redirected runs).
+        let bar = indicatif::ProgressBar::new(handles.len() as u64).with_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} clients done {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(200));
         for h in handles {
             per_client.push(h.await.unwrap_or_else(|e| ClientResult {
                 error: Some(e.to_string()),
                 ..Default::default()
             }));
+            bar.inc(1);
         }
+        bar.finish_and_clear();
     }
     let duration = start.elapsed().as_secs_f64();
     running.store(false, Ordering::Relaxed);
@@ -959,6 +1052,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         per_client,
     };
     let json = serde_json::to_string_pretty(&report)?;
+    let chart = args
+        .chart
+        .clone()
+        .or_else(|| args.out.as_ref().map(|p| p.with_extension("png")));
+    if let Some(png) = &chart
+        && !report.rss_samples_kib.is_empty()
+    {
+        let title = format!(
+            "{:?}, {} clients: peak-idle {} MiB",
+            report.scenario,
+            report.clients,
+            report.peak_minus_idle_kib.unwrap_or(0) / 1024
+        );
+        if let Err(e) = chart::rss_png(png, &title, &report.rss_samples_kib) {
+            eprintln!("chart {}: {e}", png.display());
+        }
+    }
     match &args.out {
         Some(p) => std::fs::write(p, &json)?,
         None => println!("{json}"),

@@ -50,7 +50,14 @@ async fn run(args: &[&str]) -> serde_json::Value {
         .expect("run harness");
     assert!(status.success(), "{args:?}");
     let report = serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
+    // Every run with RSS samples also draws its chart next to the report.
+    let png = out.with_extension("png");
+    assert!(
+        std::fs::read(&png).is_ok_and(|b| b.starts_with(b"\x89PNG")),
+        "chart {png:?} written"
+    );
     let _ = std::fs::remove_file(out);
+    let _ = std::fs::remove_file(png);
     report
 }
 
@@ -159,4 +166,72 @@ async fn storms_slow_readers_idle_watchers_and_churn() {
     assert_eq!(r["churn"]["in_order"], true);
     assert_eq!(r["churn"]["every_watcher_saw_every_event"], true);
     assert!(r["churn"]["writes"].as_u64().is_some_and(|w| w > 50));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_targets_with_a_ca_file_or_skip_verify_and_a_token() {
+    use std::sync::Arc;
+
+    let dir = std::env::temp_dir().join(format!("lw-loadtest-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("cert");
+    let (cert_pem, key_pem, tokens) = (dir.join("c.pem"), dir.join("k.pem"), dir.join("t.csv"));
+    std::fs::write(&cert_pem, cert.pem()).expect("write");
+    std::fs::write(&key_pem, key.serialize_pem()).expect("write");
+    std::fs::write(&tokens, "tok,loadtest,1\n").expect("write");
+
+    let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
+    let source = EmbeddedSource::new(registry);
+    let pods = source
+        .registry()
+        .get("", "v1", "pods")
+        .expect("pods")
+        .clone();
+    source.seed(&pods, demo::demo_pods(PODS, 7)).expect("seed");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let options = listwatch_server::ServeOptions {
+        tls: Some(listwatch_server::security::tls_config(&cert_pem, &key_pem, None).expect("tls")),
+        authenticator: Some(Arc::new(
+            listwatch_server::security::Authenticator::from_token_file(&tokens, false)
+                .expect("tokens"),
+        )),
+        ..Default::default()
+    };
+    tokio::spawn(listwatch_server::serve_with(
+        App::embedded(source, ServerConfig::default()),
+        listener,
+        options,
+        std::future::pending(),
+    ));
+    let url = format!("https://{addr}");
+    let pods = PODS.to_string();
+    let ca = cert_pem.display().to_string();
+    for trust in [
+        ["--ca-file", ca.as_str()],
+        ["--insecure-skip-tls-verify", "--gzip"],
+    ] {
+        let mut args = vec![
+            "--url",
+            &url,
+            "--token",
+            "tok",
+            "--scenario",
+            "watchlist",
+            "--clients",
+            "2",
+            "--expect",
+            &pods,
+        ];
+        args.extend(trust);
+        let report = run(&args).await;
+        assert_eq!(report["complete"], true, "{trust:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

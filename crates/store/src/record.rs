@@ -48,6 +48,38 @@ pub enum IngestError {
     /// The object is larger than a record can address.
     #[error("object is too large")]
     TooLarge,
+    /// A field clients decode as a string (`metadata.namespace`, a label value) is not a
+    /// plain JSON string; Go clients would fail to decode the object.
+    #[error("{0} must be a string")]
+    NotAString(&'static str),
+    /// An object (top level, `metadata` or `labels`) names one key twice. Go clients keep
+    /// the last value, our index the first: refusing it keeps both views identical.
+    #[error("duplicate key {0:?} in an object")]
+    DuplicateKey(String),
+}
+
+/// A member key as JSON text means it (escapes decoded), for comparisons that must agree
+/// with how clients decode the object.
+fn decoded_key<'a>(input: &'a [u8], key: Span) -> std::borrow::Cow<'a, [u8]> {
+    let raw = &input[key.0..key.1];
+    if !raw.contains(&b'\\') {
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    match serde_json::from_slice::<String>(&input[key.0 - 1..key.1 + 1]) {
+        Ok(s) => std::borrow::Cow::Owned(s.into_bytes()),
+        Err(_) => std::borrow::Cow::Borrowed(raw),
+    }
+}
+
+/// Fails when two of `keys` are equal.
+fn no_duplicates(keys: &mut [std::borrow::Cow<'_, [u8]>]) -> Result<(), IngestError> {
+    keys.sort_unstable();
+    match keys.windows(2).find(|w| w[0] == w[1]) {
+        Some(w) => Err(IngestError::DuplicateKey(
+            String::from_utf8_lossy(&w[0]).into_owned(),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn r32(s: Span) -> Range32 {
@@ -74,12 +106,16 @@ impl Record {
         listwatch_core::json::push_go_string(&mut out, &info.api_version());
         let mut body_off = None;
         let mut saw_metadata = false;
-        let mut bad = false;
+        let mut bad = None;
+        let mut keys = Vec::with_capacity(8);
         scan::for_each_member(input, start, |m| {
-            let key = &input[m.key.0..m.key.1];
-            if key == b"kind" || key == b"apiVersion" {
+            let key = decoded_key(input, m.key);
+            let skip = *key == *b"kind" || *key == *b"apiVersion";
+            keys.push(key);
+            if skip {
                 return;
             }
+            let key = &input[m.key.0..m.key.1];
             out.push(b',');
             if body_off.is_none() {
                 body_off = Some(out.len());
@@ -88,15 +124,19 @@ impl Record {
             out.push(b':');
             if key == b"metadata" {
                 saw_metadata = true;
-                if !write_metadata(&mut out, input, m.value.0, rv) {
-                    bad = true;
+                if let Err(e) = write_metadata(&mut out, input, m.value.0, rv) {
+                    bad = Some(e);
                 }
             } else {
                 out.extend_from_slice(&input[m.value.0..m.value.1]);
             }
         })
         .ok_or(IngestError::NoMetadata)?;
-        if !saw_metadata || bad {
+        no_duplicates(&mut keys)?;
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        if !saw_metadata {
             return Err(IngestError::NoMetadata);
         }
         out.push(b'}');
@@ -124,21 +164,35 @@ impl Record {
         let md = scan::find_member(b, 0, "metadata").ok_or(IngestError::NoMetadata)?;
         let str_at = |key: &str| {
             scan::find_member(b, md.0, key)
-                .and_then(|v| scan::plain_scalar(b, v))
+                .and_then(|v| scan::plain_string(b, v))
                 .map(r32)
         };
         let name = str_at("name")
             .filter(|s| s.1 > s.0)
             .ok_or(IngestError::NoName)?;
-        let namespace = str_at("namespace").unwrap_or((0, 0));
+        let namespace = match scan::find_member(b, md.0, "namespace") {
+            None => (0, 0),
+            Some(v) => scan::plain_string(b, v)
+                .map(r32)
+                .ok_or(IngestError::NotAString("metadata.namespace"))?,
+        };
         let rv_span = str_at("resourceVersion").ok_or(IngestError::NoMetadata)?;
         let mut labels = Vec::new();
         if let Some(l) = scan::find_member(b, md.0, "labels").filter(|l| b[l.0] == b'{') {
+            let mut keys = Vec::new();
+            let mut non_string = false;
             scan::for_each_member(b, l.0, |m| {
-                if let Some(v) = scan::plain_scalar(b, m.value) {
-                    labels.push((r32(m.key), r32(v)));
+                keys.push(decoded_key(b, m.key));
+                match scan::plain_string(b, m.value) {
+                    Some(v) => labels.push((r32(m.key), r32(v))),
+                    // An escaped string is still a string (just not indexed by span).
+                    None => non_string |= b[m.value.0] != b'"',
                 }
             });
+            no_duplicates(&mut keys)?;
+            if non_string {
+                return Err(IngestError::NotAString("a label value"));
+            }
         }
         let fields = info
             .field_selectors
@@ -247,11 +301,18 @@ impl Record {
     }
 }
 
-fn write_metadata(out: &mut Vec<u8>, input: &[u8], start: usize, rv: u64) -> bool {
+fn write_metadata(
+    out: &mut Vec<u8>,
+    input: &[u8],
+    start: usize,
+    rv: u64,
+) -> Result<(), IngestError> {
     let mut members: Vec<scan::Member> = Vec::with_capacity(16);
     if scan::for_each_member(input, start, |m| members.push(m)).is_none() {
-        return false;
+        return Err(IngestError::NoMetadata);
     }
+    let mut keys: Vec<_> = members.iter().map(|m| decoded_key(input, m.key)).collect();
+    no_duplicates(&mut keys)?;
     let key_of = |m: &scan::Member| &input[m.key.0..m.key.1];
     let has_rv = members.iter().any(|m| key_of(m) == b"resourceVersion");
     // kube-apiserver's field order puts resourceVersion after uid (or namespace, or name).
@@ -295,7 +356,7 @@ fn write_metadata(out: &mut Vec<u8>, input: &[u8], start: usize, rv: u64) -> boo
         }
     }
     out.push(b'}');
-    true
+    Ok(())
 }
 
 /// Formats `v` in decimal into `buf`, returning the digits.
@@ -383,6 +444,39 @@ mod tests {
         assert_eq!(
             Record::ingest(br#"{"metadata":5}"#, &cm, 1).unwrap_err(),
             IngestError::NoMetadata
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_even_when_escaped() {
+        let info = listwatch_core::builtin_resources()
+            .into_iter()
+            .find(|r| r.resource == "pods")
+            .expect("pods");
+        for bad in [
+            // Found by the ingest fuzzer: Go clients read name "n1", the index read "p".
+            &br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","name":"n1"}}"#[..],
+            br#"{"metadata":{"name":"p","n\u0061me":"q"}}"#,
+            br#"{"metadata":{"name":"p"},"metadata":{"name":"q"}}"#,
+            br#"{"kind":"Pod","kin\u0064":"Secret","metadata":{"name":"p"}}"#,
+            br#"{"metadata":{"name":"p","labels":{"a":"1","a":"2"}}}"#,
+        ] {
+            assert!(
+                matches!(
+                    Record::ingest(bad, &info, 1),
+                    Err(IngestError::DuplicateKey(_))
+                ),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert!(
+            Record::ingest(
+                br#"{"metadata":{"name":"p","labels":{"a":"1","b":"1"}}}"#,
+                &info,
+                1
+            )
+            .is_ok()
         );
     }
 }

@@ -140,6 +140,14 @@ pub fn plain_scalar(b: &[u8], v: Span) -> Option<Span> {
     }
 }
 
+/// For a string value span without escapes, the span of its contents; `None` otherwise
+/// (names, namespaces and label values must be JSON strings).
+pub fn plain_string(b: &[u8], v: Span) -> Option<Span> {
+    (b.get(v.0) == Some(&b'"'))
+        .then(|| plain_scalar(b, v))
+        .flatten()
+}
+
 /// Calls `f` with the span of each element of the array whose `[` is at `start`.
 pub fn for_each_element(b: &[u8], start: usize, mut f: impl FnMut(Span)) -> Option<usize> {
     if b.get(start) != Some(&b'[') {
