@@ -180,6 +180,32 @@ async fn create_cm(api: &Api<ConfigMap>, name: &str) {
     }
 }
 
+/// listwatch over `etcd` with `n` configmaps `<prefix>-<i>` created through its API, and a
+/// kube-rs reflector over configmaps that has synced.
+async fn reflected_server(
+    etcd: &Etcd,
+    prefix: &str,
+    n: usize,
+) -> (
+    EtcdServer,
+    Api<ConfigMap>,
+    reflector::Store<ConfigMap>,
+    tokio::task::JoinHandle<()>,
+) {
+    let s = EtcdServer::start(
+        etcd.endpoints(),
+        Duration::from_secs(1),
+        ServerConfig::default(),
+    )
+    .await;
+    let api: Api<ConfigMap> = Api::namespaced(kube_client(s.addr), "default");
+    for i in 0..n {
+        create_cm(&api, &format!("{prefix}-{i}")).await;
+    }
+    let (reader, driver) = reflect(s.addr).await;
+    (s, api, reader, driver)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_etcd_contents_in_kube_apiserver_layout() {
     let etcd = Etcd::start(1).await;
@@ -412,17 +438,7 @@ async fn replicas_read_their_writes_and_never_go_back_in_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follows_etcd_across_a_restart() {
     let mut etcd = Etcd::start(1).await;
-    let s = EtcdServer::start(
-        etcd.endpoints(),
-        Duration::from_secs(1),
-        ServerConfig::default(),
-    )
-    .await;
-    let api: Api<ConfigMap> = Api::namespaced(kube_client(s.addr), "default");
-    for i in 0..20 {
-        create_cm(&api, &format!("before-{i}")).await;
-    }
-    let (reader, driver) = reflect(s.addr).await;
+    let (s, api, reader, driver) = reflected_server(&etcd, "before", 20).await;
 
     etcd.members[0].kill().await;
     // etcd is down: a consistent read cannot be served and must not fall back to the cache.
@@ -562,17 +578,7 @@ async fn compaction_while_cut_off_relists_expires_watchers_and_converges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_member_cluster_loses_and_regains_each_member() {
     let mut etcd = Etcd::start(3).await;
-    let s = EtcdServer::start(
-        etcd.endpoints(),
-        Duration::from_secs(1),
-        ServerConfig::default(),
-    )
-    .await;
-    let api: Api<ConfigMap> = Api::namespaced(kube_client(s.addr), "default");
-    for i in 0..10 {
-        create_cm(&api, &format!("base-{i}")).await;
-    }
-    let (reader, driver) = reflect(s.addr).await;
+    let (_s, api, reader, driver) = reflected_server(&etcd, "base", 10).await;
     for m in 0..3 {
         etcd.members[m].kill().await;
         for i in 0..5 {
