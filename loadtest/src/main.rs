@@ -710,9 +710,9 @@ async fn idle_watcher_h2(
         }
         Ok::<_, String>(())
     };
-    match tokio::time::timeout_at(until, run).await {
-        Ok(Err(e)) => res.error = Some(e),
-        Ok(Ok(())) | Err(_) => {}
+    // Reaching --hold (the timeout) is the normal end of an idle watch.
+    if let Ok(Err(e)) = tokio::time::timeout_at(until, run).await {
+        res.error = Some(e);
     }
     res.seconds = t.elapsed().as_secs_f64();
     res
