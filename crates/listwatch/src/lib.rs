@@ -232,6 +232,24 @@ impl ListWatch {
         Outcome::Handled(self.app.handle(req).await)
     }
 
+    /// Ends every open watch at a random moment within `grace` (call on shutdown, before
+    /// closing connections), so clients do not reconnect all at once.
+    pub fn drain(&self, grace: std::time::Duration) {
+        self.app.drain(grace);
+    }
+
+    /// Stops serving a resource at runtime: 404 from now on, gone from discovery, and its
+    /// open watches end spread over `grace`. Returns whether it was served.
+    pub fn remove_resource(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &str,
+        grace: std::time::Duration,
+    ) -> bool {
+        self.app.remove_resource(group, version, resource, grace)
+    }
+
     /// Trims event windows and retained snapshots by age; call about once a second.
     ///
     /// ```no_run

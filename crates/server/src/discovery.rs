@@ -59,6 +59,7 @@ pub fn resource_list(
 ) -> Option<Value> {
     let resources: Vec<Value> = registry
         .stores()
+        .filter(|s| !s.is_retired())
         .map(|s| s.info())
         .filter(|i| i.group == group && i.version == version)
         .map(|i| {
@@ -115,6 +116,7 @@ pub fn aggregated(registry: &Registry, core: bool, writable: bool, api_version: 
         }
         let resources: Vec<Value> = registry
             .stores()
+            .filter(|s| !s.is_retired())
             .map(|s| s.info())
             .filter(|i| i.group == g && i.version == v)
             .map(|i| {

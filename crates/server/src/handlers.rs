@@ -430,7 +430,7 @@ impl App {
             deadline,
             chunk: self.config.chunk_bytes,
             table,
-            drain: Some(self.drain.subscribe()),
+            drain: Some(store.drain_signal()),
         };
         let mut r = json_response(
             200,

@@ -81,8 +81,6 @@ pub struct App {
     config: ServerConfig,
     metrics: Arc<metrics::Metrics>,
     authorizer: Option<Arc<dyn auth::Authorizer>>,
-    /// `Some(grace)` once the server drains (see [`App::drain`]).
-    drain: tokio::sync::watch::Sender<Option<Duration>>,
     limits: limits::Limits,
 }
 
@@ -113,7 +111,6 @@ impl App {
             backend,
             metrics: Arc::new(metrics::Metrics::default()),
             authorizer,
-            drain: tokio::sync::watch::Sender::new(None),
             limits: limits::Limits::new(config.limits.clone()),
             config,
         })
@@ -141,7 +138,28 @@ impl App {
     /// kube-apiserver's `--shutdown-watch-termination-grace-period`), so clients reconnect
     /// spread out rather than all at once; LISTs in flight finish normally.
     pub fn drain(&self, grace: Duration) {
-        self.drain.send_replace(Some(grace));
+        for s in self.registry.stores() {
+            s.drain_watches(grace);
+        }
+    }
+
+    /// Stops serving `group/version/resource` at runtime: its paths answer 404 and leave
+    /// discovery, and its open watches end spread over `grace`, as on shutdown. Returns
+    /// whether the resource was served.
+    pub fn remove_resource(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &str,
+        grace: Duration,
+    ) -> bool {
+        match self.registry.get(group, version, resource) {
+            Some(s) if !s.is_retired() => {
+                s.retire(grace);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The served resources and their stores.
@@ -454,7 +472,7 @@ impl App {
                 Ok(r)
             }
             DiscoveryPath::Ready => {
-                // kube-apiserver's format: one [+]/[-] line per check, 500 when one fails.
+                // kube-apiserver's format when failing: one [+]/[-] line per check, 500.
                 let mut text = String::new();
                 let mut ok = true;
                 for s in self.registry.stores() {
@@ -470,11 +488,12 @@ impl App {
                         if ready { "ok" } else { "not ready" }
                     ));
                 }
-                text.push_str(if ok {
-                    "readyz check passed\n"
+                // Like kube-apiserver: a bare "ok" when ready, the check list when not.
+                if ok {
+                    text = "ok".into();
                 } else {
-                    "readyz check failed\n"
-                });
+                    text.push_str("readyz check failed\n");
+                }
                 let mut r = Response::new(full(Bytes::from(text)));
                 *r.status_mut() = if ok {
                     http::StatusCode::OK

@@ -81,7 +81,13 @@ pub fn route(registry: &Registry, path: &str) -> Route {
         ["watch", rest @ ..] => (true, rest),
         _ => (false, rest),
     };
-    let lookup = |r: &str| registry.get(group, version, r).cloned();
+    // A resource retired at runtime is unknown from then on.
+    let lookup = |r: &str| {
+        registry
+            .get(group, version, r)
+            .filter(|s| !s.is_retired())
+            .cloned()
+    };
     let valid = |s: &str| !s.is_empty() && s != "." && s != "..";
     match rest {
         ["namespaces", ns, r] if valid(ns) => match lookup(r).filter(|s| s.info().namespaced) {

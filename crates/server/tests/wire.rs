@@ -490,6 +490,26 @@ async fn discovery_documents() {
     );
     assert_eq!(get(s.addr, "/readyz").await.body, "ok");
     assert_eq!(get(s.addr, "/apis/nope/v1").await.status, 404);
+
+    // A cache its source no longer vouches for (being relisted): reads get kube-apiserver's
+    // 429 "storage is (re)initializing" and /readyz names it, never stale data.
+    let pods = s
+        .source
+        .registry()
+        .get("", "v1", "pods")
+        .expect("pods")
+        .clone();
+    pods.set_ready(false);
+    let r = get(s.addr, "/api/v1/pods").await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(json(&r.body)["message"], "storage is (re)initializing");
+    let r = get(s.addr, "/readyz").await;
+    assert_eq!(r.status, 500);
+    assert!(r.body.contains("[-]cache pods not ready"), "{}", r.body);
+    assert!(r.body.contains("[+]cache configmaps ok"), "{}", r.body);
+    pods.set_ready(true);
+    assert_eq!(get(s.addr, "/api/v1/pods").await.status, 200);
 }
 
 fn metric(text: &str, name_and_labels: &str) -> Option<f64> {

@@ -136,6 +136,11 @@ pub struct Store {
     /// the cache may be stale (a lost event, a compaction) and sets it after a relist;
     /// readers refuse an unready store instead of serving stale data.
     ready: AtomicBool,
+    /// Set when the resource stops being served (removed from the registry at runtime).
+    retired: AtomicBool,
+    /// `Some(grace)` once open watches must end, each at a random moment within `grace`
+    /// (server shutdown or this resource's removal).
+    drain: watch::Sender<Option<Duration>>,
 }
 
 impl Store {
@@ -162,6 +167,8 @@ impl Store {
             clock: watch::Sender::new(rv),
             head: watch::Sender::new(0),
             ready: AtomicBool::new(true),
+            retired: AtomicBool::new(false),
+            drain: watch::Sender::new(None),
         })
     }
 
@@ -178,6 +185,29 @@ impl Store {
     /// Marks the cache trusted (`true`, after a load or relist) or untrusted (`false`).
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
+    }
+
+    /// Ends every open watch on this store, each at a random moment within `grace`, so
+    /// their clients reconnect spread out.
+    pub fn drain_watches(&self, grace: Duration) {
+        self.drain.send_replace(Some(grace));
+    }
+
+    /// What a watch listens to for [`Store::drain_watches`].
+    pub fn drain_signal(&self) -> watch::Receiver<Option<Duration>> {
+        self.drain.subscribe()
+    }
+
+    /// Stops serving this resource: new requests see it as unknown (404) and open watches
+    /// end within `grace`.
+    pub fn retire(&self, grace: Duration) {
+        self.retired.store(true, Ordering::Release);
+        self.drain_watches(grace);
+    }
+
+    /// Whether [`Store::retire`] was called.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
 
     /// The current RV.

@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 pub struct TestServer {
     pub addr: SocketAddr,
     pub source: Arc<EmbeddedSource>,
+    pub app: Arc<App>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -55,12 +56,13 @@ pub async fn start(demo_pods: usize, config: ServerConfig) -> TestServer {
         },
     );
     let (tx, rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(serve(app, listener, async {
+    tokio::spawn(serve(app.clone(), listener, async {
         let _ = rx.await;
     }));
     TestServer {
         addr,
         source,
+        app,
         stop: Some(tx),
     }
 }
