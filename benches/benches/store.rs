@@ -27,6 +27,26 @@ fn store(c: &mut Criterion) {
     });
     g.finish();
 
+    // Ingest: validate (simd-json), splice the RV, index — per object, as a relist or a
+    // watch event from etcd does.
+    let mut g = c.benchmark_group("ingest");
+    let raw: Vec<_> = pod_records(10_000)
+        .into_iter()
+        .map(|r| r.bytes().clone())
+        .collect();
+    g.throughput(Throughput::Elements(raw.len() as u64));
+    g.sample_size(10);
+    g.bench_function("ingest_10k_pods", |b| {
+        let info = pods();
+        b.iter(|| {
+            for (i, json) in raw.iter().enumerate() {
+                let r = listwatch_store::Record::ingest(json, &info, i as u64 + 1).expect("ingest");
+                std::hint::black_box(r);
+            }
+        })
+    });
+    g.finish();
+
     // Apply: 100k MODIFIED events onto a 100k store (records pre-ingested; this measures the
     // store, not JSON parsing).
     let mut g = c.benchmark_group("apply");

@@ -405,6 +405,7 @@ pub fn apply_events(store: &Store, events: &[WatchedEvent]) -> Result<u64, Unsaf
     let info = store.info().clone();
     let current = store.current();
     let mut changes = Vec::with_capacity(events.len());
+    let mut put_in_batch: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut skipped = 0;
     for e in events {
         let created = !e.delete && e.kv.create_revision == e.kv.mod_revision;
@@ -421,10 +422,9 @@ pub fn apply_events(store: &Store, events: &[WatchedEvent]) -> Result<u64, Unsaf
             continue;
         };
         let rv = u64::try_from(e.kv.mod_revision).unwrap_or(0);
-        let held = current.get(key).is_some()
-            || changes
-                .iter()
-                .any(|c: &Change| matches!(c, Change::Put(r) if &**r.key() == key));
+        // Held by the cache or put earlier in this batch (a catch-up response can carry
+        // thousands of events, so no scan over the batch per event).
+        let held = current.get(key).is_some() || put_in_batch.contains(key);
         if e.delete {
             if held {
                 changes.push(Change::Delete {
@@ -447,7 +447,10 @@ pub fn apply_events(store: &Store, events: &[WatchedEvent]) -> Result<u64, Unsaf
             continue;
         }
         match ingest(&info, &e.kv.key, &e.kv.value, e.kv.mod_revision) {
-            Some(r) => changes.push(Change::Put(r)),
+            Some(r) => {
+                put_in_batch.insert(key);
+                changes.push(Change::Put(r));
+            }
             None => {
                 skipped += 1;
                 // Never keep serving the version this unreadable value replaced.

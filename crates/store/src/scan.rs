@@ -109,18 +109,40 @@ pub fn for_each_member(b: &[u8], start: usize, mut f: impl FnMut(Member)) -> Opt
 
 /// The value span of member `key` of the object at `start`.
 pub fn find_member(b: &[u8], start: usize, key: &str) -> Option<Span> {
-    let mut found = None;
-    for_each_member(b, start, |m| {
-        if found.is_none() && &b[m.key.0..m.key.1] == key.as_bytes() {
-            found = Some(m.value);
+    if b.get(start) != Some(&b'{') {
+        return None;
+    }
+    let mut i = skip_ws(b, start + 1);
+    // Stops at the member found: the values after it are never scanned.
+    while b.get(i) == Some(&b'"') {
+        let kend = skip_string(b, i)?;
+        let k = &b[i + 1..kend - 1];
+        i = skip_ws(b, kend);
+        if b.get(i) != Some(&b':') {
+            return None;
         }
-    })?;
-    found
+        i = skip_ws(b, i + 1);
+        let vend = skip_value(b, i)?;
+        if k == key.as_bytes() {
+            return Some((i, vend));
+        }
+        i = skip_ws(b, vend);
+        match b.get(i)? {
+            b',' => i = skip_ws(b, i + 1),
+            _ => return None,
+        }
+    }
+    None
 }
 
-/// The value span at a dotted path of object members (e.g. `["spec", "nodeName"]`).
+/// The value span at a dotted path of object members (e.g. `["spec", "nodeName"]`) from
+/// the value at `start`.
 pub fn find_path(b: &[u8], start: usize, path: &[&str]) -> Option<Span> {
-    let mut span = (start, skip_value(b, start)?);
+    find_path_from(b, (start, skip_value(b, start)?), path)
+}
+
+/// [`find_path`] from a value span already known (no rescan of that value).
+pub fn find_path_from(b: &[u8], mut span: Span, path: &[&str]) -> Option<Span> {
     for p in path {
         span = find_member(b, span.0, p)?;
     }
