@@ -53,6 +53,21 @@ fn configmap(ns: &str, name: &str, v: &str) -> String {
     )
 }
 
+/// Puts configmap `default/<name>` straight into etcd (kube-apiserver's layout); returns
+/// the revision of the write.
+async fn put_cm(c: &mut etcd_client::Client, name: &str, v: &str) -> i64 {
+    c.put(
+        format!("/registry/configmaps/default/{name}"),
+        configmap("default", name, v),
+        None,
+    )
+    .await
+    .expect("put")
+    .header()
+    .expect("header")
+    .revision()
+}
+
 /// `key → mod_revision` of everything under `prefix`, and etcd's revision.
 async fn etcd_state(c: &mut etcd_client::Client, prefix: &str) -> (i64, BTreeMap<String, i64>) {
     let resp = c
@@ -485,13 +500,7 @@ async fn compaction_while_cut_off_relists_expires_watchers_and_converges() {
     .await;
     let mut c = etcd.client().await;
     for i in 0..30 {
-        c.put(
-            format!("/registry/configmaps/default/cm-{i}"),
-            configmap("default", &format!("cm-{i}"), "0"),
-            None,
-        )
-        .await
-        .expect("put");
+        put_cm(&mut c, &format!("cm-{i}"), "0").await;
     }
     let (reader, driver) = reflect(s.addr).await;
     assert_converges(&reader, &mut c).await;
@@ -511,28 +520,12 @@ async fn compaction_while_cut_off_relists_expires_watchers_and_converges() {
             .expect("delete");
     }
     for i in 10..15 {
-        c.put(
-            format!("/registry/configmaps/default/cm-{i}"),
-            configmap("default", &format!("cm-{i}"), "1"),
-            None,
-        )
-        .await
-        .expect("update");
+        put_cm(&mut c, &format!("cm-{i}"), "1").await;
     }
-    let last = c
-        .put(
-            "/registry/configmaps/default/new",
-            configmap("default", "new", "1"),
-            None,
-        )
+    let last = put_cm(&mut c, "new", "1").await;
+    c.compact(last, Some(CompactionOptions::new().with_physical()))
         .await
-        .expect("create");
-    c.compact(
-        last.header().expect("header").revision(),
-        Some(CompactionOptions::new().with_physical()),
-    )
-    .await
-    .expect("compact");
+        .expect("compact");
     let r = common::get(s.addr, "/api/v1/configmaps").await;
     assert_ne!(
         r.status, 200,
