@@ -31,6 +31,9 @@ pub struct EtcdConfig {
     pub min_backoff: Duration,
     /// Longest reconnect/relist delay.
     pub max_backoff: Duration,
+    /// How long a progress mark is held before it applies (see
+    /// [`crate::follower::SETTLE_ON_OLD_ETCD`]); `start` sets it from etcd's version.
+    pub progress_settle: Duration,
 }
 
 impl Default for EtcdConfig {
@@ -42,6 +45,7 @@ impl Default for EtcdConfig {
             request_timeout: Duration::from_secs(10),
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
+            progress_settle: Duration::ZERO,
         }
     }
 }
@@ -67,6 +71,20 @@ impl EtcdSource {
             // A member cut off from the quorum would otherwise keep our watch open silently.
             .with_require_leader(true);
         let client = Client::connect(&config.endpoints, Some(options)).await?;
+        let mut config = config;
+        let version = match client.clone().status().await {
+            Ok(s) => s.version().to_string(),
+            Err(e) => {
+                tracing::warn!(error = %e, "etcd version unknown; assuming it reorders progress notifications");
+                String::new()
+            }
+        };
+        if progress_may_overtake_events(&version) {
+            tracing::warn!(%version, "etcd before 3.4.24/3.5.8 may send a requested progress notification ahead of an event (etcd#15220); holding marks {:?} to keep them in order", crate::follower::SETTLE_ON_OLD_ETCD);
+            config.progress_settle = config
+                .progress_settle
+                .max(crate::follower::SETTLE_ON_OLD_ETCD);
+        }
         let config = Arc::new(config);
         let mut followers = HashMap::new();
         for store in registry.stores() {
@@ -251,6 +269,36 @@ impl EtcdSource {
             .kvs()
             .first()
             .map(|kv| (kv.value().to_vec(), kv.mod_revision())))
+    }
+}
+
+/// Whether etcd `version` has etcd#15220 (fixed in 3.4.24 and 3.5.8); unknown counts as yes.
+fn progress_may_overtake_events(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (
+        parts.next().flatten(),
+        parts.next().flatten(),
+        parts.next().flatten(),
+    ) {
+        (Some(3), Some(4), Some(p)) => p < 24,
+        (Some(3), Some(5), Some(p)) => p < 8,
+        (Some(3), Some(m), Some(_)) => m < 4,
+        (Some(major), Some(_), Some(_)) => major < 3,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn etcd_versions_with_the_progress_reorder() {
+        use super::progress_may_overtake_events as old;
+        assert!(old("3.4.23"));
+        assert!(!old("3.4.24"));
+        assert!(old("3.5.7"));
+        assert!(!old("3.5.8"));
+        assert!(!old("3.6.0"));
+        assert!(old(""));
     }
 }
 

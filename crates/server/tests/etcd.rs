@@ -89,7 +89,16 @@ async fn etcd_state(c: &mut etcd_client::Client, prefix: &str) -> (i64, BTreeMap
 
 /// `namespace/name → resourceVersion` of a listwatch LIST, and the list's RV.
 async fn lw_state(addr: std::net::SocketAddr, path: &str) -> (i64, BTreeMap<String, i64>) {
-    let r = common::get(addr, path).await;
+    let mut r = common::get(addr, path).await;
+    // As client-go does, honour a 429's Retry-After (a cache relisting after etcd reordered
+    // a progress notification, etcd#15220; counted in the follower's stats).
+    for _ in 0..5 {
+        if r.status != 429 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        r = common::get(addr, path).await;
+    }
     assert_eq!(r.status, 200, "{path}: {}", r.body);
     let v = common::json(&r.body);
     let rv = v["metadata"]["resourceVersion"]

@@ -160,19 +160,24 @@ impl Etcd {
             .expect("etcd client")
     }
 
-    /// Waits until a linearizable read succeeds (a leader exists).
+    /// Waits until every running member answers a linearizable read (a leader exists and
+    /// each member accepts connections).
     pub async fn wait_healthy(&self) {
-        for _ in 0..200 {
-            if let Ok(mut c) = etcd_client::Client::connect(self.endpoints(), None).await
-                && tokio::time::timeout(Duration::from_secs(1), c.get("/health-probe", None))
-                    .await
-                    .is_ok_and(|r| r.is_ok())
-            {
-                return;
+        for m in self.members.iter().filter(|m| m.child.is_some()) {
+            let mut ok = false;
+            for _ in 0..200 {
+                if let Ok(mut c) = etcd_client::Client::connect([m.client_url()], None).await
+                    && tokio::time::timeout(Duration::from_secs(1), c.get("/health-probe", None))
+                        .await
+                        .is_ok_and(|r| r.is_ok())
+                {
+                    ok = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(ok, "etcd member {} did not become healthy", m.name);
         }
-        panic!("etcd did not become healthy");
     }
 }
 
