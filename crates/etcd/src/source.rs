@@ -288,6 +288,14 @@ fn progress_may_overtake_events(version: &str) -> bool {
     }
 }
 
+/// The written JSON as clients see it: with the revision etcd assigned as its RV.
+fn with_rv(info: &ResourceInfo, json: &[u8], rev: i64) -> Result<bytes::Bytes, ApiError> {
+    let rv = u64::try_from(rev).unwrap_or(0);
+    Record::ingest(json, info, rv)
+        .map(|r| r.bytes().clone())
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -300,12 +308,4 @@ mod tests {
         assert!(!old("3.6.0"));
         assert!(old(""));
     }
-}
-
-/// The written JSON as clients see it: with the revision etcd assigned as its RV.
-fn with_rv(info: &ResourceInfo, json: &[u8], rev: i64) -> Result<bytes::Bytes, ApiError> {
-    let rv = u64::try_from(rev).unwrap_or(0);
-    Record::ingest(json, info, rv)
-        .map(|r| r.bytes().clone())
-        .map_err(|e| ApiError::Internal(e.to_string()))
 }
