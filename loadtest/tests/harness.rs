@@ -11,7 +11,8 @@ use listwatch_store::StoreConfig;
 
 const PODS: usize = 1200;
 
-async fn server() -> std::net::SocketAddr {
+/// An app over PODS demo pods and a listener for it on 127.0.0.1.
+async fn seeded() -> (std::sync::Arc<App>, tokio::net::TcpListener) {
     let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
     let source = EmbeddedSource::new(registry);
     let pods = source
@@ -23,12 +24,13 @@ async fn server() -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
+    (App::embedded(source, ServerConfig::default()), listener)
+}
+
+async fn server() -> std::net::SocketAddr {
+    let (app, listener) = seeded().await;
     let addr = listener.local_addr().expect("addr");
-    tokio::spawn(serve(
-        App::embedded(source, ServerConfig::default()),
-        listener,
-        std::future::pending(),
-    ));
+    tokio::spawn(serve(app, listener, std::future::pending()));
     addr
 }
 
@@ -184,17 +186,7 @@ async fn tls_targets_with_a_ca_file_or_skip_verify_and_a_token() {
     std::fs::write(&key_pem, key.serialize_pem()).expect("write");
     std::fs::write(&tokens, "tok,loadtest,1\n").expect("write");
 
-    let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
-    let source = EmbeddedSource::new(registry);
-    let pods = source
-        .registry()
-        .get("", "v1", "pods")
-        .expect("pods")
-        .clone();
-    source.seed(&pods, demo::demo_pods(PODS, 7)).expect("seed");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let (app, listener) = seeded().await;
     let addr = listener.local_addr().expect("addr");
     let options = listwatch_server::ServeOptions {
         tls: Some(listwatch_server::security::tls_config(&cert_pem, &key_pem, None).expect("tls")),
@@ -205,7 +197,7 @@ async fn tls_targets_with_a_ca_file_or_skip_verify_and_a_token() {
         ..Default::default()
     };
     tokio::spawn(listwatch_server::serve_with(
-        App::embedded(source, ServerConfig::default()),
+        app,
         listener,
         options,
         std::future::pending(),
