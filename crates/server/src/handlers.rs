@@ -144,6 +144,24 @@ fn ready(store: &Store) -> Result<(), ApiError> {
     }
 }
 
+/// Content-negotiation headers of a streamed response: `Vary` whenever gzip was offered,
+/// `Content-Encoding` when the body is actually compressed.
+fn encoded(mut r: Response<ResponseBody>, offered: bool, gzip: bool) -> Response<ResponseBody> {
+    if gzip {
+        r.headers_mut().insert(
+            header::CONTENT_ENCODING,
+            http::HeaderValue::from_static("gzip"),
+        );
+    }
+    if offered {
+        r.headers_mut().insert(
+            header::VARY,
+            http::HeaderValue::from_static("Accept-Encoding"),
+        );
+    }
+    r
+}
+
 /// Maps a store error on the LIST/GET path to its API error.
 fn store_error(e: StoreError) -> ApiError {
     match e {
@@ -356,20 +374,11 @@ impl App {
             self.config.chunk_bytes,
         );
         let (body, gzip) = ListBody::new(encoder, gzip_ok);
-        let mut r = json_response(200, BodyExt::boxed(body));
-        if gzip {
-            r.headers_mut().insert(
-                header::CONTENT_ENCODING,
-                http::HeaderValue::from_static("gzip"),
-            );
-        }
-        if gzip_ok {
-            r.headers_mut().insert(
-                header::VARY,
-                http::HeaderValue::from_static("Accept-Encoding"),
-            );
-        }
-        Ok(r)
+        Ok(encoded(
+            json_response(200, BodyExt::boxed(body)),
+            gzip_ok,
+            gzip,
+        ))
     }
 
     async fn watch(
@@ -432,21 +441,8 @@ impl App {
             table,
             drain: Some(store.drain_signal()),
         };
-        let mut r = json_response(
-            200,
-            WatchStream::new(cursor, filter, spec).into_body(gzip_ok),
-        );
-        if gzip_ok {
-            r.headers_mut().insert(
-                header::CONTENT_ENCODING,
-                http::HeaderValue::from_static("gzip"),
-            );
-            r.headers_mut().insert(
-                header::VARY,
-                http::HeaderValue::from_static("Accept-Encoding"),
-            );
-        }
-        Ok(r)
+        let body = WatchStream::new(cursor, filter, spec).into_body(gzip_ok);
+        Ok(encoded(json_response(200, body), gzip_ok, gzip_ok))
     }
 }
 

@@ -273,50 +273,12 @@ impl App {
             _ => (false, String::new(), false),
         };
         let verb = verb_label(&method, &route_kind, &query);
-        let admitted = self.admit(&route, &method, verb, &call, path.len() + query.len());
-        let admission = match admitted {
-            Ok(a) => a,
-            Err(e) => {
-                let response = handlers::error_response(&e);
-                let (parts, body) = response.into_parts();
-                let info = metrics::RequestInfo {
-                    verb,
-                    resource: route_kind.1,
-                    uri: path,
-                    code: parts.status.as_u16(),
-                    start,
-                };
-                let body = metrics::MeteredBody::new(body, self.metrics.clone(), info);
-                return Response::from_parts(parts, http_body_util::BodyExt::boxed(body));
-            }
-        };
-        let answer = match route {
-            Route::Discovery(d) if method == Method::GET => {
-                self.discovery(d, call.accept.as_deref())
-            }
-            Route::Discovery(_) => Err(ApiError::MethodNotAllowed),
-            Route::Collection {
-                store,
-                namespace,
-                legacy_watch,
-            } => match self.authorize(&call, &route_kind, &store, namespace.as_deref(), "") {
-                Ok(()) => self.collection(call, store, namespace, legacy_watch).await,
-                Err(e) => Err(e),
-            },
-            Route::Object {
-                store,
-                namespace,
-                name,
-                legacy_watch,
-            } => match self.authorize(&call, &route_kind, &store, namespace.as_deref(), &name) {
-                Ok(()) => {
-                    self.object(call, store, namespace, name, legacy_watch)
-                        .await
-                }
-                Err(e) => Err(e),
-            },
-            Route::NotFound => Err(ApiError::UnknownPath),
-        };
+        // Refused requests go the same way as failed ones: a Status, metered and logged.
+        let (admission, answer) =
+            match self.admit(&route, &method, verb, &call, path.len() + query.len()) {
+                Err(e) => (None, Err(e)),
+                Ok(admission) => (admission, self.route(route, call, &route_kind).await),
+            };
         let response = answer.unwrap_or_else(|e| handlers::error_response(&e));
         let (parts, body) = response.into_parts();
         let info = metrics::RequestInfo {
@@ -337,6 +299,41 @@ impl App {
         };
         let body = metrics::MeteredBody::new(body, self.metrics.clone(), info).hold(admission);
         Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
+    }
+
+    /// Dispatches a routed request to discovery, a collection or an object (after
+    /// authorization).
+    async fn route(
+        &self,
+        route: Route,
+        call: handlers::Call,
+        route_kind: &(bool, String, bool),
+    ) -> handlers::Answer {
+        match route {
+            Route::Discovery(d) if call.method == Method::GET => {
+                self.discovery(d, call.accept.as_deref())
+            }
+            Route::Discovery(_) => Err(ApiError::MethodNotAllowed),
+            Route::Collection {
+                store,
+                namespace,
+                legacy_watch,
+            } => {
+                self.authorize(&call, route_kind, &store, namespace.as_deref(), "")?;
+                self.collection(call, store, namespace, legacy_watch).await
+            }
+            Route::Object {
+                store,
+                namespace,
+                name,
+                legacy_watch,
+            } => {
+                self.authorize(&call, route_kind, &store, namespace.as_deref(), &name)?;
+                self.object(call, store, namespace, name, legacy_watch)
+                    .await
+            }
+            Route::NotFound => Err(ApiError::UnknownPath),
+        }
     }
 
     /// A `Status` response for a request refused before routing (e.g. 401).

@@ -16,7 +16,6 @@ use kube::api::{DeleteParams, PostParams};
 use kube::runtime::watcher::{self, InitialListStrategy};
 use kube::runtime::{WatchStreamExt, reflector};
 use kube::{Api, Client, Config, ResourceExt};
-use listwatch_server::ServerConfig;
 
 fn kube_client(addr: std::net::SocketAddr) -> Client {
     let config = Config::new(format!("http://{addr}").parse().expect("url"));
@@ -216,12 +215,7 @@ async fn reflected_server(
     reflector::Store<ConfigMap>,
     tokio::task::JoinHandle<()>,
 ) {
-    let s = EtcdServer::start(
-        etcd.endpoints(),
-        Duration::from_secs(1),
-        ServerConfig::default(),
-    )
-    .await;
+    let s = EtcdServer::start(etcd.endpoints(), Duration::from_secs(1)).await;
     let api: Api<ConfigMap> = Api::namespaced(kube_client(s.addr), "default");
     for i in 0..n {
         create_cm(&api, &format!("{prefix}-{i}")).await;
@@ -272,12 +266,7 @@ async fn serves_etcd_contents_in_kube_apiserver_layout() {
         .await
         .expect("put stray");
 
-    let s = EtcdServer::start(
-        etcd.endpoints(),
-        Duration::from_secs(1),
-        ServerConfig::default(),
-    )
-    .await;
+    let s = EtcdServer::start(etcd.endpoints(), Duration::from_secs(1)).await;
 
     // LIST (consistent read) equals etcd at the list's RV, object RVs = mod_revision.
     let (etcd_rev, want) = etcd_state(&mut c, "/registry/pods/").await;
@@ -384,18 +373,8 @@ async fn serves_etcd_contents_in_kube_apiserver_layout() {
 async fn replicas_read_their_writes_and_never_go_back_in_time() {
     let etcd = Etcd::start(1).await;
     // Long progress period: only requested progress brings an idle cache forward.
-    let a = EtcdServer::start(
-        etcd.endpoints(),
-        Duration::from_secs(600),
-        ServerConfig::default(),
-    )
-    .await;
-    let b = EtcdServer::start(
-        etcd.endpoints(),
-        Duration::from_secs(600),
-        ServerConfig::default(),
-    )
-    .await;
+    let a = EtcdServer::start(etcd.endpoints(), Duration::from_secs(600)).await;
+    let b = EtcdServer::start(etcd.endpoints(), Duration::from_secs(600)).await;
     let on_a: Api<ConfigMap> = Api::namespaced(kube_client(a.addr), "default");
 
     // After its own write on A, a consistent LIST on B always sees it.
@@ -501,12 +480,7 @@ async fn follows_etcd_across_a_restart() {
 async fn compaction_while_cut_off_relists_expires_watchers_and_converges() {
     let etcd = Etcd::start(1).await;
     let proxy = Proxy::start(etcd.members[0].client_port).await;
-    let s = EtcdServer::start(
-        vec![proxy.url()],
-        Duration::from_secs(1),
-        ServerConfig::default(),
-    )
-    .await;
+    let s = EtcdServer::start(vec![proxy.url()], Duration::from_secs(1)).await;
     let mut c = etcd.client().await;
     for i in 0..30 {
         put_cm(&mut c, &format!("cm-{i}"), "0").await;

@@ -268,7 +268,7 @@ impl Drop for EtcdServer {
 }
 
 impl EtcdServer {
-    pub async fn start(endpoints: Vec<String>, progress: Duration, config: ServerConfig) -> Self {
+    pub async fn start(endpoints: Vec<String>, progress: Duration) -> Self {
         let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
         let source = EtcdSource::start(
             registry.clone(),
@@ -288,7 +288,7 @@ impl EtcdServer {
             Backend::Etcd(source.clone()),
             ServerConfig {
                 advertise: addr.to_string(),
-                ..config
+                ..ServerConfig::default()
             },
             None,
         );
