@@ -40,6 +40,7 @@ pub fn list_encoder(store: &Store) -> listwatch_codec::ListEncoder {
     );
     listwatch_codec::ListEncoder::new(
         reader,
+        listwatch_codec::Encoding::Json,
         info.list_kind(),
         info.api_version(),
         String::new(),

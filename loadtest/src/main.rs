@@ -738,15 +738,10 @@ async fn relist_storm(
     )
     .await
     {
-        Ok(_) => request(
-            &host,
-            "GET",
-            &format!("{base}?resourceVersion=0&limit=1"),
-            "",
-        )
-        .await
-        .ok()
-        .and_then(|(_, b)| rv_of(&b)),
+        Ok(_) => request(&host, "GET", &format!("{base}?limit=1"), "")
+            .await
+            .ok()
+            .and_then(|(_, b)| rv_of(&b)),
         Err(e) => {
             res.error = Some(e);
             None

@@ -3,7 +3,8 @@
 //! - [`ChunkWriter`]: coalesces small pieces into bounded chunks and passes large records
 //!   through as their own shared `Bytes` (no copy).
 //! - [`ListEncoder`]: a LIST response body, produced chunk by chunk from a snapshot.
-//! - [`watch`]: watch-event framing (`{"type":…,"object":…}\n`), bookmarks, errors.
+//! - [`WatchEncoder`]: a watch body (initial events, bookmarks, live events, ERROR) from a
+//!   snapshot and a cursor; [`watch`] also has the event framing.
 
 use std::collections::VecDeque;
 
@@ -15,6 +16,15 @@ pub mod table;
 pub mod watch;
 
 pub use list::{ListEncoder, ListFormat};
+pub use watch::{WatchEncoder, WatchSpec, WatchStep};
+
+/// The wire encoding negotiated for a response; the encoders lay bytes out in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Encoding {
+    /// `application/json` (objects are stored as JSON and sent as they are).
+    #[default]
+    Json,
+}
 pub use table::{IncludeObject, TableFormat};
 
 /// Default chunk size: a response holds at most about this much copied data at once.

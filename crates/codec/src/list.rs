@@ -5,8 +5,8 @@ use listwatch_core::ContinueToken;
 use listwatch_core::json::push_go_string;
 use listwatch_store::SnapshotReader;
 
-use crate::ChunkWriter;
 use crate::table::TableFormat;
+use crate::{ChunkWriter, Encoding};
 
 /// How LIST items are presented.
 #[derive(Clone, Debug)]
@@ -41,10 +41,12 @@ pub struct ListEncoder {
 const SCAN_PER_STEP: usize = 4096;
 
 impl ListEncoder {
-    /// An encoder for one LIST page. `continue_prefix` is the list's key prefix (for the
-    /// continue token); `chunk` bounds the bytes copied per chunk.
+    /// An encoder for one LIST page in `encoding`. `continue_prefix` is the list's key
+    /// prefix (for the continue token); `chunk` bounds the bytes copied per chunk.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         reader: SnapshotReader,
+        encoding: Encoding,
         list_kind: String,
         api_version: String,
         continue_prefix: String,
@@ -52,6 +54,8 @@ impl ListEncoder {
         format: ListFormat,
         chunk: usize,
     ) -> Self {
+        // JSON is the only encoding so far: stored bytes go out as they are.
+        let Encoding::Json = encoding;
         ListEncoder {
             reader,
             out: ChunkWriter::new(chunk),

@@ -1,12 +1,18 @@
-//! Watch-event framing: one `{"type":…,"object":…}` per line.
+//! Watch responses: event framing (one `{"type":…,"object":…}` per line) and
+//! [`WatchEncoder`], which turns a snapshot (initial events) and a cursor into chunks.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use listwatch_core::ResourceInfo;
 use listwatch_core::json::push_go_string;
 use listwatch_store::record::fmt_u64;
-use listwatch_store::{EventType, Record};
+use listwatch_store::{Event, EventType, Filter, Record, SnapshotReader, WatchCursor};
 
-use crate::ChunkWriter;
+use crate::table::TableFormat;
+use crate::{ChunkWriter, Encoding};
 
 /// Writes an event line for `object`; with `stamp_rv` the object is sent with that RV in
 /// place of its own (three shared slices, no copy of the object when large).
@@ -67,6 +73,249 @@ pub fn write_error(out: &mut ChunkWriter, status_body: &[u8]) {
     out.put_slice(b"{\"type\":\"ERROR\",\"object\":");
     out.put_slice(status_body);
     out.put_slice(b"}\n");
+}
+
+/// A whole response that is one ERROR event (kube-apiserver answers a watch from a
+/// too-old RV with 200 and this line).
+pub fn error_body(status_body: &[u8]) -> Vec<u8> {
+    let mut w = ChunkWriter::new(usize::MAX >> 1);
+    write_error(&mut w, status_body);
+    w.into_vec()
+}
+
+/// Settings of one watch response.
+pub struct WatchSpec {
+    /// Initial state to send as ADDED events first (watch-list / RV unset or "0").
+    pub initial: Option<SnapshotReader>,
+    /// Send the `k8s.io/initial-events-end` bookmark after the initial events.
+    pub initial_events_end: bool,
+    /// RV of the initial snapshot (the end bookmark's RV).
+    pub initial_rv: u64,
+    /// Periodic bookmarks requested.
+    pub bookmarks: bool,
+    /// Bookmark period (kube-apiserver: about a minute).
+    pub bookmark_every: Duration,
+    /// When the watch ends.
+    pub deadline: Instant,
+    /// Bytes copied into one chunk at most.
+    pub chunk: usize,
+    /// The negotiated wire encoding.
+    pub encoding: Encoding,
+    /// Send each event's object as a one-row Table (kubectl `-w`).
+    pub table: Option<TableFormat>,
+}
+
+/// What a watch has to send next.
+#[derive(Debug)]
+pub enum WatchStep {
+    /// Send this chunk, then ask again.
+    Chunk(Bytes),
+    /// Nothing to send: ask again when the cursor has news or at `until` (a bookmark or
+    /// the deadline), whichever comes first.
+    Idle {
+        /// The next moment something is due without new events.
+        until: Instant,
+    },
+    /// The watch is over.
+    End,
+}
+
+enum Phase {
+    Initial(SnapshotReader),
+    InitialEnd,
+    Live,
+    Done,
+}
+
+/// Events fetched from the log per step.
+const EVENTS_PER_STEP: usize = 256;
+/// Records examined per step of the initial phase.
+const SCAN_PER_STEP: usize = 4096;
+
+/// A watch (or watch-list) response being encoded: initial events from a snapshot, the
+/// `initial-events-end` bookmark, then the event log through a cursor, with periodic
+/// bookmarks and an ERROR event if the cursor falls out of the log. Pure: it never waits;
+/// the caller waits when told [`WatchStep::Idle`]. Holds at most about one chunk of copied
+/// bytes plus the events of one step.
+pub struct WatchEncoder {
+    cursor: WatchCursor,
+    filter: Arc<Filter>,
+    out: ChunkWriter,
+    phase: Phase,
+    pending: VecDeque<Arc<Event>>,
+    scratch: Vec<Arc<Event>>,
+    spec: WatchSpec,
+    next_bookmark: Option<Instant>,
+}
+
+impl WatchEncoder {
+    /// An encoder over `cursor` through `filter`, started at `now`.
+    pub fn new(
+        cursor: WatchCursor,
+        filter: Arc<Filter>,
+        mut spec: WatchSpec,
+        now: Instant,
+    ) -> Self {
+        let phase = match spec.initial.take() {
+            Some(r) => Phase::Initial(r),
+            None => Phase::InitialEnd,
+        };
+        let mut e = WatchEncoder {
+            cursor,
+            filter,
+            out: ChunkWriter::new(spec.chunk),
+            phase,
+            pending: VecDeque::new(),
+            scratch: Vec::new(),
+            spec,
+            next_bookmark: None,
+        };
+        e.next_bookmark = e.bookmark_after(now);
+        e
+    }
+
+    /// The cursor, for the caller to wait on when idle.
+    pub fn cursor_mut(&mut self) -> &mut WatchCursor {
+        &mut self.cursor
+    }
+
+    /// Whether initial events are still being sent (where compression pays off).
+    pub fn in_initial_phase(&self) -> bool {
+        matches!(self.phase, Phase::Initial(_) | Phase::InitialEnd)
+    }
+
+    /// Whether initial events are still to come (a watch-list not yet past its snapshot).
+    pub fn has_initial_events(&self) -> bool {
+        matches!(self.phase, Phase::Initial(_))
+    }
+
+    /// Ends the watch at `at` if that is before its deadline (shutdown spreads watch ends).
+    pub fn end_by(&mut self, at: Instant) {
+        self.spec.deadline = self.spec.deadline.min(at);
+        self.next_bookmark = self.next_bookmark.filter(|b| *b < self.spec.deadline);
+    }
+
+    /// What to send next at time `now`.
+    pub fn step(&mut self, now: Instant) -> WatchStep {
+        loop {
+            if let Some(c) = self.out.pop() {
+                return WatchStep::Chunk(c);
+            }
+            match &mut self.phase {
+                Phase::Done => return WatchStep::End,
+                Phase::Initial(reader) => {
+                    let out = &mut self.out;
+                    let table = &self.spec.table;
+                    let wall = listwatch_core::time::unix_now();
+                    let more = reader.next_batch(SCAN_PER_STEP, |r| {
+                        write_one(out, table, EventType::Added, r, None, wall);
+                        !out.is_full()
+                    });
+                    if !more {
+                        self.phase = Phase::InitialEnd;
+                    }
+                    if now >= self.spec.deadline {
+                        self.out.flush();
+                        self.phase = Phase::Done;
+                    }
+                }
+                Phase::InitialEnd => {
+                    if self.spec.initial_events_end {
+                        let info = self.cursor.store().info();
+                        write_bookmark(&mut self.out, info, self.spec.initial_rv, true);
+                    }
+                    self.out.flush();
+                    self.phase = Phase::Live;
+                }
+                Phase::Live => {
+                    if now >= self.spec.deadline {
+                        self.phase = Phase::Done;
+                        continue;
+                    }
+                    if self.pending.is_empty() && !self.fetch() {
+                        continue;
+                    }
+                    let wall = listwatch_core::time::unix_now();
+                    while let Some(e) = self.pending.pop_front() {
+                        if let Some(v) = self.filter.view(&e) {
+                            let t = &self.spec.table;
+                            write_one(&mut self.out, t, v.kind, v.object, v.stamp_rv, wall);
+                        }
+                        if self.out.is_full() {
+                            break;
+                        }
+                    }
+                    if self.out.buffered() > 0 {
+                        self.out.flush();
+                        continue;
+                    }
+                    if !self.pending.is_empty() {
+                        continue;
+                    }
+                    // Caught up. A due bookmark goes out now: everything logged before it
+                    // has been sent, so its RV (the cursor's) covers it.
+                    if let Some(at) = self.next_bookmark
+                        && now >= at
+                    {
+                        let info = self.cursor.store().info();
+                        write_bookmark(&mut self.out, info, self.cursor.rv(), false);
+                        self.out.flush();
+                        self.next_bookmark = self.bookmark_after(now);
+                        continue;
+                    }
+                    let until = self
+                        .next_bookmark
+                        .map_or(self.spec.deadline, |b| b.min(self.spec.deadline));
+                    return WatchStep::Idle { until };
+                }
+            }
+        }
+    }
+
+    /// Moves the cursor's next events into `pending`; false when it fell out of the log
+    /// (the ERROR event is then written and the watch ends).
+    fn fetch(&mut self) -> bool {
+        self.scratch.clear();
+        if let Err(e) = self.cursor.poll(EVENTS_PER_STEP, &mut self.scratch) {
+            let status = listwatch_core::ApiError::from(e).to_status();
+            write_error(&mut self.out, &status.body);
+            self.out.flush();
+            self.phase = Phase::Done;
+            return false;
+        }
+        self.pending.extend(self.scratch.drain(..));
+        true
+    }
+
+    /// kube-apiserver's bookmark schedule: about every `bookmark_every`, and 2 s before
+    /// the deadline; none once that moment has passed.
+    fn bookmark_after(&self, now: Instant) -> Option<Instant> {
+        if !self.spec.bookmarks {
+            return None;
+        }
+        let mut t = now + self.spec.bookmark_every;
+        if let Some(pre) = self.spec.deadline.checked_sub(Duration::from_secs(2))
+            && pre < t
+        {
+            t = pre;
+        }
+        (t > now).then_some(t)
+    }
+}
+
+/// One event line, as a plain object or a one-row Table.
+fn write_one(
+    out: &mut ChunkWriter,
+    table: &Option<TableFormat>,
+    kind: EventType,
+    r: &Record,
+    stamp_rv: Option<u64>,
+    now: i64,
+) {
+    match table {
+        Some(t) => t.write_event(out, kind.as_str(), r, stamp_rv, now),
+        None => write_event(out, kind, r, stamp_rv),
+    }
 }
 
 /// One complete event line as bytes (for tests and small one-off writes).

@@ -5,6 +5,7 @@
 //! - [`continue_token`]: continue tokens compatible with kube-apiserver.
 //! - [`status`]: typed errors and their single mapping to the wire `Status`.
 //! - [`resource`]: what the server knows about each resource type.
+//! - [`verb`]: a request's verb, decided once.
 
 pub mod continue_token;
 pub mod fields;
@@ -14,10 +15,12 @@ pub mod options;
 pub mod resource;
 pub mod status;
 pub mod time;
+pub mod verb;
 
 pub use continue_token::ContinueToken;
 pub use fields::FieldSelector;
 pub use labels::LabelSelector;
-pub use options::{ListOptions, ResourceVersion, RvMatch};
+pub use options::{ListOptions, QueryParams, ResourceVersion, RvMatch};
 pub use resource::{ResourceInfo, builtin_resources};
 pub use status::{ApiError, FieldError, ObjectRef, Status};
+pub use verb::Verb;

@@ -77,16 +77,61 @@ fn parse_bool(s: &str) -> bool {
     !matches!(s.to_ascii_lowercase().as_str(), "0" | "f" | "false")
 }
 
-/// The first value of query parameter `key`, percent-decoded (what Go's `Query().Get` gives).
-pub fn query_param(query: &str, key: &str) -> Option<String> {
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.into_owned())
+/// The query parameters of a read, decoded once (first value of a repeated parameter wins,
+/// as Go's `Query().Get`). Validation is [`ListOptions::from_params`]'s, so a request's
+/// errors still surface in kube-apiserver's order, after authorization.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueryParams {
+    /// `resourceVersion` (empty when absent).
+    pub resource_version: String,
+    /// `resourceVersionMatch` (empty when absent).
+    pub resource_version_match: String,
+    /// `limit`, undecoded.
+    pub limit: Option<String>,
+    /// `continue` (empty when absent).
+    pub continue_token: String,
+    /// `labelSelector`.
+    pub label_selector: String,
+    /// `fieldSelector`.
+    pub field_selector: String,
+    /// `watch`, with Go's bool conversion.
+    pub watch: bool,
+    /// `allowWatchBookmarks`.
+    pub allow_watch_bookmarks: bool,
+    /// `sendInitialEvents`, when given.
+    pub send_initial_events: Option<bool>,
+    /// `timeoutSeconds`, undecoded.
+    pub timeout_seconds: Option<String>,
+    /// `includeObject` (Tables: `None`, `Metadata`, `Object`).
+    pub include_object: Option<String>,
 }
 
-/// A boolean query parameter with Go's conversion (absent: false).
-pub fn query_flag(query: &str, key: &str) -> bool {
-    query_param(query, key).is_some_and(|v| parse_bool(&v))
+impl QueryParams {
+    /// Decodes a raw URL query in one pass.
+    pub fn decode(query: &str) -> Self {
+        let mut p = QueryParams::default();
+        let mut seen = std::collections::HashSet::new();
+        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+            if !seen.insert(k.clone()) {
+                continue;
+            }
+            match k.as_ref() {
+                "resourceVersion" => p.resource_version = v.into_owned(),
+                "resourceVersionMatch" => p.resource_version_match = v.into_owned(),
+                "limit" => p.limit = Some(v.into_owned()),
+                "continue" => p.continue_token = v.into_owned(),
+                "labelSelector" => p.label_selector = v.into_owned(),
+                "fieldSelector" => p.field_selector = v.into_owned(),
+                "watch" => p.watch = parse_bool(&v),
+                "allowWatchBookmarks" => p.allow_watch_bookmarks = parse_bool(&v),
+                "sendInitialEvents" => p.send_initial_events = Some(parse_bool(&v)),
+                "timeoutSeconds" => p.timeout_seconds = Some(v.into_owned()),
+                "includeObject" => p.include_object = Some(v.into_owned()),
+                _ => {}
+            }
+        }
+        p
+    }
 }
 
 /// Parses an RV string as kube-apiserver's versioner does.
@@ -114,53 +159,40 @@ impl ListOptions {
         info: &ResourceInfo,
         namespace: Option<&str>,
     ) -> Result<Self, ApiError> {
-        let mut rv = String::new();
-        let mut rv_match = String::new();
-        let mut limit = None;
-        let mut cont = String::new();
-        let mut label = String::new();
-        let mut field = String::new();
-        let mut watch = false;
-        let mut bookmarks = false;
-        let mut initial = None;
-        let mut timeout = None;
-        // Go keeps the first value of a repeated parameter.
-        let mut seen = std::collections::HashSet::new();
-        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-            if !seen.insert(k.clone()) {
-                continue;
-            }
-            match k.as_ref() {
-                "resourceVersion" => rv = v.into_owned(),
-                "resourceVersionMatch" => rv_match = v.into_owned(),
-                "limit" => limit = Some(v.into_owned()),
-                "continue" => cont = v.into_owned(),
-                "labelSelector" => label = v.into_owned(),
-                "fieldSelector" => field = v.into_owned(),
-                "watch" => watch = parse_bool(&v),
-                "allowWatchBookmarks" => bookmarks = parse_bool(&v),
-                "sendInitialEvents" => initial = Some(parse_bool(&v)),
-                "timeoutSeconds" => timeout = Some(v.into_owned()),
-                _ => {}
-            }
-        }
+        Self::from_params(&QueryParams::decode(query), info, namespace)
+    }
 
+    /// Validates decoded parameters for a request on `info` scoped to `namespace`.
+    pub fn from_params(
+        p: &QueryParams,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+    ) -> Result<Self, ApiError> {
+        let rv = &p.resource_version;
+        let rv_match = &p.resource_version_match;
+        let cont = &p.continue_token;
+        let watch = p.watch;
+        let initial = p.send_initial_events;
         // 1. Decoding (400): numbers, then selectors, in Go's conversion order.
-        let timeout_seconds = timeout
+        let timeout_seconds = p
+            .timeout_seconds
             .as_deref()
             .filter(|s| !s.is_empty())
             .map(parse_i64)
             .transpose()?;
-        let limit = limit
+        let limit = p
+            .limit
             .as_deref()
             .filter(|s| !s.is_empty())
             .map(parse_i64)
             .transpose()?;
-        let label_selector = LabelSelector::parse(&label).map_err(ApiError::BadRequest)?;
-        let field_selector = FieldSelector::parse(&field).map_err(ApiError::BadRequest)?;
+        let label_selector =
+            LabelSelector::parse(&p.label_selector).map_err(ApiError::BadRequest)?;
+        let field_selector =
+            FieldSelector::parse(&p.field_selector).map_err(ApiError::BadRequest)?;
 
         // 2. Validation (422).
-        let errs = validate(watch, &rv, &rv_match, &cont, initial);
+        let errs = validate(watch, rv, rv_match, cont, initial);
         if !errs.is_empty() {
             return Err(ApiError::InvalidListOptions(errs));
         }
@@ -180,7 +212,7 @@ impl ListOptions {
         let resource_version;
         if !cont.is_empty() && !watch {
             let prefix = list_prefix(info, namespace);
-            let token = ContinueToken::decode(&cont, &prefix)
+            let token = ContinueToken::decode(cont, &prefix)
                 .map_err(|e| ApiError::BadRequest(format!("invalid continue token: {e}")))?;
             if !rv.is_empty() && rv != "0" {
                 return Err(ApiError::BadRequest(
@@ -192,7 +224,7 @@ impl ListOptions {
         } else if rv.is_empty() {
             resource_version = ResourceVersion::Unset;
         } else {
-            resource_version = match parse_resource_version(&rv)? {
+            resource_version = match parse_resource_version(rv)? {
                 0 => ResourceVersion::Any,
                 n => ResourceVersion::At(n),
             };
@@ -206,10 +238,25 @@ impl ListOptions {
             label_selector,
             field_selector,
             watch,
-            allow_watch_bookmarks: bookmarks,
+            allow_watch_bookmarks: p.allow_watch_bookmarks,
             send_initial_events: initial,
             timeout_seconds,
         })
+    }
+
+    /// The page size a LIST is served with. `limit` is ignored when the request accepts any
+    /// data not older than an RV — `resourceVersion=0`, or `resourceVersionMatch=NotOlderThan`
+    /// — as kube-apiserver's watch cache does: client-go's reflector lists with
+    /// `resourceVersion=0&limit=500`, and paging it would cost every informer a rate-limited
+    /// round trip per 500 objects for no memory saved (a LIST streams in bounded chunks
+    /// whatever its length). Consistent, exact and continued lists honour it
+    /// (docs/semantics.md, "limit").
+    pub fn page_limit(&self) -> Option<u64> {
+        match (self.resource_version, self.rv_match) {
+            (ResourceVersion::Any, _) => None,
+            (ResourceVersion::At(_), Some(RvMatch::NotOlderThan)) => None,
+            _ => self.limit,
+        }
     }
 
     /// Whether this watch starts with the initial state (synthetic ADDED events): explicit
@@ -348,6 +395,26 @@ mod tests {
         assert_eq!(o.limit, None);
         assert_eq!(o.resource_version, ResourceVersion::At(12));
         assert_eq!(o.rv_match, Some(RvMatch::Exact));
+    }
+
+    #[test]
+    fn limit_is_ignored_where_any_newer_data_will_do() {
+        let page = |q: &str| ListOptions::parse(q, &cm(), None).unwrap().page_limit();
+        assert_eq!(page("limit=500&resourceVersion=0"), None);
+        assert_eq!(
+            page("limit=500&resourceVersion=0&resourceVersionMatch=NotOlderThan"),
+            None
+        );
+        assert_eq!(
+            page("limit=500&resourceVersion=7&resourceVersionMatch=NotOlderThan"),
+            None
+        );
+        assert_eq!(page("limit=500"), Some(500));
+        assert_eq!(page("limit=500&resourceVersion=7"), Some(500));
+        assert_eq!(
+            page("limit=500&resourceVersion=7&resourceVersionMatch=Exact"),
+            Some(500)
+        );
     }
 
     #[test]

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
 use listwatch_core::{ApiError, ObjectRef, ResourceInfo};
-use listwatch_sources::embedded::WriteResult;
-use listwatch_sources::{Registry, objects};
+use listwatch_sources::{BoxFuture, Registry, Source, SourceWriter, WriteResult, objects};
 use listwatch_store::{Record, Store};
 
 use crate::EtcdError;
@@ -56,6 +55,8 @@ pub struct EtcdSource {
     registry: Registry,
     config: Arc<EtcdConfig>,
     followers: HashMap<(String, String, String), Arc<Follower>>,
+    /// The followers' tasks, owned so [`Source::close`] can end and await them.
+    tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl EtcdSource {
@@ -87,9 +88,10 @@ impl EtcdSource {
         }
         let config = Arc::new(config);
         let mut followers = HashMap::new();
+        let mut tasks = Vec::new();
         for store in registry.stores() {
             let f = Follower::new(store.clone());
-            tokio::spawn(f.clone().run(client.clone(), config.clone()));
+            tasks.push(tokio::spawn(f.clone().run(client.clone(), config.clone())));
             let i = store.info();
             followers.insert((i.group.clone(), i.version.clone(), i.resource.clone()), f);
         }
@@ -98,6 +100,7 @@ impl EtcdSource {
             registry,
             config,
             followers,
+            tasks: parking_lot::Mutex::new(tasks),
         }))
     }
 
@@ -269,6 +272,75 @@ impl EtcdSource {
             .kvs()
             .first()
             .map(|kv| (kv.value().to_vec(), kv.mod_revision())))
+    }
+}
+
+impl Source for EtcdSource {
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    fn revision(&self) -> u64 {
+        self.registry.stores().map(|s| s.rv()).max().unwrap_or(0)
+    }
+
+    fn consistent_revision<'a>(&'a self, store: &'a Store) -> BoxFuture<'a, Result<u64, ApiError>> {
+        Box::pin(EtcdSource::consistent_revision(self, store))
+    }
+
+    fn request_progress(&self, store: &Store) {
+        EtcdSource::request_progress(self, store);
+    }
+
+    fn writer(&self) -> Option<&dyn SourceWriter> {
+        Some(self)
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        let tasks = std::mem::take(&mut *self.tasks.lock());
+        Box::pin(async move {
+            for t in &tasks {
+                t.abort();
+            }
+            for t in tasks {
+                // A cancelled follower ends with a JoinError; only a panic is news.
+                if let Err(e) = t.await
+                    && e.is_panic()
+                {
+                    tracing::error!(error = %e, "etcd follower panicked");
+                }
+            }
+        })
+    }
+}
+
+impl SourceWriter for EtcdSource {
+    fn create<'a>(
+        &'a self,
+        store: &'a Arc<Store>,
+        namespace: Option<&'a str>,
+        body: &'a [u8],
+    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
+        Box::pin(EtcdSource::create(self, store, namespace, body))
+    }
+
+    fn update<'a>(
+        &'a self,
+        store: &'a Arc<Store>,
+        namespace: Option<&'a str>,
+        name: &'a str,
+        body: &'a [u8],
+    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
+        Box::pin(EtcdSource::update(self, store, namespace, name, body))
+    }
+
+    fn delete<'a>(
+        &'a self,
+        store: &'a Arc<Store>,
+        namespace: Option<&'a str>,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
+        Box::pin(EtcdSource::delete(self, store, namespace, name))
     }
 }
 

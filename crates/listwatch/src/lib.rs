@@ -11,7 +11,7 @@
 //! # async fn host() {
 //! // 1. Build: the resources to serve, and how to relist one if your stream ever breaks.
 //! let (lw, feed) = Builder::new().host_fed(|_resource| Ok(Relisted { rv: 1, objects: vec![] }));
-//! lw.spawn_maintenance();
+//! let _maintenance = lw.spawn_maintenance(); // keep it; `shutdown().await` stops it
 //!
 //! // 2. Feed every committed change with the RV you committed it at.
 //! feed.put("", "v1", "configmaps", 2, br#"{"metadata":{"name":"a","namespace":"default"}}"#).unwrap();
@@ -36,16 +36,19 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use listwatch_etcd::EtcdSource;
+#[cfg(feature = "etcd")]
 pub use listwatch_etcd::{EtcdConfig, EtcdError};
 use listwatch_server::App;
-use listwatch_sources::{HostFedSource, Registry};
+use listwatch_sources::HostFedSource;
 
 pub use listwatch_core::{ApiError, ResourceInfo, builtin_resources};
-pub use listwatch_server::ServerConfig;
 pub use listwatch_server::auth::{Authorizer, User};
 pub use listwatch_server::body::ResponseBody;
-pub use listwatch_sources::{FeedError, HostChange, Relisted};
+pub use listwatch_server::{Maintenance, ServerConfig};
+pub use listwatch_sources::{
+    BoxFuture, EmbeddedSource, FeedError, HostChange, Registry, Relisted, Source, SourceWriter,
+    WriteResult,
+};
 pub use listwatch_store::StoreConfig;
 
 /// Configures a listwatch instance.
@@ -157,18 +160,15 @@ impl Builder {
     {
         let registry = Registry::new(self.resources, self.start_rv, &self.store);
         let source = HostFedSource::new(registry.clone(), self.start_rv, Box::new(relist));
-        let app = App::new(
-            registry,
-            listwatch_server::Backend::HostFed(source.clone()),
-            self.server,
-            self.authorizer,
-        );
+        let _ = registry;
+        let app = App::new(source.clone(), self.server, self.authorizer);
         (ListWatch { app }, Feed { source })
     }
 
     /// Builds an instance following etcd (kube-apiserver's key layout, JSON values): reads
     /// are served from caches kept exact by watches, consistent reads wait for etcd's
-    /// current revision (docs/etcd.md). Must run inside a tokio runtime.
+    /// current revision (docs/etcd.md). Must run inside a tokio runtime. Needs the `etcd`
+    /// feature (which compiles a gRPC client; its build needs `protoc`).
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), listwatch::EtcdError> {
@@ -180,16 +180,27 @@ impl Builder {
     ///     .await?;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "etcd")]
     pub async fn etcd(self, config: EtcdConfig) -> Result<ListWatch, EtcdError> {
         let registry = Registry::new(self.resources, self.start_rv, &self.store);
-        let source = EtcdSource::start(registry.clone(), config).await?;
-        let app = App::new(
-            registry,
-            listwatch_server::Backend::Etcd(source),
-            self.server,
-            self.authorizer,
-        );
+        let source = listwatch_etcd::EtcdSource::start(registry, config).await?;
+        let app = App::new(source, self.server, self.authorizer);
         Ok(ListWatch { app })
+    }
+
+    /// Builds an instance over any [`Source`] (one of yours, or listwatch's): the server
+    /// reads through it and never names it.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// let registry = listwatch::Registry::new(listwatch::builtin_resources(), 1, &Default::default());
+    /// let source = listwatch::EmbeddedSource::new(registry);
+    /// let lw = listwatch::Builder::new().source(source);
+    /// ```
+    pub fn source(self, source: Arc<dyn Source>) -> ListWatch {
+        ListWatch {
+            app: App::new(source, self.server, self.authorizer),
+        }
     }
 }
 
@@ -259,20 +270,21 @@ impl ListWatch {
         self.app.maintain();
     }
 
-    /// Spawns a task on the current tokio runtime that calls [`Self::maintain`] every second.
+    /// Spawns the housekeeping loop ([`Self::maintain`] every second) on the current tokio
+    /// runtime; it stops when the returned handle is shut down or dropped.
     ///
     /// ```no_run
-    /// # async fn f(lw: listwatch::ListWatch) { let task = lw.spawn_maintenance(); task.abort(); }
+    /// # async fn f(lw: listwatch::ListWatch) { let m = lw.spawn_maintenance(); m.shutdown().await; }
     /// ```
-    pub fn spawn_maintenance(&self) -> tokio::task::JoinHandle<()> {
-        let lw = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                lw.maintain();
-            }
-        })
+    pub fn spawn_maintenance(&self) -> Maintenance {
+        self.app.spawn_maintenance()
+    }
+
+    /// Drains open watches over `grace` and stops the source's background work (etcd
+    /// followers), waiting for it to end.
+    pub async fn close(&self, grace: std::time::Duration) {
+        self.app.drain(grace);
+        self.app.source().close().await;
     }
 }
 

@@ -27,3 +27,16 @@ pub trait Authorizer: Send + Sync + 'static {
         namespace: Option<&str>,
     ) -> bool;
 }
+
+/// Turns a request's credentials into a user (or a 401): bearer tokens, the verified
+/// client certificate's user, anonymous. The standalone binary's token-file authenticator
+/// is one; an embedding host usually authenticates itself and attaches the [`User`].
+pub trait Authenticate: Send + Sync + 'static {
+    /// The user making a request with `headers`, over a connection whose verified client
+    /// certificate named `cert_user`.
+    fn authenticate(
+        &self,
+        headers: &http::HeaderMap,
+        cert_user: Option<&User>,
+    ) -> Result<User, listwatch_core::ApiError>;
+}

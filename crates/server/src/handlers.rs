@@ -5,54 +5,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Response, StatusCode, header};
+use http::{Response, StatusCode, header};
 use http_body_util::BodyExt;
-use listwatch_codec::{ChunkWriter, IncludeObject, ListEncoder, ListFormat, TableFormat};
+use listwatch_codec::{
+    ChunkWriter, ListEncoder, ListFormat, WatchEncoder, WatchSpec, watch::error_body,
+};
 use listwatch_core::options::list_prefix;
-use listwatch_core::status::LIST_TOO_OLD_MESSAGE;
 use listwatch_core::{ApiError, ContinueToken, ListOptions, ObjectRef, ResourceVersion, RvMatch};
 use listwatch_store::{Filter, Snapshot, SnapshotReader, Store, StoreError};
 use tokio::time::Instant;
 
 use crate::App;
-use crate::body::{ListBody, ResponseBody, WatchSpec, WatchStream, full};
-
-/// What a handler needs of the request beyond the route.
-pub struct Call {
-    /// HTTP method.
-    pub method: Method,
-    /// Raw query string.
-    pub query: String,
-    /// `Content-Type` of the body, if any.
-    pub content_type: Option<String>,
-    /// `Accept` header, if any.
-    pub accept: Option<String>,
-    /// Whether `Accept-Encoding` allows gzip.
-    pub gzip: bool,
-    /// The authenticated user the host passed in, if any.
-    pub user: Option<crate::auth::User>,
-    /// The request body (read only by writes).
-    pub body: crate::RequestBody,
-}
-
-/// How a LIST or watch response is rendered: as a Table or objects, gzip or not.
-#[derive(Clone)]
-pub struct Rendering {
-    /// A `meta.k8s.io` Table instead of objects.
-    pub table: Option<TableFormat>,
-    /// The client accepts gzip.
-    pub gzip: bool,
-}
-
-impl Call {
-    /// How a LIST/GET/watch on `info` is rendered, from `Accept` and `Accept-Encoding`.
-    fn rendering(&self, info: &listwatch_core::ResourceInfo) -> Result<Rendering, ApiError> {
-        Ok(Rendering {
-            table: negotiate(self.accept.as_deref(), &self.query, info)?,
-            gzip: self.gzip,
-        })
-    }
-}
+use crate::body::{ResponseBody, StreamedBody, full};
+use crate::request::{ApiRequest, Rendering};
 
 /// A handler's answer: a response, or an error to render as a `Status`.
 pub type Answer = Result<Response<ResponseBody>, ApiError>;
@@ -85,65 +50,6 @@ pub fn error_response(e: &ApiError) -> Response<ResponseBody> {
     r
 }
 
-/// Picks the representation from `Accept`: a `meta.k8s.io` Table (v1 or v1beta1) when the
-/// client lists one before plain JSON, else JSON; 406 when it accepts neither.
-pub fn negotiate(
-    accept: Option<&str>,
-    query: &str,
-    info: &listwatch_core::ResourceInfo,
-) -> Result<Option<TableFormat>, ApiError> {
-    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
-        return Ok(None);
-    };
-    for range in accept.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or("");
-        let params: Vec<(&str, &str)> = parts
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (k.trim(), v.trim()))
-            .collect();
-        let param = |k: &str| params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
-        if !matches!(media, "application/json" | "application/*" | "*/*") {
-            continue;
-        }
-        match param("as") {
-            None => return Ok(None),
-            Some("Table")
-                if param("g") == Some("meta.k8s.io")
-                    && matches!(param("v"), Some("v1" | "v1beta1")) =>
-            {
-                let include = listwatch_core::options::query_param(query, "includeObject");
-                let include = match include.as_deref() {
-                    Some("None") => IncludeObject::None,
-                    Some("Object") => IncludeObject::Object,
-                    _ => IncludeObject::Metadata,
-                };
-                return Ok(Some(TableFormat::new(
-                    info,
-                    param("v") == Some("v1beta1"),
-                    include,
-                )));
-            }
-            Some(_) => continue,
-        }
-    }
-    Err(ApiError::NotAcceptable(format!(
-        "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (got {accept})"
-    )))
-}
-
-/// Refuses reads of a cache its source no longer vouches for (being loaded or relisted
-/// after a lost event), as kube-apiserver does while its watch cache (re)initializes.
-fn ready(store: &Store) -> Result<(), ApiError> {
-    if store.is_ready() {
-        Ok(())
-    } else {
-        Err(ApiError::TooManyRequests(
-            "storage is (re)initializing".into(),
-        ))
-    }
-}
-
 /// Content-negotiation headers of a streamed response: `Vary` whenever gzip was offered,
 /// `Content-Encoding` when the body is actually compressed.
 fn encoded(mut r: Response<ResponseBody>, offered: bool, gzip: bool) -> Response<ResponseBody> {
@@ -162,32 +68,31 @@ fn encoded(mut r: Response<ResponseBody>, offered: bool, gzip: bool) -> Response
     r
 }
 
-/// Maps a store error on the LIST/GET path to its API error.
-fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::TooOld { .. } => ApiError::Expired(LIST_TOO_OLD_MESSAGE.into()),
-        StoreError::TooNew { requested, current } => {
-            ApiError::ResourceVersionTooLarge { requested, current }
-        }
-        other => ApiError::Internal(other.to_string()),
-    }
-}
-
 impl App {
+    /// Refuses reads of a cache its source no longer vouches for (being loaded or relisted
+    /// after a lost event), as kube-apiserver does while its watch cache (re)initializes.
+    fn ready(&self, store: &Store) -> Result<(), ApiError> {
+        if self.source.is_ready(store) {
+            Ok(())
+        } else {
+            Err(ApiError::TooManyRequests(
+                "storage is (re)initializing".into(),
+            ))
+        }
+    }
+
     /// Waits until `store` has reached `rv` (bounded by the configured wait).
     async fn wait_for(&self, store: &Store, rv: u64) -> Result<(), ApiError> {
         if store.rv() < rv {
-            self.request_progress(store);
+            self.source.request_progress(store);
         }
-        store
-            .wait_for(rv, self.config.rv_wait)
-            .await
-            .map_err(store_error)
+        store.wait_for(rv, self.config.rv_wait).await?;
+        Ok(())
     }
 
     /// A snapshot at least as new as the source's current revision (consistent read).
     async fn consistent_snapshot(&self, store: &Store) -> Result<Snapshot, ApiError> {
-        let target = self.current_revision(store).await?;
+        let target = self.source.consistent_revision(store).await?;
         self.wait_for(store, target).await?;
         Ok(store.current())
     }
@@ -199,7 +104,7 @@ impl App {
             (ResourceVersion::Any, _) => Ok(store.current()),
             (ResourceVersion::At(rv), Some(RvMatch::Exact)) => {
                 self.wait_for(store, rv).await?;
-                store.snapshot_at(rv).map_err(store_error)
+                Ok(store.snapshot_at(rv)?)
             }
             (ResourceVersion::At(rv), _) => {
                 self.wait_for(store, rv).await?;
@@ -208,54 +113,25 @@ impl App {
         }
     }
 
-    /// GET/WATCH/POST on a collection.
-    pub(crate) async fn collection(
+    /// A request addressed to a resource: the read verbs, or the source's writer.
+    pub(crate) async fn resource(
         &self,
-        call: Call,
+        mut req: ApiRequest,
         store: Arc<Store>,
         namespace: Option<String>,
-        legacy_watch: bool,
+        name: Option<String>,
     ) -> Answer {
         let ns = namespace.as_deref();
-        match call.method {
-            Method::GET => {
-                ready(&store)?;
-                let mut opts = ListOptions::parse(&call.query, store.info(), ns)?;
-                opts.watch |= legacy_watch;
-                let render = call.rendering(store.info())?;
-                if opts.watch {
-                    return self.watch(store, ns, opts, render).await;
-                }
+        match (req.verb, name) {
+            (listwatch_core::Verb::List, _) => {
+                self.ready(&store)?;
+                let (opts, render) = req.take_read()?;
                 self.list(store, ns, opts, render).await
             }
-            Method::POST => {
-                let bytes = self
-                    .read_body(call.content_type.as_deref(), call.body)
-                    .await?;
-                let w = self.create(&store, ns, &bytes).await?;
-                Ok(json_response(w.code, full(with_newline(w.body))))
-            }
-            _ => Err(ApiError::MethodNotAllowed),
-        }
-    }
-
-    /// GET/PUT/DELETE on one object (GET with `watch` watches that name).
-    pub(crate) async fn object(
-        &self,
-        call: Call,
-        store: Arc<Store>,
-        namespace: Option<String>,
-        name: String,
-        legacy_watch: bool,
-    ) -> Answer {
-        let ns = namespace.as_deref();
-        match call.method {
-            Method::GET => {
-                ready(&store)?;
-                let mut opts = ListOptions::parse(&call.query, store.info(), ns)?;
-                opts.watch |= legacy_watch;
-                let render = call.rendering(store.info())?;
-                if opts.watch {
+            (listwatch_core::Verb::Watch, name) => {
+                self.ready(&store)?;
+                let (mut opts, render) = req.take_read()?;
+                if let Some(name) = name {
                     // Watching one object is a watch with a name field selector.
                     opts.field_selector
                         .terms
@@ -264,8 +140,12 @@ impl App {
                             value: name,
                             negated: false,
                         });
-                    return self.watch(store, ns, opts, render).await;
                 }
+                self.watch(store, ns, opts, render).await
+            }
+            (listwatch_core::Verb::Get, Some(name)) => {
+                self.ready(&store)?;
+                let (opts, render) = req.take_read()?;
                 let snap = self.read_snapshot(&store, &opts).await?;
                 let key = store.info().key(ns.unwrap_or(""), &name);
                 let Some(r) = snap.get(&key) else {
@@ -281,18 +161,28 @@ impl App {
                     }
                 }
             }
-            Method::PUT => {
-                let bytes = self
-                    .read_body(call.content_type.as_deref(), call.body)
-                    .await?;
-                let w = self.update(&store, ns, &name, &bytes).await?;
+            (verb, name) => {
+                let writer = self.source.writer().ok_or(ApiError::MethodNotAllowed)?;
+                let w = match (verb, name.as_deref()) {
+                    (listwatch_core::Verb::Create, None) => {
+                        let bytes = self
+                            .read_body(req.content_type.as_deref(), req.body)
+                            .await?;
+                        writer.create(&store, ns, &bytes).await?
+                    }
+                    (listwatch_core::Verb::Update, Some(name)) => {
+                        let bytes = self
+                            .read_body(req.content_type.as_deref(), req.body)
+                            .await?;
+                        writer.update(&store, ns, name, &bytes).await?
+                    }
+                    (listwatch_core::Verb::Delete, Some(name)) => {
+                        writer.delete(&store, ns, name).await?
+                    }
+                    _ => return Err(ApiError::MethodNotAllowed),
+                };
                 Ok(json_response(w.code, full(with_newline(w.body))))
             }
-            Method::DELETE => {
-                let w = self.delete(&store, ns, &name).await?;
-                Ok(json_response(w.code, full(with_newline(w.body))))
-            }
-            _ => Err(ApiError::MethodNotAllowed),
         }
     }
 
@@ -331,6 +221,7 @@ impl App {
         render: Rendering,
     ) -> Answer {
         let Rendering {
+            encoding,
             table,
             gzip: gzip_ok,
         } = render;
@@ -341,13 +232,13 @@ impl App {
                 let rv = token.rv as u64;
                 self.wait_for(&store, rv).await?;
                 let snap = store.snapshot_at(rv).map_err(|e| match e {
-                    StoreError::TooOld { .. } => ApiError::ContinueExpired {
+                    StoreError::SnapshotGone { .. } => ApiError::ContinueExpired {
                         inconsistent_token: ContinueToken::encode_inconsistent(
                             &prefix,
                             &token.start_key,
                         ),
                     },
-                    other => store_error(other),
+                    other => other.into(),
                 })?;
                 (snap, Some(token.start_key.clone()))
             }
@@ -355,25 +246,27 @@ impl App {
             Some(token) => (store.current(), Some(token.start_key.clone())),
             None => (self.read_snapshot(&store, &opts).await?, None),
         };
-        if opts.limit.is_some() {
+        let limit = opts.page_limit();
+        if limit.is_some() {
             // Later pages name this RV in their token: keep it so they are O(1) to serve.
             store.retain(&snap);
         }
         let filter = Arc::new(Filter::new(&info, ns, &opts));
-        let reader = SnapshotReader::new(snap, filter, start.as_deref(), opts.limit);
+        let reader = SnapshotReader::new(snap, filter, start.as_deref(), limit);
         let encoder = ListEncoder::new(
             reader,
+            encoding,
             info.list_kind(),
             info.api_version(),
             prefix,
-            opts.limit.is_some(),
+            limit.is_some(),
             match table {
                 Some(t) => ListFormat::Table(t, listwatch_core::time::unix_now()),
                 None => ListFormat::Objects,
             },
             self.config.chunk_bytes,
         );
-        let (body, gzip) = ListBody::new(encoder, gzip_ok);
+        let (body, gzip) = StreamedBody::list(encoder, gzip_ok);
         Ok(encoded(
             json_response(200, BodyExt::boxed(body)),
             gzip_ok,
@@ -389,6 +282,7 @@ impl App {
         render: Rendering,
     ) -> Answer {
         let Rendering {
+            encoding,
             table,
             gzip: gzip_ok,
         } = render;
@@ -408,7 +302,7 @@ impl App {
         let (cursor, initial_reader, initial_rv) = if initial {
             let snap = self.read_snapshot(&store, &opts).await?;
             let rv = snap.rv();
-            let cursor = store.watch_from(rv).map_err(crate::body::expired)?;
+            let cursor = store.watch_from(rv)?;
             let reader = SnapshotReader::new(snap, filter.clone(), None, None);
             (cursor, Some(reader), rv)
         } else {
@@ -421,11 +315,8 @@ impl App {
                 Ok(c) => (c, None, from),
                 // kube-apiserver answers 200 and a single ERROR event for a too-old RV.
                 Err(e) => {
-                    let err = crate::body::expired(e);
-                    let mut line = b"{\"type\":\"ERROR\",\"object\":".to_vec();
-                    line.extend_from_slice(&err.to_status().body);
-                    line.extend_from_slice(b"}\n");
-                    return Ok(json_response(200, full(line)));
+                    let status = ApiError::from(e).to_status();
+                    return Ok(json_response(200, full(error_body(&status.body))));
                 }
             }
         };
@@ -436,13 +327,18 @@ impl App {
             initial_rv,
             bookmarks: opts.allow_watch_bookmarks,
             bookmark_every: self.config.bookmark_interval,
-            deadline,
+            deadline: deadline.into_std(),
             chunk: self.config.chunk_bytes,
+            encoding,
             table,
-            drain: Some(store.drain_signal()),
         };
-        let body = WatchStream::new(cursor, filter, spec).into_body(gzip_ok);
-        Ok(encoded(json_response(200, body), gzip_ok, gzip_ok))
+        let encoder = WatchEncoder::new(cursor, filter, spec, Instant::now().into_std());
+        let body = StreamedBody::watch(encoder, Some(store.drain_signal()), gzip_ok);
+        Ok(encoded(
+            json_response(200, BodyExt::boxed(body)),
+            gzip_ok,
+            gzip_ok,
+        ))
     }
 }
 

@@ -1,8 +1,10 @@
 //! listwatch-server: the hyper service serving LIST, GET, WATCH and watch-list.
 //!
-//! Request flow: [`routes::route`] decodes the path → `ListOptions::parse` (core) decodes
-//! the query → [`handlers`] pick a snapshot or cursor by the RV rules → [`body`] streams
-//! chunks from it to the socket as the connection drains.
+//! Request flow: [`request::ApiRequest::parse`] decodes the path ([`routes`]), query, verb,
+//! list options and rendering once → admission ([`limits`]) and authorization read it →
+//! [`handlers`] pick a snapshot or cursor by the RV rules, asking the [`Source`] for
+//! revisions → codec's encoders lay out the bytes → [`body`] streams them to the socket as
+//! the connection drains.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -12,10 +14,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, Response, header};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use listwatch_core::ApiError;
-use listwatch_etcd::EtcdSource;
-use listwatch_sources::embedded::WriteResult;
-use listwatch_sources::{EmbeddedSource, HostFedSource, Registry};
+use listwatch_core::{ApiError, Verb};
+use listwatch_sources::{Registry, Source};
 use tokio::net::TcpListener;
 use tracing::warn;
 
@@ -25,10 +25,13 @@ pub mod discovery;
 pub mod handlers;
 pub mod limits;
 pub mod metrics;
+pub mod request;
 pub mod routes;
+#[cfg(feature = "standalone")]
 pub mod security;
 
 use body::{ResponseBody, full};
+use request::ApiRequest;
 use routes::{DiscoveryPath, Route};
 
 /// Server tunables.
@@ -64,20 +67,10 @@ impl Default for ServerConfig {
     }
 }
 
-/// Where the data comes from, and where writes and consistent reads go.
-pub enum Backend {
-    /// The in-process store (default).
-    Embedded(Arc<EmbeddedSource>),
-    /// Changes pushed by an embedding host; reads only.
-    HostFed(Arc<HostFedSource>),
-    /// A real etcd, followed; writes go to etcd in transactions.
-    Etcd(Arc<EtcdSource>),
-}
-
-/// The application: registry, backend and configuration shared by all connections.
+/// The application: registry, source and configuration shared by all connections.
 pub struct App {
     registry: Registry,
-    backend: Backend,
+    source: Arc<dyn Source>,
     config: ServerConfig,
     metrics: Arc<metrics::Metrics>,
     authorizer: Option<Arc<dyn auth::Authorizer>>,
@@ -89,26 +82,23 @@ pub type RequestBody =
     http_body_util::combinators::UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 impl App {
-    /// An app over the embedded source.
-    pub fn embedded(source: Arc<EmbeddedSource>, config: ServerConfig) -> Arc<App> {
-        Self::new(
-            source.registry().clone(),
-            Backend::Embedded(source),
-            config,
-            None,
-        )
+    /// An app over the embedded source, without an authorizer.
+    pub fn embedded(
+        source: Arc<listwatch_sources::EmbeddedSource>,
+        config: ServerConfig,
+    ) -> Arc<App> {
+        Self::new(source, config, None)
     }
 
-    /// An app over `backend`, with an optional authorizer.
+    /// An app serving `source`'s registry, with an optional authorizer.
     pub fn new(
-        registry: Registry,
-        backend: Backend,
+        source: Arc<dyn Source>,
         config: ServerConfig,
         authorizer: Option<Arc<dyn auth::Authorizer>>,
     ) -> Arc<App> {
         Arc::new(App {
-            registry,
-            backend,
+            registry: source.registry().clone(),
+            source,
             metrics: Arc::new(metrics::Metrics::default()),
             authorizer,
             limits: limits::Limits::new(config.limits.clone()),
@@ -167,128 +157,55 @@ impl App {
         &self.registry
     }
 
-    /// The source's newest committed revision: what a consistent read of `store` must
-    /// reach (for etcd, also asks for a progress notification so the cache gets there).
-    async fn current_revision(&self, store: &listwatch_store::Store) -> Result<u64, ApiError> {
-        match &self.backend {
-            Backend::Embedded(s) => Ok(s.revision()),
-            Backend::HostFed(s) => Ok(s.revision()),
-            Backend::Etcd(s) => s.consistent_revision(store).await,
-        }
+    /// The source behind this app.
+    pub fn source(&self) -> &Arc<dyn Source> {
+        &self.source
     }
 
-    /// A reader waits for `store` to reach an RV it has not: ask the source to report its
-    /// progress now rather than at its next periodic mark.
-    fn request_progress(&self, store: &listwatch_store::Store) {
-        if let Backend::Etcd(s) = &self.backend {
-            s.request_progress(store);
-        }
-    }
-
-    fn writable(&self) -> bool {
-        !matches!(self.backend, Backend::HostFed(_))
-    }
-
-    /// POST through the backend.
-    async fn create(
-        &self,
-        store: &Arc<listwatch_store::Store>,
-        ns: Option<&str>,
-        body: &[u8],
-    ) -> Result<WriteResult, ApiError> {
-        match &self.backend {
-            Backend::Embedded(s) => s.create(store, ns, body),
-            Backend::Etcd(s) => s.create(store, ns, body).await,
-            Backend::HostFed(_) => Err(ApiError::MethodNotAllowed),
-        }
-    }
-
-    /// PUT through the backend.
-    async fn update(
-        &self,
-        store: &Arc<listwatch_store::Store>,
-        ns: Option<&str>,
-        name: &str,
-        body: &[u8],
-    ) -> Result<WriteResult, ApiError> {
-        match &self.backend {
-            Backend::Embedded(s) => s.update(store, ns, name, body),
-            Backend::Etcd(s) => s.update(store, ns, name, body).await,
-            Backend::HostFed(_) => Err(ApiError::MethodNotAllowed),
-        }
-    }
-
-    /// DELETE through the backend.
-    async fn delete(
-        &self,
-        store: &Arc<listwatch_store::Store>,
-        ns: Option<&str>,
-        name: &str,
-    ) -> Result<WriteResult, ApiError> {
-        match &self.backend {
-            Backend::Embedded(s) => s.delete(store, ns, name),
-            Backend::Etcd(s) => s.delete(store, ns, name).await,
-            Backend::HostFed(_) => Err(ApiError::MethodNotAllowed),
-        }
+    /// Spawns the housekeeping loop ([`Self::maintain`] every second) on the current tokio
+    /// runtime. [`Maintenance::shutdown`] stops it and waits; dropping the handle detaches
+    /// the loop, as dropping a `JoinHandle` does.
+    pub fn spawn_maintenance(self: &Arc<Self>) -> Maintenance {
+        let app = self.clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut stopped = Some(stopped);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => app.maintain(),
+                    r = async { stopped.as_mut().expect("guarded").await }, if stopped.is_some() => {
+                        match r {
+                            Ok(()) => break,
+                            // The handle was dropped: keep running, detached.
+                            Err(_) => stopped = None,
+                        }
+                    }
+                }
+            }
+        });
+        Maintenance { stop, task }
     }
 
     /// Answers one request (never fails: errors become `Status` responses).
     pub async fn handle(&self, req: Request<RequestBody>) -> Response<ResponseBody> {
         let start = std::time::Instant::now();
-        let method = req.method().clone();
-        let path = req.uri().path().to_string();
-        let query = req.uri().query().unwrap_or("").to_string();
-        let content_type = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let accept = req
-            .headers()
-            .get(header::ACCEPT)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let call = handlers::Call {
-            method: method.clone(),
-            query: query.clone(),
-            content_type,
-            accept,
-            gzip: accepts_gzip(req.headers()),
-            user: req.extensions().get::<auth::User>().cloned(),
-            body: req.into_body(),
-        };
-        let route = routes::route(&self.registry, &path);
-        // (is an object path, resource, legacy watch) for the metrics labels.
-        let route_kind = match &route {
-            Route::Collection {
-                store,
-                legacy_watch,
-                ..
-            } => (false, store.info().resource.clone(), *legacy_watch),
-            Route::Object {
-                store,
-                legacy_watch,
-                ..
-            } => (true, store.info().resource.clone(), *legacy_watch),
-            _ => (false, String::new(), false),
-        };
-        let verb = verb_label(&method, &route_kind, &query);
+        let uri_len = req.uri().path().len() + req.uri().query().map_or(0, str::len);
+        let req = ApiRequest::parse(&self.registry, req);
+        let verb = req.verb;
+        let resource = req.resource_label();
+        let uri = req.uri();
         // Refused requests go the same way as failed ones: a Status, metered and logged.
-        let (admission, answer) =
-            match self.admit(&route, &method, verb, &call, path.len() + query.len()) {
-                Err(e) => (None, Err(e)),
-                Ok(admission) => (admission, self.route(route, call, &route_kind).await),
-            };
+        let (admission, answer) = match self.admit(&req, uri_len) {
+            Err(e) => (None, Err(e)),
+            Ok(admission) => (admission, self.route(req).await),
+        };
         let response = answer.unwrap_or_else(|e| handlers::error_response(&e));
         let (parts, body) = response.into_parts();
         let info = metrics::RequestInfo {
             verb,
-            resource: route_kind.1,
-            uri: if query.is_empty() {
-                path
-            } else {
-                format!("{path}?{query}")
-            },
+            resource,
+            uri,
             code: parts.status.as_u16(),
             start,
         };
@@ -301,36 +218,27 @@ impl App {
         Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
     }
 
-    /// Dispatches a routed request to discovery, a collection or an object (after
-    /// authorization).
-    async fn route(
-        &self,
-        route: Route,
-        call: handlers::Call,
-        route_kind: &(bool, String, bool),
-    ) -> handlers::Answer {
-        match route {
-            Route::Discovery(d) if call.method == Method::GET => {
-                self.discovery(d, call.accept.as_deref())
+    /// Dispatches a parsed request to discovery or a resource (after authorization).
+    async fn route(&self, mut req: ApiRequest) -> handlers::Answer {
+        match std::mem::replace(&mut req.route, Route::NotFound) {
+            Route::Discovery(d) if req.method == Method::GET => {
+                self.discovery(d, req.accept.as_deref())
             }
             Route::Discovery(_) => Err(ApiError::MethodNotAllowed),
             Route::Collection {
-                store,
-                namespace,
-                legacy_watch,
+                store, namespace, ..
             } => {
-                self.authorize(&call, route_kind, &store, namespace.as_deref(), "")?;
-                self.collection(call, store, namespace, legacy_watch).await
+                self.authorize(&req, &store, namespace.as_deref(), "")?;
+                self.resource(req, store, namespace, None).await
             }
             Route::Object {
                 store,
                 namespace,
                 name,
-                legacy_watch,
+                ..
             } => {
-                self.authorize(&call, route_kind, &store, namespace.as_deref(), &name)?;
-                self.object(call, store, namespace, name, legacy_watch)
-                    .await
+                self.authorize(&req, &store, namespace.as_deref(), &name)?;
+                self.resource(req, store, namespace, Some(name)).await
             }
             Route::NotFound => Err(ApiError::UnknownPath),
         }
@@ -344,29 +252,16 @@ impl App {
     /// Applies the admission limits to a read before any work is done for it.
     fn admit(
         &self,
-        route: &Route,
-        method: &Method,
-        verb: &str,
-        call: &handlers::Call,
+        req: &ApiRequest,
         uri_len: usize,
     ) -> Result<Option<limits::Admission>, ApiError> {
         self.limits.check_uri(uri_len)?;
-        if *method != Method::GET
-            || !matches!(route, Route::Collection { .. } | Route::Object { .. })
-        {
-            return Ok(None);
-        }
         let chunk = self.config.chunk_bytes;
-        match verb {
-            "LIST" => self.limits.admit_list(chunk).map(Some),
-            "WATCH" => {
-                let user = call
-                    .user
-                    .as_ref()
-                    .map_or("system:anonymous", |u| u.name.as_str());
-                let initial = listwatch_core::options::query_flag(&call.query, "sendInitialEvents")
-                    .then_some(chunk);
-                self.limits.admit_watch(user, initial).map(Some)
+        match req.verb {
+            Verb::List => self.limits.admit_list(chunk).map(Some),
+            Verb::Watch => {
+                let initial = (req.params.send_initial_events == Some(true)).then_some(chunk);
+                self.limits.admit_watch(req.user_name(), initial).map(Some)
             }
             _ => Ok(None),
         }
@@ -374,8 +269,7 @@ impl App {
 
     fn authorize(
         &self,
-        call: &handlers::Call,
-        route: &(bool, String, bool),
+        req: &ApiRequest,
         store: &listwatch_store::Store,
         namespace: Option<&str>,
         name: &str,
@@ -383,27 +277,19 @@ impl App {
         let Some(authz) = &self.authorizer else {
             return Ok(());
         };
-        let verb = verb_label(&call.method, route, &call.query).to_ascii_lowercase();
-        let verb = match verb.as_str() {
-            "post" => "create".to_string(),
-            "put" => "update".to_string(),
-            _ => verb,
-        };
+        let verb = req.verb.authz_name();
         let ns = if store.info().namespaced {
             namespace
         } else {
             None
         };
-        if authz.allowed(call.user.as_ref(), &verb, store.info(), ns) {
+        if authz.allowed(req.user.as_ref(), verb, store.info(), ns) {
             return Ok(());
         }
         Err(ApiError::Forbidden(Box::new(
             listwatch_core::status::Denied {
-                user: call
-                    .user
-                    .as_ref()
-                    .map_or_else(|| "system:anonymous".to_string(), |u| u.name.clone()),
-                verb,
+                user: req.user_name().to_string(),
+                verb: verb.to_string(),
                 object: listwatch_core::ObjectRef::new(store.info(), name),
                 namespace: ns.map(str::to_string),
             },
@@ -421,7 +307,7 @@ impl App {
             );
             Ok(r)
         };
-        let writable = self.writable();
+        let writable = self.source.writer().is_some();
         let aggregated = |core: bool, api_version: &str| {
             let mut b = serde_json::to_vec(&discovery::aggregated(
                 &self.registry,
@@ -530,42 +416,29 @@ where
     ))
 }
 
-/// The verb label kube-apiserver would use.
-fn verb_label(method: &Method, route: &(bool, String, bool), query: &str) -> &'static str {
-    let watch = route.2 || listwatch_core::options::query_flag(query, "watch");
-    match *method {
-        Method::GET if watch => "WATCH",
-        Method::GET if route.1.is_empty() || route.0 => "GET",
-        Method::GET => "LIST",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        _ => "OTHER",
-    }
+/// The housekeeping loop of [`App::spawn_maintenance`], owned: shut it down to stop it.
+pub struct Maintenance {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
 }
 
-/// Whether `Accept-Encoding` lists gzip with a non-zero quality.
-fn accepts_gzip(headers: &http::HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|e| {
-            let mut parts = e.split(';').map(str::trim);
-            parts.next().is_some_and(|c| c.eq_ignore_ascii_case("gzip"))
-                && !parts.any(|p| p.replace(' ', "") == "q=0")
-        })
+impl Maintenance {
+    /// Stops the loop and waits for it to end.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
 }
 
 /// How the standalone server accepts connections.
 #[derive(Clone, Default)]
 pub struct ServeOptions {
     /// TLS (with ALPN h2/http1.1); plaintext HTTP/1.1 and h2c without it.
+    #[cfg(feature = "standalone")]
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Authenticates every request; without it requests carry no user (embedding hosts
     /// put their own [`auth::User`] into the request extensions).
-    pub authenticator: Option<Arc<security::Authenticator>>,
+    pub authenticator: Option<Arc<dyn auth::Authenticate>>,
     /// On shutdown, open watches end spread over this period (0: all at once).
     pub watch_grace: Duration,
 }
@@ -579,37 +452,49 @@ pub async fn serve(
     serve_with(app, listener, ServeOptions::default(), shutdown).await
 }
 
+/// Accept errors (EMFILE and friends) are retried after a growing pause and logged at most
+/// once per this interval, with the count of those not logged.
+const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// Serves `app` on `listener` with `options` until `shutdown` completes, then drains:
 /// stops accepting, lets LISTs in flight finish, ends watches spread over
 /// `options.watch_grace`, and returns when every connection is done (or the grace period
-/// plus 10 s has passed).
+/// plus 10 s has passed) and the housekeeping loop has stopped.
 pub async fn serve_with(
     app: Arc<App>,
     listener: TcpListener,
     options: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let maintenance = tokio::spawn({
-        let app = app.clone();
-        async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                app.maintain();
-            }
-        }
-    });
+    let maintenance = app.spawn_maintenance();
+    #[cfg(feature = "standalone")]
     let tls = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
+    let mut backoff = Duration::ZERO;
+    let mut last_logged: Option<std::time::Instant> = None;
+    let mut suppressed = 0u64;
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
-                Ok(x) => x,
+                Ok(x) => {
+                    backoff = Duration::ZERO;
+                    x
+                }
                 Err(e) => {
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
+                    // Out of descriptors: retrying at once would spin and flood the log.
+                    backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                    if last_logged.is_none_or(|t| t.elapsed() >= ACCEPT_ERROR_LOG_EVERY) {
+                        warn!(error = %e, retry_in = ?backoff, suppressed, "accept failed");
+                        last_logged = Some(std::time::Instant::now());
+                        suppressed = 0;
+                    } else {
+                        suppressed += 1;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => continue,
+                        _ = &mut shutdown => break,
+                    }
                 }
             },
             _ = &mut shutdown => break,
@@ -617,39 +502,30 @@ pub async fn serve_with(
         let _ = stream.set_nodelay(true);
         let app = app.clone();
         let authn = options.authenticator.clone();
+        #[cfg(feature = "standalone")]
         let tls = tls.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            match tls {
-                None => {
-                    serve_connection(app, authn, None, TokioIo::new(stream), watcher, peer).await
-                }
-                Some(acceptor) => {
-                    // A client that never finishes its handshake does not hold a task forever.
-                    let accepted =
-                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
-                            .await;
-                    let Ok(Ok(tls_stream)) = accepted else {
-                        tracing::debug!(%peer, "TLS handshake failed or timed out");
-                        return;
-                    };
-                    let cert_user = tls_stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
-                        .and_then(security::user_from_cert);
-                    serve_connection(
-                        app,
-                        authn,
-                        cert_user,
-                        TokioIo::new(tls_stream),
-                        watcher,
-                        peer,
-                    )
-                    .await;
-                }
+            #[cfg(feature = "standalone")]
+            if let Some(acceptor) = tls {
+                // A client that never finishes its handshake does not hold a task forever.
+                let accepted =
+                    tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await;
+                let Ok(Ok(tls_stream)) = accepted else {
+                    tracing::debug!(%peer, "TLS handshake failed or timed out");
+                    return;
+                };
+                let cert_user = tls_stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(security::user_from_cert);
+                let io = TokioIo::new(tls_stream);
+                serve_connection(app, authn, cert_user, io, watcher, peer).await;
+                return;
             }
+            serve_connection(app, authn, None, TokioIo::new(stream), watcher, peer).await
         });
     }
     drop(listener);
@@ -662,13 +538,13 @@ pub async fn serve_with(
     {
         warn!("connections still open after the grace period; closing");
     }
-    maintenance.abort();
+    maintenance.shutdown().await;
     Ok(())
 }
 
 async fn serve_connection<I>(
     app: Arc<App>,
-    authn: Option<Arc<security::Authenticator>>,
+    authn: Option<Arc<dyn auth::Authenticate>>,
     cert_user: Option<auth::User>,
     io: TokioIo<I>,
     watcher: hyper_util::server::graceful::Watcher,
@@ -677,6 +553,7 @@ async fn serve_connection<I>(
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let chunk = app.config.chunk_bytes;
+    let resets = app.config.limits.max_h2_pending_resets;
     let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
         let app = app.clone();
         let authn = authn.clone();
@@ -717,7 +594,10 @@ async fn serve_connection<I>(
         .max_header_list_size(u32::try_from(chunk.max(16 * 1024)).unwrap_or(u32::MAX))
         .max_concurrent_streams(1000)
         // HTTP/2 rapid reset (CVE-2023-44487): cap streams reset before completion.
-        .max_pending_accept_reset_streams(Some(50))
+        .max_pending_accept_reset_streams(Some(match resets {
+            0 => usize::MAX,
+            n => n,
+        }))
         .max_local_error_reset_streams(Some(256));
     let conn = builder.serve_connection_with_upgrades(io, svc);
     if let Err(e) = watcher.watch(conn.into_owned()).await {

@@ -24,6 +24,9 @@ pub struct LimitConfig {
     pub response_buffer_budget: usize,
     /// Longest request URI (path and query) in bytes.
     pub max_uri_bytes: usize,
+    /// HTTP/2 streams a client may reset before the server accepted them, per connection,
+    /// before the connection is cut off (rapid reset, CVE-2023-44487); 0 = no cap.
+    pub max_h2_pending_resets: usize,
 }
 
 impl Default for LimitConfig {
@@ -34,6 +37,7 @@ impl Default for LimitConfig {
             max_watches_per_user: 10_000,
             response_buffer_budget: 256 << 20,
             max_uri_bytes: 16 << 10,
+            max_h2_pending_resets: 50,
         }
     }
 }

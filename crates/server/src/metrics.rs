@@ -58,6 +58,7 @@ pub struct Metrics {
     events: Family<ResourceLabel, Gauge>,
     oldest_rv: Family<ResourceLabel, Gauge>,
     snapshots: Family<ResourceLabel, Gauge>,
+    watch_lag: Family<ResourceLabel, Gauge>,
     rss: Gauge,
 }
 
@@ -76,6 +77,7 @@ impl Default for Metrics {
         let events = Family::<ResourceLabel, Gauge>::default();
         let oldest_rv = Family::<ResourceLabel, Gauge>::default();
         let snapshots = Family::<ResourceLabel, Gauge>::default();
+        let watch_lag = Family::<ResourceLabel, Gauge>::default();
         let rss = Gauge::default();
         registry.register(
             "apiserver_request",
@@ -128,6 +130,11 @@ impl Default for Metrics {
             snapshots.clone(),
         );
         registry.register(
+            "listwatch_watch_lag_events",
+            "Events the slowest open watch on the resource has yet to read",
+            watch_lag.clone(),
+        );
+        registry.register(
             "process_resident_memory_bytes",
             "Resident set size",
             rss.clone(),
@@ -144,6 +151,7 @@ impl Default for Metrics {
             events,
             oldest_rv,
             snapshots,
+            watch_lag,
             rss,
         }
     }
@@ -167,6 +175,9 @@ impl Metrics {
             self.events.get_or_create(&l).set(st.events as i64);
             self.oldest_rv.get_or_create(&l).set(st.oldest_rv as i64);
             self.snapshots.get_or_create(&l).set(st.snapshots as i64);
+            self.watch_lag
+                .get_or_create(&l)
+                .set(i64::try_from(st.watcher_lag).unwrap_or(i64::MAX));
         }
         self.rss.set(rss_bytes() as i64);
         let mut out = String::new();
@@ -190,8 +201,8 @@ pub fn rss_bytes() -> u64 {
 
 /// What is known about a request when its response starts.
 pub struct RequestInfo {
-    /// Verb label.
-    pub verb: &'static str,
+    /// The request's verb.
+    pub verb: listwatch_core::Verb,
     /// Resource label.
     pub resource: String,
     /// Path and query, for the log.
@@ -217,16 +228,17 @@ pub struct MeteredBody {
 impl MeteredBody {
     /// Wraps `inner`; LIST and WATCH count as long-running while the body lives.
     pub fn new(inner: ResponseBody, metrics: Arc<Metrics>, info: RequestInfo) -> Self {
-        let longrunning = info.code == 200 && matches!(info.verb, "LIST" | "WATCH");
+        use listwatch_core::Verb;
+        let longrunning = info.code == 200 && matches!(info.verb, Verb::List | Verb::Watch);
         if longrunning {
             metrics
                 .longrunning
                 .get_or_create(&VerbResource {
-                    verb: info.verb.into(),
+                    verb: info.verb.metric_label().into(),
                     resource: info.resource.clone(),
                 })
                 .inc();
-            if info.verb == "WATCH" {
+            if info.verb == Verb::Watch {
                 metrics
                     .watchers
                     .get_or_create(&ResourceLabel {
@@ -257,13 +269,14 @@ impl MeteredBody {
 impl Drop for MeteredBody {
     fn drop(&mut self) {
         let i = &self.info;
+        let verb = i.verb.metric_label();
         let vr = VerbResource {
-            verb: i.verb.into(),
+            verb: verb.into(),
             resource: i.resource.clone(),
         };
         if self.longrunning {
             self.metrics.longrunning.get_or_create(&vr).dec();
-            if i.verb == "WATCH" {
+            if i.verb == listwatch_core::Verb::Watch {
                 self.metrics
                     .watchers
                     .get_or_create(&ResourceLabel {
@@ -276,14 +289,14 @@ impl Drop for MeteredBody {
         self.metrics
             .requests
             .get_or_create(&RequestLabels {
-                verb: i.verb.into(),
+                verb: verb.into(),
                 resource: i.resource.clone(),
                 code: i.code.to_string(),
             })
             .inc();
         self.metrics.duration.get_or_create(&vr).observe(secs);
         self.metrics.bytes.get_or_create(&vr).inc_by(self.sent);
-        tracing::info!(verb = i.verb, resource = %i.resource, uri = %i.uri, code = i.code, ms = secs * 1e3, bytes = self.sent, "request");
+        tracing::info!(verb, resource = %i.resource, uri = %i.uri, code = i.code, ms = secs * 1e3, bytes = self.sent, "request");
     }
 }
 

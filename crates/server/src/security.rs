@@ -9,7 +9,7 @@ use std::sync::Arc;
 use listwatch_core::{ApiError, ResourceInfo};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 
-use crate::auth::{Authorizer, User};
+use crate::auth::{Authenticate, Authorizer, User};
 
 /// Errors reading security configuration files (startup only).
 #[derive(Debug, thiserror::Error)]
@@ -159,11 +159,13 @@ impl Authenticator {
         }
         Ok(Authenticator { tokens, anonymous })
     }
+}
 
+impl Authenticate for Authenticator {
     /// The request's user: a bearer token wins, then the client certificate; without
     /// either, anonymous when enabled. A token that is present but unknown is 401 even
     /// with anonymous on, as in kube-apiserver.
-    pub fn authenticate(
+    fn authenticate(
         &self,
         headers: &http::HeaderMap,
         cert_user: Option<&User>,

@@ -68,8 +68,13 @@ async fn admission_limits_answer_429_with_retry_after() {
     // Two LISTs of 20,000 pods whose clients never read hold both LIST slots.
     let a = stalled(s.addr, "/api/v1/pods?resourceVersion=0").await;
     let b = stalled(s.addr, "/api/v1/pods?resourceVersion=0").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let r = common::get(s.addr, "/api/v1/pods?resourceVersion=0&limit=1").await;
+    // The server admits the stalled LISTs asynchronously: ask until refused (or 10 s).
+    let r = common::poll_until(
+        Duration::from_secs(10),
+        || common::get(s.addr, "/api/v1/pods?limit=1"),
+        |r| r.status == 429,
+    )
+    .await;
     assert_eq!(r.status, 429, "{}", r.body);
     assert_eq!(r.header("retry-after"), Some("1"));
     let v = status_of(&r.body);
@@ -80,25 +85,26 @@ async fn admission_limits_answer_429_with_retry_after() {
     assert_eq!(one.status, 404);
     // The slots come back when the stalled clients go away.
     drop((a, b));
-    let mut ok = false;
-    for _ in 0..50 {
-        if common::get(s.addr, "/api/v1/pods?resourceVersion=0&limit=1")
-            .await
-            .status
-            == 200
-        {
-            ok = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ok, "LIST slots returned after the stalled clients left");
+    let r = common::poll_until(
+        Duration::from_secs(10),
+        || common::get(s.addr, "/api/v1/pods?limit=1"),
+        |r| r.status == 200,
+    )
+    .await;
+    assert_eq!(
+        r.status, 200,
+        "LIST slots returned after the stalled clients left"
+    );
 
     // Per-user watch cap (no authenticator: everyone is system:anonymous).
     let w1 = common::stream_lines(s.addr, "/api/v1/configmaps?watch=1").await;
     let w2 = common::stream_lines(s.addr, "/api/v1/configmaps?watch=1").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let r = common::get(s.addr, "/api/v1/configmaps?watch=1&timeoutSeconds=1").await;
+    let r = common::poll_until(
+        Duration::from_secs(10),
+        || common::get(s.addr, "/api/v1/configmaps?watch=1&timeoutSeconds=1"),
+        |r| r.status == 429,
+    )
+    .await;
     assert_eq!(r.status, 429, "{}", r.body);
     assert!(r.body.contains("too many watches for user"), "{}", r.body);
     drop((w1, w2));
@@ -226,8 +232,19 @@ async fn http2_rapid_reset_is_cut_off_and_others_are_served() {
     let s = common::start(50, ServerConfig::default()).await;
     // The gauge this test reads does count open watches.
     let w = common::stream_lines(s.addr, "/api/v1/pods?watch=1").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let m = common::get(s.addr, "/metrics").await.body;
+    let watching = |m: &String| {
+        m.lines().any(|l| {
+            l.starts_with("apiserver_longrunning_requests")
+                && l.contains("WATCH")
+                && l.ends_with(" 1")
+        })
+    };
+    let m = common::poll_until(
+        Duration::from_secs(10),
+        || async { common::get(s.addr, "/metrics").await.body },
+        watching,
+    )
+    .await;
     assert!(
         m.lines()
             .any(|l| l.starts_with("apiserver_longrunning_requests")
@@ -236,20 +253,52 @@ async fn http2_rapid_reset_is_cut_off_and_others_are_served() {
         "{m}"
     );
     drop(w);
-    let tcp = TcpStream::connect(s.addr).await.expect("connect");
+    let (refused, open) = rapid_reset(s.addr).await;
+    assert!(refused, "the connection was not cut off");
+    assert!(
+        open.lines().all(|l| l.ends_with(" 0")),
+        "watches left open after the resets: {open}"
+    );
+    still_serving(s.addr, 50).await;
+}
+
+/// The control for the test above: with the reset cap switched off, the same attack is
+/// not cut off (so that test's assertion measures the cap, not the client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_reset_cap_rapid_reset_is_not_cut_off() {
+    let s = common::start(
+        50,
+        ServerConfig {
+            limits: LimitConfig {
+                max_h2_pending_resets: 0,
+                ..LimitConfig::default()
+            },
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let (refused, _) = rapid_reset(s.addr).await;
+    assert!(!refused, "cut off although the cap is off");
+    still_serving(s.addr, 50).await;
+}
+
+/// Opens 5,000 h2c watch streams on one connection and resets each at once (CVE-2023-44487).
+/// Returns whether the server cut the connection off, and the WATCH in-flight gauge lines
+/// once settled (every watch the resets started must have ended).
+async fn rapid_reset(addr: std::net::SocketAddr) -> (bool, String) {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
     let (mut send, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
             .await
             .expect("h2c handshake");
     let conn = tokio::spawn(conn);
-    // Open streams and reset each at once (CVE-2023-44487), as fast as we can.
     let mut refused = false;
     for _ in 0..5_000 {
         if send.ready().await.is_err() {
             refused = true;
             break;
         }
-        let req = http::Request::get(format!("http://{}/api/v1/pods?watch=1", s.addr))
+        let req = http::Request::get(format!("http://{addr}/api/v1/pods?watch=1"))
             .body(Empty::<Bytes>::new())
             .expect("req");
         let fut = send.send_request(req);
@@ -258,28 +307,20 @@ async fn http2_rapid_reset_is_cut_off_and_others_are_served() {
     }
     drop(send);
     let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
-    // Either the connection was cut off (streams reset before the server accepted them),
-    // or every watch the resets started has ended: none is left holding resources.
-    let mut open = String::new();
-    for _ in 0..100 {
-        let m = common::get(s.addr, "/metrics").await.body;
-        open = m
-            .lines()
+    let gauge = |m: &str| {
+        m.lines()
             .filter(|l| l.starts_with("apiserver_longrunning_requests") && l.contains("WATCH"))
             .map(str::to_string)
             .collect::<Vec<_>>()
-            .join("\n");
-        if open.lines().all(|l| l.ends_with(" 0")) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        open.lines().all(|l| l.ends_with(" 0")),
-        "watches left open after {} resets (refused early: {refused}): {open}",
-        5_000
-    );
-    still_serving(s.addr, 50).await;
+            .join("\n")
+    };
+    let open = common::poll_until(
+        Duration::from_secs(10),
+        || async { gauge(&common::get(addr, "/metrics").await.body) },
+        |open| open.lines().all(|l| l.ends_with(" 0")),
+    )
+    .await;
+    (refused, open)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -289,7 +330,20 @@ async fn a_client_that_never_reads_does_not_hold_up_others() {
         (0..8).map(|_| stalled(s.addr, "/api/v1/pods?resourceVersion=0")),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Wait until all 8 are being served (their LISTs are in flight) before asking.
+    let m = common::poll_until(
+        Duration::from_secs(10),
+        || async { common::get(s.addr, "/metrics").await.body },
+        |m| {
+            m.lines().any(|l| {
+                l.starts_with("apiserver_longrunning_requests")
+                    && l.contains("LIST")
+                    && l.ends_with(" 8")
+            })
+        },
+    )
+    .await;
+    assert!(m.contains("LIST"), "{m}");
     for _ in 0..3 {
         still_serving(s.addr, 20_000).await;
     }

@@ -11,6 +11,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 fn kubectl(addr: std::net::SocketAddr) -> Command {
+    common::require("kubectl");
     let mut c = Command::new("kubectl");
     // No kubeconfig: the server flag is all kubectl needs for plain HTTP.
     c.env("KUBECONFIG", "/dev/null")
@@ -24,7 +25,7 @@ async fn run(addr: std::net::SocketAddr, args: &[&str]) -> String {
         .args(args)
         .output()
         .await
-        .expect("kubectl must be installed (see .ci/run)");
+        .expect("kubectl runs");
     assert!(
         out.status.success(),
         "kubectl {args:?}: {}",

@@ -11,7 +11,7 @@ use common::etcd::TempDir;
 use common::tls::{Ca, Https, write};
 use listwatch_core::builtin_resources;
 use listwatch_server::security::{Authenticator, PolicyAuthorizer, tls_config};
-use listwatch_server::{App, Backend, ServeOptions, ServerConfig, serve_with};
+use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use listwatch_sources::{EmbeddedSource, Registry};
 use listwatch_store::StoreConfig;
 
@@ -65,8 +65,7 @@ async fn start() -> Secured {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let app = App::new(
-        source.registry().clone(),
-        Backend::Embedded(source),
+        source,
         ServerConfig::default(),
         Some(Arc::new(
             PolicyAuthorizer::from_file(&policy).expect("policy"),
@@ -266,6 +265,7 @@ async fn kube_rs_and_kubectl_connect_with_tls_and_a_token() {
             ca.display()
         ),
     );
+    common::require("kubectl");
     let out = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&kubeconfig)

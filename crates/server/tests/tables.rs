@@ -136,6 +136,7 @@ async fn pod_table_matches_kube_apiserver_structure() {
 }
 
 async fn kubectl(addr: std::net::SocketAddr, args: &[&str]) -> String {
+    common::require("kubectl");
     let out = tokio::process::Command::new("kubectl")
         .env("KUBECONFIG", "/dev/null")
         .arg("--server")

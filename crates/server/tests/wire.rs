@@ -394,6 +394,33 @@ async fn pods_selectors_and_get() {
     dedup.sort();
     dedup.dedup();
     assert_eq!(dedup.len(), 40);
+
+    // client-go's reflector lists with resourceVersion=0&limit=500: like kube-apiserver's
+    // watch cache, any-data-will-do reads ignore limit (one response, no continue token),
+    // while consistent and exact reads page.
+    for q in [
+        "resourceVersion=0&limit=7",
+        "resourceVersion=0&resourceVersionMatch=NotOlderThan&limit=7",
+        "resourceVersion=1&resourceVersionMatch=NotOlderThan&limit=7",
+    ] {
+        let page = json(&get(a, &format!("/api/v1/pods?{q}")).await.body);
+        assert_eq!(page["items"].as_array().expect("items").len(), 40, "{q}");
+        assert!(page["metadata"].get("continue").is_none(), "{q}");
+        assert!(page["metadata"].get("remainingItemCount").is_none(), "{q}");
+    }
+    let rv = json(&get(a, "/api/v1/pods?limit=1").await.body)["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .to_string();
+    for q in [
+        "limit=7".to_string(),
+        format!("resourceVersion={rv}&limit=7"),
+        format!("resourceVersion={rv}&resourceVersionMatch=Exact&limit=7"),
+    ] {
+        let page = json(&get(a, &format!("/api/v1/pods?{q}")).await.body);
+        assert_eq!(page["items"].as_array().expect("items").len(), 7, "{q}");
+        assert_eq!(page["metadata"]["remainingItemCount"], 33, "{q}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,21 +9,13 @@ use listwatch_core::{ApiError, ObjectRef};
 use listwatch_store::{Change, Record, Store};
 use parking_lot::Mutex;
 
+use crate::source::{BoxFuture, Source, SourceWriter, WriteResult};
 use crate::{Registry, objects};
 
 /// The embedded store: serves writes and keeps the registry's stores current.
 pub struct EmbeddedSource {
     registry: Registry,
     revision: Mutex<u64>,
-}
-
-/// A successful write: HTTP code and the body to answer with.
-#[derive(Debug)]
-pub struct WriteResult {
-    /// 200 or 201.
-    pub code: u16,
-    /// JSON body.
-    pub body: Bytes,
 }
 
 impl EmbeddedSource {
@@ -174,5 +166,58 @@ impl EmbeddedSource {
         *rev = rv;
         self.progress_others(store, rv);
         Ok(out)
+    }
+}
+
+impl Source for EmbeddedSource {
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    fn revision(&self) -> u64 {
+        EmbeddedSource::revision(self)
+    }
+
+    fn consistent_revision<'a>(&'a self, _: &'a Store) -> BoxFuture<'a, Result<u64, ApiError>> {
+        // Every write is applied to its store before it is acknowledged.
+        let rv = EmbeddedSource::revision(self);
+        Box::pin(async move { Ok(rv) })
+    }
+
+    fn writer(&self) -> Option<&dyn SourceWriter> {
+        Some(self)
+    }
+}
+
+impl SourceWriter for EmbeddedSource {
+    fn create<'a>(
+        &'a self,
+        store: &'a Arc<Store>,
+        namespace: Option<&'a str>,
+        body: &'a [u8],
+    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
+        let r = EmbeddedSource::create(self, store, namespace, body);
+        Box::pin(async move { r })
+    }
+
+    fn update<'a>(
+        &'a self,
+        store: &'a Arc<Store>,
+        namespace: Option<&'a str>,
+        name: &'a str,
+        body: &'a [u8],
+    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
+        let r = EmbeddedSource::update(self, store, namespace, name, body);
+        Box::pin(async move { r })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        store: &'a Arc<Store>,
+        namespace: Option<&'a str>,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
+        let r = EmbeddedSource::delete(self, store, namespace, name);
+        Box::pin(async move { r })
     }
 }

@@ -12,6 +12,7 @@ use listwatch_store::{Change, Record, Store, StoreError};
 use parking_lot::Mutex;
 
 use crate::Registry;
+use crate::source::{BoxFuture, Source};
 
 /// The host's answer to a relist: the RV it read at and every object's JSON.
 pub struct Relisted {
@@ -189,5 +190,25 @@ impl HostFedSource {
             why,
             rv: relisted.rv,
         })
+    }
+}
+
+impl Source for HostFedSource {
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    fn revision(&self) -> u64 {
+        HostFedSource::revision(self)
+    }
+
+    fn consistent_revision<'a>(
+        &'a self,
+        _: &'a Store,
+    ) -> BoxFuture<'a, Result<u64, listwatch_core::ApiError>> {
+        // The host reports changes and progress as it commits them: its newest report is
+        // the newest state there is to read.
+        let rv = HostFedSource::revision(self);
+        Box::pin(async move { Ok(rv) })
     }
 }

@@ -1,5 +1,6 @@
 //! listwatch-sources: what fills the stores.
 //!
+//! - [`Source`]: the seam the server reads through (revisions, progress, readiness, writes).
 //! - [`Registry`]: served resource types and their stores.
 //! - [`embedded::EmbeddedSource`]: the default in-process MVCC store with the write verbs.
 //! - [`host::HostFedSource`]: changes pushed by an embedding host (reads only).
@@ -12,7 +13,9 @@ pub mod host;
 pub mod load;
 pub mod objects;
 mod registry;
+pub mod source;
 
 pub use embedded::EmbeddedSource;
 pub use host::{FeedError, HostChange, HostFedSource, Relisted};
 pub use registry::Registry;
+pub use source::{BoxFuture, Source, SourceWriter, WriteResult};

@@ -2,8 +2,8 @@
 //! and the clock — and `WatchCursor`, a watcher's position in the log.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use listwatch_core::ResourceInfo;
@@ -50,6 +50,14 @@ pub enum StoreError {
         /// All changes after this RV are held.
         oldest: u64,
     },
+    /// A LIST asked for a collection exactly at an RV older than the history held.
+    #[error("snapshot at {requested} is gone (oldest {oldest})")]
+    SnapshotGone {
+        /// What was asked for.
+        requested: u64,
+        /// The oldest RV a snapshot can still be rebuilt at.
+        oldest: u64,
+    },
     /// The requested RV is newer than the store has reached.
     #[error("Too large resource version: {requested}, current: {current}")]
     TooNew {
@@ -69,6 +77,26 @@ pub enum StoreError {
     /// A delete named an object the store does not have (an event was lost).
     #[error("delete of unknown object {0}")]
     UnknownDelete(String),
+}
+
+/// The one mapping of store errors to API errors (kube-apiserver's wording for each).
+impl From<StoreError> for listwatch_core::ApiError {
+    fn from(e: StoreError) -> Self {
+        use listwatch_core::ApiError;
+        match e {
+            // A watch (or a cursor) whose history is gone: the message is the error's own.
+            StoreError::TooOld { .. } => ApiError::Expired(e.to_string()),
+            StoreError::SnapshotGone { .. } => {
+                ApiError::Expired(listwatch_core::status::LIST_TOO_OLD_MESSAGE.into())
+            }
+            StoreError::TooNew { requested, current } => {
+                ApiError::ResourceVersionTooLarge { requested, current }
+            }
+            StoreError::Backwards { .. } | StoreError::UnknownDelete(_) => {
+                ApiError::Internal(e.to_string())
+            }
+        }
+    }
 }
 
 /// A change to apply, at the RV the source committed it at.
@@ -111,6 +139,11 @@ pub struct StoreStats {
     pub rv: u64,
     /// Retained snapshots.
     pub snapshots: usize,
+    /// Open watch cursors.
+    pub watchers: usize,
+    /// Events the slowest cursor has yet to read (0 with no cursors): a pull cursor only
+    /// records where it is, so a stalled client shows here instead of in memory.
+    pub watcher_lag: u64,
 }
 
 struct Inner {
@@ -141,6 +174,9 @@ pub struct Store {
     /// `Some(grace)` once open watches must end, each at a random moment within `grace`
     /// (server shutdown or this resource's removal).
     drain: watch::Sender<Option<Duration>>,
+    /// Where each open cursor is in the log (its next sequence number); dead entries are
+    /// pruned when stats are read.
+    cursors: Mutex<Vec<Weak<AtomicU64>>>,
 }
 
 impl Store {
@@ -169,6 +205,7 @@ impl Store {
             ready: AtomicBool::new(true),
             retired: AtomicBool::new(false),
             drain: watch::Sender::new(None),
+            cursors: Mutex::new(Vec::new()),
         })
     }
 
@@ -357,7 +394,7 @@ impl Store {
             return Ok(s.clone());
         }
         if rv < g.log.start_rv() {
-            return Err(StoreError::TooOld {
+            return Err(StoreError::SnapshotGone {
                 requested: rv,
                 oldest: g.log.start_rv(),
             });
@@ -432,11 +469,14 @@ impl Store {
         }
         let seq = g.log.seq_after(rv);
         drop(g);
+        let position = Arc::new(AtomicU64::new(seq));
+        self.cursors.lock().push(Arc::downgrade(&position));
         Ok(WatchCursor {
             store: self.clone(),
             seq,
             rv,
             head: self.head.subscribe(),
+            position,
         })
     }
 
@@ -450,8 +490,21 @@ impl Store {
 
     /// Current figures.
     pub fn stats(&self) -> StoreStats {
+        let (watchers, slowest) = {
+            let mut cursors = self.cursors.lock();
+            cursors.retain(|c| c.strong_count() > 0);
+            let slowest = cursors
+                .iter()
+                .filter_map(Weak::upgrade)
+                .map(|p| p.load(Ordering::Relaxed))
+                .min();
+            (cursors.len(), slowest)
+        };
         let g = self.inner.lock();
+        let end = g.log.end_seq();
         StoreStats {
+            watchers,
+            watcher_lag: slowest.map_or(0, |s| end.saturating_sub(s)),
             objects: g.current.len(),
             object_bytes: g.object_bytes,
             events: g.log.len(),
@@ -484,6 +537,8 @@ pub struct WatchCursor {
     seq: u64,
     rv: u64,
     head: watch::Receiver<u64>,
+    /// `seq`, published for the store's watcher-lag figure.
+    position: Arc<AtomicU64>,
 }
 
 impl WatchCursor {
@@ -510,6 +565,7 @@ impl WatchCursor {
         }
         let before = out.len();
         self.seq = g.log.read_from(self.seq, max, out);
+        self.position.store(self.seq, Ordering::Relaxed);
         let caught_up = self.seq == g.log.end_seq();
         let current = g.current.rv();
         drop(g);

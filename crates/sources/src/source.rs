@@ -1,0 +1,89 @@
+//! The `Source` seam: what the server asks of whatever keeps the stores current. The server
+//! holds an `Arc<dyn Source>` and never names a concrete source, so a new source (etcd, a
+//! host's own feed, a test double) plugs in without touching the serving code.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use listwatch_core::ApiError;
+use listwatch_store::Store;
+
+use crate::Registry;
+
+/// A boxed future, so the traits below stay object-safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A successful write: HTTP code and the body to answer with.
+#[derive(Debug)]
+pub struct WriteResult {
+    /// 200 or 201.
+    pub code: u16,
+    /// JSON body.
+    pub body: Bytes,
+}
+
+/// Keeps a [`Registry`]'s stores equal to some source of truth.
+pub trait Source: Send + Sync + 'static {
+    /// The served resources and their stores.
+    fn registry(&self) -> &Registry;
+
+    /// The newest revision the source has committed that the caches already know of
+    /// (cheap; no round trip).
+    fn revision(&self) -> u64;
+
+    /// The revision a consistent read of `store` must reach: the source's current
+    /// revision, read linearizably (for etcd, a round trip plus a progress request).
+    fn consistent_revision<'a>(&'a self, store: &'a Store) -> BoxFuture<'a, Result<u64, ApiError>>;
+
+    /// A reader waits for `store` to reach an RV it has not: ask the source to report its
+    /// progress now rather than at its next periodic mark. Sources that apply every change
+    /// before acknowledging it have nothing to do.
+    fn request_progress(&self, _store: &Store) {}
+
+    /// Whether `store`'s cache is vouched for (loaded, not relisting after a lost event).
+    fn is_ready(&self, store: &Store) -> bool {
+        store.is_ready()
+    }
+
+    /// The write verbs, when this source accepts writes.
+    fn writer(&self) -> Option<&dyn SourceWriter> {
+        None
+    }
+
+    /// Stops the source's background work and waits for it to end (etcd's
+    /// `watchableStore.Close()`): after this, the stores no longer change.
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// The write verbs of a writable source (POST, PUT, DELETE), checked the same way by every
+/// source (`objects`).
+pub trait SourceWriter: Send + Sync {
+    /// POST: creates the object in `namespace`.
+    fn create<'a>(
+        &'a self,
+        store: &'a Arc<Store>,
+        namespace: Option<&'a str>,
+        body: &'a [u8],
+    ) -> BoxFuture<'a, Result<WriteResult, ApiError>>;
+
+    /// PUT: replaces the object `name`.
+    fn update<'a>(
+        &'a self,
+        store: &'a Arc<Store>,
+        namespace: Option<&'a str>,
+        name: &'a str,
+        body: &'a [u8],
+    ) -> BoxFuture<'a, Result<WriteResult, ApiError>>;
+
+    /// DELETE: removes the object `name`.
+    fn delete<'a>(
+        &'a self,
+        store: &'a Arc<Store>,
+        namespace: Option<&'a str>,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<WriteResult, ApiError>>;
+}
