@@ -86,7 +86,22 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
         }
         body
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // SIGTERM once the 30 watches and the LIST are in flight, by the server's own gauges.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = metrics(addr).await;
+        let watching = m.contains("apiserver_registered_watchers{resource=\"configmaps\"} 30");
+        let listing =
+            m.contains("apiserver_longrunning_requests{verb=\"LIST\",resource=\"pods\"} 1");
+        if watching && listing {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "watches and LIST not in flight:\n{m}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let term = Instant::now();
     let killed = Command::new("kill")
@@ -94,11 +109,17 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
         .status()
         .expect("kill");
     assert!(killed.success());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        tokio::net::TcpStream::connect(addr).await.is_err(),
-        "no new connections once draining"
-    );
+    // The listener closes once the signal is handled: connect until refused (5 s at most).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut refused = false;
+    while Instant::now() < deadline {
+        if tokio::net::TcpStream::connect(addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused, "no new connections once draining");
 
     let mut ends = Vec::new();
     while let Some(t) = tokio::time::timeout(Duration::from_secs(GRACE_S + 10), rx.recv())
@@ -154,4 +175,15 @@ fn dechunk(mut rest: &[u8]) -> Vec<u8> {
         rest = &rest[nl + 2 + n + 2..];
     }
     out
+}
+
+/// The server's `/metrics` text.
+async fn metrics(addr: std::net::SocketAddr) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.expect("read");
+    String::from_utf8_lossy(&raw).into_owned()
 }

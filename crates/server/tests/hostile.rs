@@ -5,9 +5,6 @@ mod common;
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Empty;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch_server::ServerConfig;
 use listwatch_server::limits::LimitConfig;
 use tokio::io::AsyncWriteExt;
@@ -46,6 +43,18 @@ async fn raw_post(addr: std::net::SocketAddr, path: &str, body: &[u8]) -> String
     String::from_utf8_lossy(&out).to_string()
 }
 
+/// Waits (10 s at most) until `n` LISTs of pods are in flight, by the server's own gauge.
+async fn wait_for_lists(addr: std::net::SocketAddr, n: usize) {
+    let line = format!("apiserver_longrunning_requests{{verb=\"LIST\",resource=\"pods\"}} {n}");
+    let m = common::poll_until(
+        Duration::from_secs(10),
+        || async { common::get(addr, "/metrics").await.body },
+        |m| m.lines().any(|l| l == line),
+    )
+    .await;
+    assert!(m.lines().any(|l| l == line), "want {line:?} in\n{m}");
+}
+
 fn status_of(body: &str) -> serde_json::Value {
     common::json(body)
 }
@@ -68,13 +77,10 @@ async fn admission_limits_answer_429_with_retry_after() {
     // Two LISTs of 20,000 pods whose clients never read hold both LIST slots.
     let a = stalled(s.addr, "/api/v1/pods?resourceVersion=0").await;
     let b = stalled(s.addr, "/api/v1/pods?resourceVersion=0").await;
-    // The server admits the stalled LISTs asynchronously: ask until refused (or 10 s).
-    let r = common::poll_until(
-        Duration::from_secs(10),
-        || common::get(s.addr, "/api/v1/pods?limit=1"),
-        |r| r.status == 429,
-    )
-    .await;
+    // The server admits the stalled LISTs asynchronously: wait for both to be in flight (a
+    // probe sent earlier could take a slot itself and have one of them refused).
+    wait_for_lists(s.addr, 2).await;
+    let r = common::get(s.addr, "/api/v1/pods?limit=1").await;
     assert_eq!(r.status, 429, "{}", r.body);
     assert_eq!(r.header("retry-after"), Some("1"));
     let v = status_of(&r.body);
@@ -99,12 +105,18 @@ async fn admission_limits_answer_429_with_retry_after() {
     // Per-user watch cap (no authenticator: everyone is system:anonymous).
     let w1 = common::stream_lines(s.addr, "/api/v1/configmaps?watch=1").await;
     let w2 = common::stream_lines(s.addr, "/api/v1/configmaps?watch=1").await;
-    let r = common::poll_until(
+    // Both watches admitted (a probe sent earlier could take a slot itself and push w2 out).
+    let m = common::poll_until(
         Duration::from_secs(10),
-        || common::get(s.addr, "/api/v1/configmaps?watch=1&timeoutSeconds=1"),
-        |r| r.status == 429,
+        || async { common::get(s.addr, "/metrics").await.body },
+        |m| m.contains("apiserver_registered_watchers{resource=\"configmaps\"} 2"),
     )
     .await;
+    assert!(
+        m.contains("apiserver_registered_watchers{resource=\"configmaps\"} 2"),
+        "{m}"
+    );
+    let r = common::get(s.addr, "/api/v1/configmaps?watch=1&timeoutSeconds=1").await;
     assert_eq!(r.status, 429, "{}", r.body);
     assert!(r.body.contains("too many watches for user"), "{}", r.body);
     drop((w1, w2));
@@ -282,30 +294,39 @@ async fn without_the_reset_cap_rapid_reset_is_not_cut_off() {
     still_serving(s.addr, 50).await;
 }
 
-/// Opens 5,000 h2c watch streams on one connection and resets each at once (CVE-2023-44487).
-/// Returns whether the server cut the connection off, and the WATCH in-flight gauge lines
-/// once settled (every watch the resets started must have ended).
+/// Opens 5,000 h2c watch streams on one connection and resets each at once (CVE-2023-44487):
+/// HEADERS and RST_STREAM leave in the same flush, so the server sees streams reset before
+/// it accepted them. Returns whether the server cut the connection off, and the WATCH
+/// in-flight gauge lines once settled (every watch the resets started must have ended).
 async fn rapid_reset(addr: std::net::SocketAddr) -> (bool, String) {
     let tcp = TcpStream::connect(addr).await.expect("connect");
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .expect("h2c handshake");
+    let (mut client, conn) = h2::client::handshake(tcp).await.expect("h2c handshake");
     let conn = tokio::spawn(conn);
     let mut refused = false;
-    for _ in 0..5_000 {
-        if send.ready().await.is_err() {
+    for i in 0..5_000 {
+        if futures::future::poll_fn(|cx| client.poll_ready(cx))
+            .await
+            .is_err()
+        {
             refused = true;
             break;
         }
         let req = http::Request::get(format!("http://{addr}/api/v1/pods?watch=1"))
-            .body(Empty::<Bytes>::new())
+            .body(())
             .expect("req");
-        let fut = send.send_request(req);
-        // Dropping the response future resets the stream.
-        drop(tokio::time::timeout(Duration::from_micros(1), fut).await);
+        match client.send_request(req, true) {
+            Ok((_response, mut stream)) => stream.send_reset(h2::Reason::CANCEL),
+            Err(_) => {
+                refused = true;
+                break;
+            }
+        }
+        if i % 100 == 99 {
+            // Let the connection task flush; the server's GOAWAY surfaces on `ready`.
+            tokio::task::yield_now().await;
+        }
     }
-    drop(send);
+    drop(client);
     let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
     let gauge = |m: &str| {
         m.lines()
@@ -331,19 +352,7 @@ async fn a_client_that_never_reads_does_not_hold_up_others() {
     )
     .await;
     // Wait until all 8 are being served (their LISTs are in flight) before asking.
-    let m = common::poll_until(
-        Duration::from_secs(10),
-        || async { common::get(s.addr, "/metrics").await.body },
-        |m| {
-            m.lines().any(|l| {
-                l.starts_with("apiserver_longrunning_requests")
-                    && l.contains("LIST")
-                    && l.ends_with(" 8")
-            })
-        },
-    )
-    .await;
-    assert!(m.contains("LIST"), "{m}");
+    wait_for_lists(s.addr, 8).await;
     for _ in 0..3 {
         still_serving(s.addr, 20_000).await;
     }

@@ -410,10 +410,14 @@ async fn cursor_from_future_rv_skips_until_then_and_wakes_on_events() {
         }
     });
     let mut got = Vec::new();
-    while got.is_empty() {
-        cursor.changed().await;
-        cursor.poll(10, &mut got).expect("poll");
-    }
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while got.is_empty() {
+            cursor.changed().await;
+            cursor.poll(10, &mut got).expect("poll");
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "no event reached the cursor within 10 s");
     assert_eq!(got.iter().map(|e| e.rv).collect::<Vec<_>>(), vec![8]);
     assert_eq!(cursor.rv(), 8);
 }
