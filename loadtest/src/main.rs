@@ -12,6 +12,7 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 mod chart;
+mod informer;
 mod net;
 
 #[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
@@ -33,6 +34,13 @@ enum Scenario {
     RelistStorm,
     /// `--write-rate` writes/s for `--hold` seconds while `--clients` watchers receive them.
     Churn,
+    /// client-go informers: `--clients` clients, each with client-go's default rate limiter
+    /// (5/s, burst 10) shared by its `--informers` informers, LIST (rv=0, limit=500) + WATCH.
+    Informers,
+    /// The same informers in watch-list mode.
+    InformersWatchlist,
+    /// Informers sync (LIST + WATCH), then all relist at once as after a 410 (rv="", paged).
+    InformersRelist,
 }
 
 #[derive(Parser)]
@@ -93,6 +101,9 @@ struct Args {
     /// Namespace for churn writes and idle watches.
     #[arg(long, default_value = "loadtest")]
     namespace: String,
+    /// Informer scenarios: informers per client (they share the client's rate limiter).
+    #[arg(long, default_value_t = 1)]
+    informers: usize,
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -117,6 +128,24 @@ struct Latency {
     max_ms: f64,
 }
 
+/// What the informer scenarios report.
+#[derive(Serialize)]
+struct InformerSummary {
+    mode: informer::Mode,
+    informers_per_client: usize,
+    informers: usize,
+    /// Slowest informer's time to sync.
+    sync_s_max: f64,
+    /// Requests made until synced, all informers (LIST pages + WATCH).
+    requests_to_sync: u32,
+    /// Relist mode: the slowest relist and the requests the relists made.
+    relist_s_max: Option<f64>,
+    relist_requests: Option<u32>,
+    /// CPU the client process used (decoding every object into a typed Pod).
+    client_cpu_s: Option<f64>,
+    per_informer: Vec<informer::InformerResult>,
+}
+
 #[derive(Serialize)]
 struct Report {
     scenario: Scenario,
@@ -136,6 +165,8 @@ struct Report {
     churn: Option<Latency>,
     /// Idle watchers only: (peak - idle) / watchers.
     bytes_per_watcher: Option<f64>,
+    /// Informer scenarios: sync times, requests, client CPU.
+    informers: Option<InformerSummary>,
     per_client: Vec<ClientResult>,
 }
 
@@ -408,7 +439,10 @@ async fn client(args: Arc<Args>, host: String, start: Arc<tokio::sync::Barrier>)
         Scenario::SlowReaders
         | Scenario::IdleWatchers
         | Scenario::RelistStorm
-        | Scenario::Churn => None,
+        | Scenario::Churn
+        | Scenario::Informers
+        | Scenario::InformersWatchlist
+        | Scenario::InformersRelist => None,
     };
     while let Some(path) = next.take() {
         // A paged list restarts item counting per page; keep the running total.
@@ -665,7 +699,19 @@ async fn idle_watcher(
         res.error = Some(e);
     }
     res.seconds = t.elapsed().as_secs_f64();
+    held_for(&mut res, args.hold);
     res
+}
+
+/// An idle watch must stay open for all of `--hold`: one that the server ended early is
+/// an error (so the report's `complete` means every watch was really held).
+fn held_for(res: &mut ClientResult, hold: u64) {
+    if res.error.is_none() && res.seconds + 0.2 < hold as f64 {
+        res.error = Some(format!(
+            "watch ended after {:.1}s, before --hold {hold}s",
+            res.seconds
+        ));
+    }
 }
 
 /// An idle watch as one stream of a shared HTTP/2 connection: reads bookmarks until --hold.
@@ -715,6 +761,7 @@ async fn idle_watcher_h2(
         res.error = Some(e);
     }
     res.seconds = t.elapsed().as_secs_f64();
+    held_for(&mut res, args.hold);
     res
 }
 
@@ -953,7 +1000,65 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
     let mut per_client = Vec::new();
     let mut churn_report = None;
-    if let Scenario::Churn = args.scenario {
+    let mut informer_report = None;
+    if let Some(mode) = match args.scenario {
+        Scenario::Informers => Some(informer::Mode::List),
+        Scenario::InformersWatchlist => Some(informer::Mode::WatchList),
+        Scenario::InformersRelist => Some(informer::Mode::Relist),
+        _ => None,
+    } {
+        let cpu0 = informer::cpu_seconds();
+        let n = args.clients * args.informers.max(1);
+        let start = Arc::new(tokio::sync::Barrier::new(n));
+        let relist = Arc::new(tokio::sync::Barrier::new(n));
+        let mut handles = Vec::new();
+        for _ in 0..args.clients {
+            let limiter = Arc::new(informer::TokenBucket::client_go_default());
+            for _ in 0..args.informers.max(1) {
+                handles.push(tokio::spawn(informer::informer(
+                    host.clone(),
+                    args.path.clone(),
+                    mode,
+                    args.gzip,
+                    limiter.clone(),
+                    start.clone(),
+                    relist.clone(),
+                )));
+            }
+        }
+        let mut results = Vec::new();
+        for h in handles {
+            results.push(h.await.unwrap_or_else(|e| informer::InformerResult {
+                error: Some(e.to_string()),
+                ..Default::default()
+            }));
+        }
+        per_client = results
+            .iter()
+            .map(|r| ClientResult {
+                objects: r.objects,
+                wire_bytes: r.wire_bytes,
+                seconds: r.sync_s,
+                requests: r.requests,
+                error: r.error.clone(),
+                ..Default::default()
+            })
+            .collect();
+        informer_report = Some(InformerSummary {
+            mode,
+            informers_per_client: args.informers.max(1),
+            informers: results.len(),
+            sync_s_max: results.iter().map(|r| r.sync_s).fold(0.0, f64::max),
+            requests_to_sync: results
+                .iter()
+                .map(|r| r.requests - r.relist_requests.unwrap_or(0))
+                .sum(),
+            relist_s_max: results.iter().filter_map(|r| r.relist_s).reduce(f64::max),
+            relist_requests: results.iter().map(|r| r.relist_requests).sum(),
+            client_cpu_s: cpu0.zip(informer::cpu_seconds()).map(|(a, b)| b - a),
+            per_informer: results,
+        });
+    } else if let Scenario::Churn = args.scenario {
         let (results, latency) = churn(args.clone(), host.clone()).await;
         per_client = results;
         churn_report = Some(latency);
@@ -1016,7 +1121,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let expect_ok = match args.scenario {
         // Slow readers are cut off by --hold; they must only have made progress.
         Scenario::SlowReaders => objects.iter().all(|o| *o > 0),
-        Scenario::IdleWatchers => true,
+        // Every watch held for --hold (an early end is a client error, see held_for).
+        Scenario::IdleWatchers => !per_client.is_empty(),
         Scenario::Churn => churn_report
             .as_ref()
             .is_some_and(|c| c.in_order && c.every_watcher_saw_every_event && c.writes > 0),
@@ -1044,6 +1150,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             _ => None,
         },
         churn: churn_report,
+        informers: informer_report,
         per_client,
     };
     let json = serde_json::to_string_pretty(&report)?;

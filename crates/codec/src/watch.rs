@@ -203,6 +203,10 @@ impl WatchEncoder {
             }
             match &mut self.phase {
                 Phase::Done => return WatchStep::End,
+                Phase::Initial(_) if now >= self.spec.deadline => {
+                    self.out.flush();
+                    self.phase = Phase::Done;
+                }
                 Phase::Initial(reader) => {
                     let out = &mut self.out;
                     let table = &self.spec.table;
@@ -214,10 +218,10 @@ impl WatchEncoder {
                     if !more {
                         self.phase = Phase::InitialEnd;
                     }
-                    if now >= self.spec.deadline {
-                        self.out.flush();
-                        self.phase = Phase::Done;
-                    }
+                }
+                Phase::InitialEnd if now >= self.spec.deadline => {
+                    self.out.flush();
+                    self.phase = Phase::Done;
                 }
                 Phase::InitialEnd => {
                     if self.spec.initial_events_end {

@@ -200,6 +200,9 @@ pub enum ApiError {
     /// 503 `ServiceUnavailable`.
     #[error("{0}")]
     Unavailable(String),
+    /// 504 `Timeout`: the storage did not answer in time (`Retry-After: 1`).
+    #[error("{0}")]
+    Timeout(String),
     /// 504 `Timeout` with cause `ResourceVersionTooLarge`: the cache did not reach the RV.
     #[error("Too large resource version: {requested}, current: {current}")]
     ResourceVersionTooLarge {
@@ -457,6 +460,16 @@ impl ApiError {
                 }),
             },
             ApiError::Unavailable(m) => simple(503, "ServiceUnavailable", m.clone()),
+            ApiError::Timeout(m) => StatusParts {
+                code: 504,
+                reason: "Timeout",
+                message: m.clone(),
+                continue_token: None,
+                details: Some(Details {
+                    retry_after: Some(1),
+                    ..Default::default()
+                }),
+            },
             ApiError::ResourceVersionTooLarge { .. } => StatusParts {
                 code: 504,
                 reason: "Timeout",

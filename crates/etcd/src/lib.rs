@@ -30,20 +30,54 @@ pub enum EtcdError {
 }
 
 impl From<EtcdError> for ApiError {
+    /// A storage outage is never a 500: a slow etcd is 504 `Timeout`, anything between us
+    /// and etcd (unreachable member, broken HTTP/2 connection — gRPC `Unknown` "h2 protocol
+    /// error" —, leader loss, cancelled stream) is 503 `ServiceUnavailable`, both of which
+    /// clients retry. Only an answer etcd gives to a malformed request would be our bug.
     fn from(e: EtcdError) -> Self {
-        // kube-apiserver answers storage outages with 500/504; 503 tells clients to retry.
-        match e {
-            EtcdError::Timeout(_) => ApiError::Unavailable(e.to_string()),
-            EtcdError::Client(etcd_client::Error::GRpcStatus(ref s))
-                if s.code() == tonic::Code::Unavailable
-                    || s.code() == tonic::Code::DeadlineExceeded =>
-            {
-                ApiError::Unavailable(e.to_string())
-            }
-            EtcdError::Client(etcd_client::Error::TransportError(_)) => {
-                ApiError::Unavailable(e.to_string())
-            }
-            _ => ApiError::Internal(e.to_string()),
+        use tonic::Code;
+        match &e {
+            EtcdError::Timeout(_) => ApiError::Timeout(e.to_string()),
+            EtcdError::Client(etcd_client::Error::GRpcStatus(s)) => match s.code() {
+                Code::DeadlineExceeded => ApiError::Timeout(e.to_string()),
+                Code::InvalidArgument | Code::OutOfRange | Code::Unimplemented => {
+                    ApiError::Internal(e.to_string())
+                }
+                _ => ApiError::Unavailable(e.to_string()),
+            },
+            EtcdError::Client(_) | EtcdError::NoHeader => ApiError::Unavailable(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_outages_are_503_or_504_never_500() {
+        let code = |e: EtcdError| ApiError::from(e).to_status().code;
+        let grpc = |c: tonic::Code, m: &str| {
+            EtcdError::Client(etcd_client::Error::GRpcStatus(tonic::Status::new(c, m)))
+        };
+        assert_eq!(
+            code(grpc(
+                tonic::Code::Unknown,
+                "h2 protocol error: error reading a body from connection"
+            )),
+            503
+        );
+        assert_eq!(
+            code(grpc(tonic::Code::Unavailable, "connection refused")),
+            503
+        );
+        assert_eq!(code(grpc(tonic::Code::Cancelled, "cancelled")), 503);
+        assert_eq!(code(grpc(tonic::Code::DeadlineExceeded, "deadline")), 504);
+        assert_eq!(
+            code(EtcdError::Timeout(std::time::Duration::from_secs(10))),
+            504
+        );
+        assert_eq!(code(EtcdError::NoHeader), 503);
+        assert_eq!(code(grpc(tonic::Code::InvalidArgument, "bad range")), 500);
     }
 }

@@ -290,6 +290,8 @@ impl App {
         let filter = Arc::new(Filter::new(&info, ns, &opts));
         let timeout = match opts.timeout_seconds {
             Some(s) if s > 0 => Duration::from_secs(s as u64),
+            // kube-apiserver takes a negative timeout as it is: the watch ends at once.
+            Some(s) if s < 0 => Duration::ZERO,
             _ => {
                 // kube-apiserver: a random duration in [min-request-timeout, 2×) so watches
                 // do not all end (and re-list) at once.

@@ -21,6 +21,7 @@ use tracing::warn;
 
 pub mod auth;
 pub mod body;
+pub mod connection;
 pub mod discovery;
 pub mod handlers;
 pub mod limits;
@@ -191,12 +192,13 @@ impl App {
     pub async fn handle(&self, req: Request<RequestBody>) -> Response<ResponseBody> {
         let start = std::time::Instant::now();
         let uri_len = req.uri().path().len() + req.uri().query().map_or(0, str::len);
-        let req = ApiRequest::parse(&self.registry, req);
+        let mut req = ApiRequest::parse(&self.registry, req);
         let verb = req.verb;
+        let in_flight = req.in_flight.take();
         let resource = req.resource_label();
         let uri = req.uri();
         // Refused requests go the same way as failed ones: a Status, metered and logged.
-        let (admission, answer) = match self.admit(&req, uri_len) {
+        let (admission, answer) = match self.admit(&req, in_flight.as_ref(), uri_len) {
             Err(e) => (None, Err(e)),
             Ok(admission) => (admission, self.route(req).await),
         };
@@ -214,7 +216,9 @@ impl App {
         } else {
             None
         };
-        let body = metrics::MeteredBody::new(body, self.metrics.clone(), info).hold(admission);
+        let body = metrics::MeteredBody::new(body, self.metrics.clone(), info)
+            .hold(admission)
+            .on_connection(in_flight);
         Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
     }
 
@@ -240,6 +244,7 @@ impl App {
                 self.authorize(&req, &store, namespace.as_deref(), &name)?;
                 self.resource(req, store, namespace, Some(name)).await
             }
+            Route::Invalid(why) => Err(ApiError::BadRequest(why)),
             Route::NotFound => Err(ApiError::UnknownPath),
         }
     }
@@ -253,15 +258,29 @@ impl App {
     fn admit(
         &self,
         req: &ApiRequest,
+        in_flight: Option<&connection::InFlight>,
         uri_len: usize,
     ) -> Result<Option<limits::Admission>, ApiError> {
         self.limits.check_uri(uri_len)?;
         let chunk = self.config.chunk_bytes;
+        let conn = in_flight.map(connection::InFlight::connection);
+        let who = limits::Requester {
+            connection: conn.as_ref(),
+            // Shares per user only for real identities: every unauthenticated client is
+            // system:anonymous, and one share for all of them would let one starve the rest.
+            user: req
+                .user
+                .as_ref()
+                .map(|u| u.name.as_str())
+                .filter(|u| *u != "system:anonymous"),
+        };
         match req.verb {
-            Verb::List => self.limits.admit_list(chunk).map(Some),
+            Verb::List => self.limits.admit_list(chunk, who).map(Some),
             Verb::Watch => {
                 let initial = (req.params.send_initial_events == Some(true)).then_some(chunk);
-                self.limits.admit_watch(req.user_name(), initial).map(Some)
+                self.limits
+                    .admit_watch(req.user_name(), initial, who)
+                    .map(Some)
             }
             _ => Ok(None),
         }
@@ -554,7 +573,11 @@ async fn serve_connection<I>(
 {
     let chunk = app.config.chunk_bytes;
     let resets = app.config.limits.max_h2_pending_resets;
+    let timeouts = app.config.limits.connection;
+    let connection = connection::Connection::new();
+    let on_conn = connection.clone();
     let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let in_flight = on_conn.begin();
         let app = app.clone();
         let authn = authn.clone();
         let cert_user = cert_user.clone();
@@ -564,6 +587,7 @@ async fn serve_connection<I>(
         // response head is ready and only the body stays (measured with dhat, docs/memory.md).
         Box::pin(async move {
             let mut req = req.map(box_body);
+            req.extensions_mut().insert(in_flight);
             if let Some(authn) = &authn {
                 match authn.authenticate(req.headers(), cert_user.as_ref()) {
                     Ok(user) => {
@@ -600,7 +624,14 @@ async fn serve_connection<I>(
         }))
         .max_local_error_reset_streams(Some(256));
     let conn = builder.serve_connection_with_upgrades(io, svc);
-    if let Err(e) = watcher.watch(conn.into_owned()).await {
-        tracing::debug!(%peer, error = %e, "connection ended");
+    tokio::select! {
+        r = watcher.watch(conn.into_owned()) => {
+            if let Err(e) = r {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+        }
+        // Dropping the connection closes it: idle ones have nothing in flight, and a
+        // response its client stopped reading ends with it.
+        why = connection.watchdog(timeouts) => tracing::debug!(%peer, why, "closing connection"),
     }
 }

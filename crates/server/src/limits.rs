@@ -24,6 +24,13 @@ pub struct LimitConfig {
     pub response_buffer_budget: usize,
     /// Longest request URI (path and query) in bytes.
     pub max_uri_bytes: usize,
+    /// LISTs (and watch-lists) one connection may have streaming at once (0 = no cap): a
+    /// client cannot take every slot, however many streams it multiplexes.
+    pub max_lists_per_connection: usize,
+    /// LISTs one authenticated user may have streaming at once (0 = no cap).
+    pub max_lists_per_user: usize,
+    /// When connections are closed for idleness or a response nobody reads.
+    pub connection: crate::connection::ConnectionTimeouts,
     /// HTTP/2 streams a client may reset before the server accepted them, per connection,
     /// before the connection is cut off (rapid reset, CVE-2023-44487); 0 = no cap.
     pub max_h2_pending_resets: usize,
@@ -38,6 +45,9 @@ impl Default for LimitConfig {
             response_buffer_budget: 256 << 20,
             max_uri_bytes: 16 << 10,
             max_h2_pending_resets: 50,
+            max_lists_per_connection: 32,
+            max_lists_per_user: 100,
+            connection: crate::connection::ConnectionTimeouts::default(),
         }
     }
 }
@@ -46,6 +56,18 @@ impl Default for LimitConfig {
 pub struct Admission {
     _permits: Vec<OwnedSemaphorePermit>,
     _user: Option<UserSlot>,
+    _list_user: Option<UserSlot>,
+    _connection: Option<crate::connection::ConnectionListSlot>,
+}
+
+/// Who is asking for a LIST slot: its connection (standalone server) and, when
+/// authenticated, its user.
+#[derive(Clone, Copy, Default)]
+pub struct Requester<'a> {
+    /// The client connection, when the server accepted it.
+    pub connection: Option<&'a crate::connection::Connection>,
+    /// The authenticated user (not `system:anonymous`).
+    pub user: Option<&'a str>,
 }
 
 struct UserSlot {
@@ -73,6 +95,7 @@ pub struct Limits {
     /// Budget in KiB units (semaphores count u32 permits).
     budget: Arc<Semaphore>,
     per_user: Arc<Mutex<HashMap<String, usize>>>,
+    lists_per_user: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 const TOO_MANY: &str = "Too many requests, please try again later.";
@@ -93,6 +116,7 @@ impl Limits {
             watches: sem(config.max_watches),
             budget: sem(config.response_buffer_budget >> 10),
             per_user: Arc::default(),
+            lists_per_user: Arc::default(),
             config,
         }
     }
@@ -108,8 +132,30 @@ impl Limits {
         Ok(())
     }
 
-    /// Admits a LIST or watch-list that buffers up to `chunk` bytes twice.
-    pub fn admit_list(&self, chunk: usize) -> Result<Admission, ApiError> {
+    /// Admits a LIST or watch-list that buffers up to `chunk` bytes twice, within the
+    /// requester's shares (per connection, per authenticated user) and the global limits.
+    pub fn admit_list(&self, chunk: usize, who: Requester<'_>) -> Result<Admission, ApiError> {
+        let connection = match who.connection {
+            Some(c) => Some(
+                c.take_list_slot(self.config.max_lists_per_connection)
+                    .ok_or_else(|| {
+                        ApiError::TooManyRequests(format!(
+                            "too many LISTs on this connection (limit {}), please try again later.",
+                            self.config.max_lists_per_connection
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
+        let list_user = match who.user {
+            Some(u) => Some(take_user_slot(
+                &self.lists_per_user,
+                u,
+                self.config.max_lists_per_user,
+                "LISTs",
+            )?),
+            None => None,
+        };
         let list = self.lists.clone().try_acquire_owned();
         let kib = u32::try_from((2 * chunk).div_ceil(1024)).unwrap_or(u32::MAX);
         let budget = self.budget.clone().try_acquire_many_owned(kib);
@@ -117,47 +163,64 @@ impl Limits {
             (Ok(a), Ok(b)) => Ok(Admission {
                 _permits: vec![a, b],
                 _user: None,
+                _list_user: list_user,
+                _connection: connection,
             }),
             _ => Err(ApiError::TooManyRequests(TOO_MANY.into())),
         }
     }
 
     /// Admits a watch by `user` (and, for a watch-list, its LIST part).
-    pub fn admit_watch(&self, user: &str, initial: Option<usize>) -> Result<Admission, ApiError> {
-        let mut permits = Vec::new();
-        if let Some(chunk) = initial {
-            permits = self.admit_list(chunk)?.into_permits();
-        }
+    pub fn admit_watch(
+        &self,
+        user: &str,
+        initial: Option<usize>,
+        who: Requester<'_>,
+    ) -> Result<Admission, ApiError> {
+        let mut admission = match initial {
+            Some(chunk) => self.admit_list(chunk, who)?,
+            None => Admission {
+                _permits: Vec::new(),
+                _user: None,
+                _list_user: None,
+                _connection: None,
+            },
+        };
         let w = self
             .watches
             .clone()
             .try_acquire_owned()
             .map_err(|_| ApiError::TooManyRequests(TOO_MANY.into()))?;
-        permits.push(w);
-        let cap = self.config.max_watches_per_user;
-        let mut counts = self.per_user.lock();
-        let n = counts.entry(user.to_string()).or_insert(0);
-        if cap > 0 && *n >= cap {
-            return Err(ApiError::TooManyRequests(format!(
-                "too many watches for user {user:?} (limit {cap}), please try again later."
-            )));
-        }
-        *n += 1;
-        drop(counts);
-        Ok(Admission {
-            _permits: permits,
-            _user: Some(UserSlot {
-                counts: self.per_user.clone(),
-                user: user.to_string(),
-            }),
-        })
+        admission._permits.push(w);
+        admission._user = Some(take_user_slot(
+            &self.per_user,
+            user,
+            self.config.max_watches_per_user,
+            "watches",
+        )?);
+        Ok(admission)
     }
 }
 
-impl Admission {
-    fn into_permits(mut self) -> Vec<OwnedSemaphorePermit> {
-        std::mem::take(&mut self._permits)
+/// One of `user`'s `cap` slots in `counts` (0: no cap).
+fn take_user_slot(
+    counts: &Arc<Mutex<HashMap<String, usize>>>,
+    user: &str,
+    cap: usize,
+    what: &str,
+) -> Result<UserSlot, ApiError> {
+    let mut c = counts.lock();
+    let n = c.entry(user.to_string()).or_insert(0);
+    if cap > 0 && *n >= cap {
+        return Err(ApiError::TooManyRequests(format!(
+            "too many {what} for user {user:?} (limit {cap}), please try again later."
+        )));
     }
+    *n += 1;
+    Ok(UserSlot {
+        counts: counts.clone(),
+        user: user.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -171,11 +234,16 @@ mod tests {
             response_buffer_budget: 1 << 20,
             ..LimitConfig::default()
         });
-        let a = l.admit_list(64 << 10).expect("1");
-        let b = l.admit_list(64 << 10).expect("2");
-        assert!(l.admit_list(64 << 10).is_err(), "third LIST refused");
+        let a = l.admit_list(64 << 10, Requester::default()).expect("1");
+        let b = l.admit_list(64 << 10, Requester::default()).expect("2");
+        assert!(
+            l.admit_list(64 << 10, Requester::default()).is_err(),
+            "third LIST refused"
+        );
         drop(a);
-        let _c = l.admit_list(64 << 10).expect("slot returned");
+        let _c = l
+            .admit_list(64 << 10, Requester::default())
+            .expect("slot returned");
         drop(b);
         // Budget: 1 MiB / 128 KiB = 8 at most, whatever the count limit.
         let l = Limits::new(LimitConfig {
@@ -184,9 +252,15 @@ mod tests {
             ..LimitConfig::default()
         });
         let held: Vec<_> = (0..8)
-            .map(|_| l.admit_list(64 << 10).expect("in budget"))
+            .map(|_| {
+                l.admit_list(64 << 10, Requester::default())
+                    .expect("in budget")
+            })
             .collect();
-        assert!(l.admit_list(64 << 10).is_err(), "budget exhausted");
+        assert!(
+            l.admit_list(64 << 10, Requester::default()).is_err(),
+            "budget exhausted"
+        );
         drop(held);
     }
 
@@ -196,11 +270,63 @@ mod tests {
             max_watches_per_user: 2,
             ..LimitConfig::default()
         });
-        let a = l.admit_watch("alice", None).expect("1");
-        let _b = l.admit_watch("alice", None).expect("2");
-        assert!(l.admit_watch("alice", None).is_err());
-        let _other = l.admit_watch("bob", None).expect("bob has his own");
+        let a = l
+            .admit_watch("alice", None, Requester::default())
+            .expect("1");
+        let _b = l
+            .admit_watch("alice", None, Requester::default())
+            .expect("2");
+        assert!(l.admit_watch("alice", None, Requester::default()).is_err());
+        let _other = l
+            .admit_watch("bob", None, Requester::default())
+            .expect("bob has his own");
         drop(a);
-        let _c = l.admit_watch("alice", None).expect("slot returned");
+        let _c = l
+            .admit_watch("alice", None, Requester::default())
+            .expect("slot returned");
+    }
+
+    #[test]
+    fn one_connection_or_user_cannot_take_every_list_slot() {
+        let l = Limits::new(LimitConfig {
+            max_lists: 10,
+            max_lists_per_connection: 3,
+            max_lists_per_user: 4,
+            ..LimitConfig::default()
+        });
+        let greedy = crate::connection::Connection::new();
+        let on = |c| Requester {
+            connection: Some(c),
+            user: None,
+        };
+        let held: Vec<_> = (0..3)
+            .map(|_| l.admit_list(1024, on(&greedy)).expect("within its share"))
+            .collect();
+        assert!(
+            l.admit_list(1024, on(&greedy)).is_err(),
+            "fourth on one connection"
+        );
+        let other = crate::connection::Connection::new();
+        let _o = l
+            .admit_list(1024, on(&other))
+            .expect("another connection is served");
+        drop(held);
+        let _again = l.admit_list(1024, on(&greedy)).expect("slots come back");
+        let alice = |c| Requester {
+            connection: Some(c),
+            user: Some("alice"),
+        };
+        let conns: Vec<_> = (0..5)
+            .map(|_| crate::connection::Connection::new())
+            .collect();
+        let held: Vec<_> = conns[..4]
+            .iter()
+            .map(|c| l.admit_list(1024, alice(c)).expect("within alice's share"))
+            .collect();
+        assert!(
+            l.admit_list(1024, alice(&conns[4])).is_err(),
+            "alice's fifth"
+        );
+        drop(held);
     }
 }

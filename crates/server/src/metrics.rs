@@ -223,6 +223,8 @@ pub struct MeteredBody {
     longrunning: bool,
     /// Admission held for as long as the response streams (see `limits`).
     _admission: Option<crate::limits::Admission>,
+    /// The request's place on its connection: told when the body waits for the client.
+    in_flight: Option<crate::connection::InFlight>,
 }
 
 impl MeteredBody {
@@ -249,6 +251,7 @@ impl MeteredBody {
         }
         MeteredBody {
             _admission: None,
+            in_flight: None,
             inner,
             metrics,
             info,
@@ -262,6 +265,12 @@ impl MeteredBody {
     /// Keeps `admission` (in-flight slots, buffer budget) until the body is done.
     pub fn hold(mut self, admission: Option<crate::limits::Admission>) -> Self {
         self._admission = admission;
+        self
+    }
+
+    /// Keeps the request's place on its connection until the body is done.
+    pub fn on_connection(mut self, in_flight: Option<crate::connection::InFlight>) -> Self {
+        self.in_flight = in_flight;
         self
     }
 }
@@ -308,11 +317,17 @@ impl Body for MeteredBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(c) = &self.in_flight {
+            c.polled();
+        }
         let p = Pin::new(&mut self.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(f))) = &p
             && let Some(d) = f.data_ref()
         {
             self.sent += d.len() as u64;
+            if let Some(c) = &self.in_flight {
+                c.produced();
+            }
         }
         p
     }

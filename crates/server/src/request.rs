@@ -49,12 +49,15 @@ pub struct ApiRequest {
     pub user: Option<User>,
     /// The request body (read only by writes).
     pub body: RequestBody,
+    /// The request's place on its connection (standalone server only).
+    pub in_flight: Option<crate::connection::InFlight>,
 }
 
 impl ApiRequest {
     /// Parses `req` against `registry`.
     pub fn parse(registry: &Registry, req: Request<RequestBody>) -> ApiRequest {
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
+        let in_flight = parts.extensions.remove::<crate::connection::InFlight>();
         let path = parts.uri.path().to_string();
         let query = parts.uri.query().unwrap_or("").to_string();
         let header = |name: header::HeaderName| {
@@ -120,6 +123,7 @@ impl ApiRequest {
             content_type: header(header::CONTENT_TYPE),
             user: parts.extensions.get::<User>().cloned(),
             body,
+            in_flight,
         }
     }
 

@@ -29,6 +29,8 @@ pub enum Route {
         /// Reached through the legacy `/watch/` prefix.
         legacy_watch: bool,
     },
+    /// A namespace or name that cannot name anything (a 400 with this message).
+    Invalid(String),
     /// Nothing we serve.
     NotFound,
 }
@@ -53,9 +55,36 @@ pub enum DiscoveryPath {
     Metrics,
 }
 
+/// Why a path segment (namespace or name) cannot name anything, as kube-apiserver's
+/// `ValidatePathSegmentName` words it — checked after percent-decoding, as Go's server
+/// decodes paths (`%2e%2e` is `..`).
+fn invalid_segment(s: &str) -> Option<&'static str> {
+    match s {
+        "." => Some("may not be '.'"),
+        ".." => Some("may not be '..'"),
+        _ if s.contains('/') => Some("may not contain '/'"),
+        _ if s.contains('%') => Some("may not contain '%'"),
+        _ if s.chars().any(char::is_control) => Some("may not contain control characters"),
+        _ => None,
+    }
+}
+
 /// Decodes `path` against the registry.
 pub fn route(registry: &Registry, path: &str) -> Route {
-    let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    // Segments are percent-decoded one by one (an encoded '/' stays inside its segment);
+    // one that is not UTF-8 once decoded cannot name anything.
+    let mut decoded = Vec::new();
+    for raw in path.trim_end_matches('/').split('/').skip(1) {
+        match percent_encoding::percent_decode_str(raw).decode_utf8() {
+            Ok(s) => decoded.push(s.into_owned()),
+            Err(_) => {
+                return Route::Invalid(format!(
+                    "path segment {raw:?} is not valid UTF-8 once decoded"
+                ));
+            }
+        }
+    }
+    let segs: Vec<&str> = decoded.iter().map(String::as_str).collect();
     match segs.as_slice() {
         ["api"] => return Route::Discovery(DiscoveryPath::Api),
         ["apis"] => return Route::Discovery(DiscoveryPath::Apis),
@@ -88,7 +117,17 @@ pub fn route(registry: &Registry, path: &str) -> Route {
             .filter(|s| !s.is_retired())
             .cloned()
     };
-    let valid = |s: &str| !s.is_empty() && s != "." && s != "..";
+    for (what, s) in match rest {
+        ["namespaces", ns, _] => vec![("namespace", *ns)],
+        ["namespaces", ns, _, name] => vec![("namespace", *ns), ("name", *name)],
+        [_, name] => vec![("name", *name)],
+        _ => vec![],
+    } {
+        if let Some(why) = invalid_segment(s) {
+            return Route::Invalid(format!("invalid {what} {s:?}: {why}"));
+        }
+    }
+    let valid = |s: &str| !s.is_empty();
     match rest {
         ["namespaces", ns, r] if valid(ns) => match lookup(r).filter(|s| s.info().namespaced) {
             Some(store) => Route::Collection {

@@ -236,6 +236,31 @@ async fn oversized_and_malformed_requests_get_a_status() {
         let r = common::get(s.addr, path).await;
         assert!((400..500).contains(&r.status), "{path}: {}", r.status);
     }
+    // Encoded namespaces and names are decoded (as Go's server does) and then refused,
+    // never answered with an empty list.
+    for (path, why) in [
+        ("/api/v1/namespaces/%2e%2e/pods", "may not be '..'"),
+        ("/api/v1/namespaces/%2E/pods", "may not be '.'"),
+        ("/api/v1/namespaces/demo%00/pods", "control characters"),
+        ("/api/v1/namespaces/a%2Fb/pods", "may not contain '/'"),
+        ("/api/v1/namespaces/%FF%FE/pods", "not valid UTF-8"),
+        ("/api/v1/namespaces/demo-0/pods/%2e%2e", "may not be '..'"),
+    ] {
+        let r = common::get(s.addr, path).await;
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+        assert_eq!(status_of(&r.body)["reason"], "BadRequest", "{path}");
+        assert!(r.body.contains(why), "{path}: {}", r.body);
+    }
+    // An encoded name that is fine once decoded is looked up decoded.
+    let r = common::get(s.addr, "/api/v1/namespaces/demo-1/pods/pod%2D0").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // timeoutSeconds=-1 ends a watch at once, as kube-apiserver does (the whole response
+    // arrives; a watch left open would time the read out).
+    let started = std::time::Instant::now();
+    let r = common::get(s.addr, "/api/v1/pods?watch=1&timeoutSeconds=-1").await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty(), "{}", r.body);
+    assert!(started.elapsed() < Duration::from_secs(5));
     still_serving(s.addr, 50).await;
 }
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The client-go informer matrix (loadtest/README.md, "Informers"): 1, 8 and 32 informers
+# sharing one client (client-go's default limiter, 5/s burst 10) in LIST and watch-list
+# mode, and a relist storm of 32 clients, against a server already running at $URL with
+# the 40,000 pods loaded (its PID in $PID). Reports go to loadtest/results/informers-*.json.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+URL=${URL:-http://127.0.0.1:8080}
+PID=${PID:?set PID to the server process id}
+LT=target/release/listwatch-loadtest
+out=loadtest/results
+for n in 1 8 32; do
+  for mode in informers informers-watchlist; do
+    $LT --url "$URL" --pid "$PID" --scenario $mode --clients 1 --informers $n --gzip \
+      --expect 40000 --out $out/$mode-$n.json
+  done
+done
+$LT --url "$URL" --pid "$PID" --scenario informers-relist --clients 32 --informers 1 --gzip \
+  --expect 40000 --out $out/informers-relist-32.json
