@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p listwatch-loadtest
-cargo build --release -p listwatch-server --features dhat-heap --target-dir target/dhat
+cargo build --release -p listwatch-cli --features dhat-heap --target-dir target/dhat
 work=$(mktemp -d)
 run() {
   local name=$1; shift

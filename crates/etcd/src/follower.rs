@@ -261,16 +261,9 @@ impl Follower {
         let mut watch_id = None;
         // Highest header revision seen: etcd's revision never goes backwards on one stream.
         let mut header_rev = *last;
-        // A progress notification not yet applied, and when it may be (see `Settle`).
-        let mut settle = Settle::new(config.progress_settle);
+        let order = config.progress_order;
         loop {
             tokio::select! {
-                _ = settle.due() => {
-                    if let Some(rev) = settle.take() {
-                        self.store.progress(u64::try_from(rev).unwrap_or(0));
-                        debug!(resource = %info.resource, rev, "progress");
-                    }
-                }
                 _ = self.nudge.notified() => {
                     if let Err(e) = requests.request_progress().await {
                         return Ended::Disconnected(e.to_string());
@@ -287,7 +280,7 @@ impl Follower {
                         Ok(None) => return Ended::Disconnected("watch stream closed".into()),
                         Err(e) => return Ended::Disconnected(e.to_string()),
                     };
-                    if let Some(end) = self.on_response(&resp, &mut watch_id, &mut header_rev, last, &mut settle) {
+                    if let Some(end) = self.on_response(&resp, &mut watch_id, &mut header_rev, last, order) {
                         return end;
                     }
                 }
@@ -302,7 +295,7 @@ impl Follower {
         watch_id: &mut Option<i64>,
         header_rev: &mut i64,
         last: &mut i64,
-        settle: &mut Settle,
+        order: ProgressOrder,
     ) -> Option<Ended> {
         if resp.created() {
             *watch_id = Some(resp.watch_id());
@@ -335,12 +328,16 @@ impl Follower {
         }
         if resp.events().is_empty() {
             if rev > 0 && !resp.created() {
-                // Applied once settled (see `Settle`), not at once.
-                settle.offer(rev);
-                // A notification on our own watch id is ordered with events (etcd sends it
-                // through the watch); a requested one (watch id -1 in etcd < 3.4.24/3.5.8)
-                // may overtake an event (etcd#15220), so a reconnect must not skip past it.
-                if Some(resp.watch_id()) == *watch_id {
+                // A notification on our own watch id (etcd's periodic one) is sent through
+                // the watch, after every event it covers, and only once the watch has caught
+                // up: it is always safe. A requested one (watch id -1) is safe only where
+                // etcd sends it the same way (see `ProgressOrder`).
+                let own = Some(resp.watch_id()) == *watch_id;
+                if own || order == ProgressOrder::Ordered {
+                    self.store.progress(u64::try_from(rev).unwrap_or(0));
+                    debug!(resource = %self.store.info().resource, rev, own, "progress");
+                }
+                if own {
                     *last = (*last).max(rev);
                 }
             }
@@ -364,9 +361,6 @@ impl Follower {
                 if skipped > 0 {
                     self.status.lock().skipped += skipped;
                 }
-                // Events after a pending progress mark prove nothing at or below it is
-                // still on its way: the mark is settled (and already passed by the store).
-                settle.passed(newest);
                 *last = (*last).max(newest);
                 None
             }
@@ -375,56 +369,21 @@ impl Follower {
     }
 }
 
-/// How long a progress notification waits before it is applied, unless an event after it
-/// arrives first, on etcd versions with etcd#15220 (before 3.4.24 / 3.5.8): there a
-/// requested notification may be sent ahead of an event still queued for the same watch.
-/// That event follows within microseconds, so holding the mark briefly lets it be applied
-/// in order instead of forcing a relist. Costs a consistent read that needs a progress
-/// mark this much latency; on fixed versions marks apply at once.
-pub const SETTLE_ON_OLD_ETCD: Duration = Duration::from_millis(5);
-
-/// A progress mark held for `window` (zero: applied at once).
-#[derive(Default)]
-struct Settle {
-    window: Duration,
-    pending: Option<(i64, tokio::time::Instant)>,
-}
-
-impl Settle {
-    fn new(window: Duration) -> Self {
-        Settle {
-            window,
-            pending: None,
-        }
-    }
-
-    /// A new mark; an earlier pending one keeps its deadline (a stream of requests must not
-    /// postpone progress forever).
-    fn offer(&mut self, rev: i64) {
-        self.pending = Some(match self.pending {
-            Some((r, due)) => (r.max(rev), due),
-            None => (rev, tokio::time::Instant::now() + self.window),
-        });
-    }
-
-    /// An event at `rev` arrived: a pending mark at or below it is settled by it.
-    fn passed(&mut self, rev: i64) {
-        if self.pending.is_some_and(|(r, _)| r <= rev) {
-            self.pending = None;
-        }
-    }
-
-    /// Resolves when the pending mark is due (never without one).
-    async fn due(&self) {
-        match self.pending {
-            Some((_, at)) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    }
-
-    fn take(&mut self) -> Option<i64> {
-        self.pending.take().map(|(r, _)| r)
-    }
+/// Whether etcd sends a *requested* progress notification in order with the events it
+/// covers — what a consistent read relies on to know the cache has caught up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressOrder {
+    /// etcd ≥ 3.4.31 / 3.5.13: a requested notification goes through the watch stream once
+    /// every watcher on it has caught up, so its revision covers every event before it.
+    Ordered,
+    /// etcd with etcd#15220 or etcd#17507 (3.4 < 3.4.31, 3.5 < 3.5.13): a requested
+    /// notification can be answered with etcd's current revision ahead of queued events —
+    /// and, right after a watch is (re)created, of events etcd has not even sent yet
+    /// (catch-up). Applying it served stale consistent reads (issue 14). Only
+    /// etcd's periodic notifications on the watch itself (`--experimental-watch-progress-
+    /// notify-interval`, default 10 min) are applied; consistent reads of a resource
+    /// without writes wait for them (docs/etcd.md).
+    OwnWatchOnly,
 }
 
 fn watched(kv: &etcd_client::KeyValue) -> WatchedKv {

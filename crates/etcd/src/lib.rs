@@ -10,7 +10,7 @@ pub mod follower;
 pub mod layout;
 mod source;
 
-pub use follower::{FollowerState, FollowerStats};
+pub use follower::{FollowerState, FollowerStats, ProgressOrder};
 pub use source::{EtcdConfig, EtcdSource};
 
 use listwatch_core::ApiError;

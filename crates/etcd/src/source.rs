@@ -11,7 +11,7 @@ use listwatch_sources::{BoxFuture, Registry, Source, SourceWriter, WriteResult, 
 use listwatch_store::{Record, Store};
 
 use crate::EtcdError;
-use crate::follower::{Follower, FollowerStats, call};
+use crate::follower::{Follower, FollowerStats, ProgressOrder, call};
 use crate::layout::etcd_key;
 
 /// Tunables of the etcd source.
@@ -30,9 +30,14 @@ pub struct EtcdConfig {
     pub min_backoff: Duration,
     /// Longest reconnect/relist delay.
     pub max_backoff: Duration,
-    /// How long a progress mark is held before it applies (see
-    /// [`crate::follower::SETTLE_ON_OLD_ETCD`]); `start` sets it from etcd's version.
-    pub progress_settle: Duration,
+    /// Which progress notifications can be trusted; `start` sets it from etcd's version.
+    pub progress_order: ProgressOrder,
+    /// Test knob for the history checker (`crates/server/tests/history.rs`): apply etcd's
+    /// current revision to the cache as soon as a consistent read learns it, before the
+    /// watch has delivered the events up to it — the bug the checker must find. Never set
+    /// it otherwise.
+    #[doc(hidden)]
+    pub fault_early_progress: bool,
 }
 
 impl Default for EtcdConfig {
@@ -44,7 +49,8 @@ impl Default for EtcdConfig {
             request_timeout: Duration::from_secs(10),
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
-            progress_settle: Duration::ZERO,
+            progress_order: ProgressOrder::Ordered,
+            fault_early_progress: false,
         }
     }
 }
@@ -81,10 +87,8 @@ impl EtcdSource {
             }
         };
         if progress_may_overtake_events(&version) {
-            tracing::warn!(%version, "etcd before 3.4.24/3.5.8 may send a requested progress notification ahead of an event (etcd#15220); holding marks {:?} to keep them in order", crate::follower::SETTLE_ON_OLD_ETCD);
-            config.progress_settle = config
-                .progress_settle
-                .max(crate::follower::SETTLE_ON_OLD_ETCD);
+            tracing::warn!(%version, "etcd before 3.4.31/3.5.13 may send requested progress notifications ahead of events (etcd#15220, etcd#17507): only its periodic notifications advance idle resources, so consistent reads of a resource without writes wait for them; run etcd with --experimental-watch-progress-notify-interval=100ms (or upgrade) for prompt consistent reads");
+            config.progress_order = ProgressOrder::OwnWatchOnly;
         }
         let config = Arc::new(config);
         let mut followers = HashMap::new();
@@ -147,8 +151,12 @@ impl EtcdSource {
         })
         .await?;
         let rev = resp.header().ok_or(EtcdError::NoHeader)?.revision();
+        let rev = u64::try_from(rev).unwrap_or(0);
+        if self.config.fault_early_progress {
+            store.progress(rev);
+        }
         self.request_progress(store);
-        Ok(u64::try_from(rev).unwrap_or(0))
+        Ok(rev)
     }
 
     /// Asks `store`'s follower for a progress notification now (a reader waits for an RV
@@ -344,7 +352,10 @@ impl SourceWriter for EtcdSource {
     }
 }
 
-/// Whether etcd `version` has etcd#15220 (fixed in 3.4.24 and 3.5.8); unknown counts as yes.
+/// Whether etcd `version` may send a requested progress notification ahead of events it
+/// covers: etcd#15220 (fixed in 3.4.24 / 3.5.8) and etcd#17507 (newly created watches, fixed
+/// in 3.4.31 / 3.5.13 — kube-apiserver's own floor for consistent reads from its cache).
+/// Unknown counts as yes.
 fn progress_may_overtake_events(version: &str) -> bool {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
     match (
@@ -352,8 +363,8 @@ fn progress_may_overtake_events(version: &str) -> bool {
         parts.next().flatten(),
         parts.next().flatten(),
     ) {
-        (Some(3), Some(4), Some(p)) => p < 24,
-        (Some(3), Some(5), Some(p)) => p < 8,
+        (Some(3), Some(4), Some(p)) => p < 31,
+        (Some(3), Some(5), Some(p)) => p < 13,
         (Some(3), Some(m), Some(_)) => m < 4,
         (Some(major), Some(_), Some(_)) => major < 3,
         _ => true,
@@ -374,9 +385,10 @@ mod tests {
     fn etcd_versions_with_the_progress_reorder() {
         use super::progress_may_overtake_events as old;
         assert!(old("3.4.23"));
-        assert!(!old("3.4.24"));
-        assert!(old("3.5.7"));
-        assert!(!old("3.5.8"));
+        assert!(old("3.4.30"));
+        assert!(!old("3.4.31"));
+        assert!(old("3.5.12"));
+        assert!(!old("3.5.13"));
         assert!(!old("3.6.0"));
         assert!(old(""));
     }

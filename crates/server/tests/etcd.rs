@@ -372,7 +372,7 @@ async fn serves_etcd_contents_in_kube_apiserver_layout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_read_their_writes_and_never_go_back_in_time() {
     let etcd = Etcd::start(1).await;
-    // Long progress period: only requested progress brings an idle cache forward.
+    // Long progress-request period: reads must bring an idle cache forward themselves.
     let a = EtcdServer::start(etcd.endpoints(), Duration::from_secs(600)).await;
     let b = EtcdServer::start(etcd.endpoints(), Duration::from_secs(600)).await;
     let on_a: Api<ConfigMap> = Api::namespaced(kube_client(a.addr), "default");
@@ -386,17 +386,10 @@ async fn replicas_read_their_writes_and_never_go_back_in_time() {
 
     // Pods on B are idle (the writes were configmaps). A client lists pods on A and then
     // watches on B with A's RV: B catches up first, and never shows older data.
+    // (On etcd with etcd#15220 — the 3.4.23 these tests run — only etcd's periodic progress
+    // notifications move an idle cache, every 100 ms here, so B may or may not be behind
+    // at this instant; either way it must not answer older than A.)
     let (rv_a, _) = lw_state(a.addr, "/api/v1/pods").await;
-    let stale_b = b
-        .source
-        .registry()
-        .get("", "v1", "pods")
-        .expect("pods")
-        .rv() as i64;
-    assert!(
-        stale_b < rv_a,
-        "B's idle pod cache is behind ({stale_b} < {rv_a})"
-    );
     let (rv_b, _) = lw_state(
         b.addr,
         &format!("/api/v1/pods?resourceVersion={rv_a}&resourceVersionMatch=NotOlderThan"),

@@ -85,7 +85,19 @@ impl Raw {
 
 /// One HTTP/1.1 request with `Connection: close`; reads the whole (de-chunked) body.
 pub async fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> Raw {
-    let mut s = TcpStream::connect(addr).await.expect("connect");
+    try_request(addr, method, path, body)
+        .await
+        .expect("connect")
+}
+
+/// [`request`], or `None` when nothing listens at `addr` (a server a test restarted).
+pub async fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Option<Raw> {
+    let mut s = TcpStream::connect(addr).await.ok()?;
     let body = body.unwrap_or("");
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -96,8 +108,8 @@ pub async fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&s
     tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut raw))
         .await
         .expect("response in time")
-        .expect("read");
-    parse(&raw)
+        .ok()?;
+    Some(parse(&raw))
 }
 
 pub async fn get(addr: SocketAddr, path: &str) -> Raw {
@@ -163,7 +175,12 @@ impl Drop for Lines {
 }
 
 pub async fn stream_lines(addr: SocketAddr, path: &str) -> Lines {
-    let s = TcpStream::connect(addr).await.expect("connect");
+    try_stream_lines(addr, path).await.expect("connect")
+}
+
+/// [`stream_lines`], or `None` when nothing listens at `addr`.
+pub async fn try_stream_lines(addr: SocketAddr, path: &str) -> Option<Lines> {
+    let s = TcpStream::connect(addr).await.ok()?;
     let (r, mut w) = s.into_split();
     w.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
         .await
@@ -206,7 +223,7 @@ pub async fn stream_lines(addr: SocketAddr, path: &str) -> Lines {
             }
         }
     });
-    Lines { rx, task }
+    Some(Lines { rx, task })
 }
 
 /// The next line within `secs`, or None.
