@@ -14,7 +14,7 @@
 //!
 //! Requests go through hyper's HTTP/1.1 client, gzip asked for as Go's transport does.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -127,8 +127,34 @@ struct BookmarkObjectMeta {
     annotations: Option<HashMap<String, String>>,
 }
 
-/// One informer's store: typed objects by namespace/name, as client-go's indexer keeps them.
-type PodStore = HashMap<String, Pod>;
+/// One informer's store: typed objects by namespace/name, as client-go's indexer keeps them
+/// — or, with `--discard-objects`, only their keys (the objects are still decoded).
+#[derive(Default)]
+struct PodStore {
+    discard: bool,
+    pods: HashMap<String, Pod>,
+    keys: HashSet<String>,
+}
+
+impl PodStore {
+    fn insert(&mut self, p: Pod) {
+        let k = key(&p);
+        if self.discard {
+            self.keys.insert(k);
+        } else {
+            self.pods.insert(k, p);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.pods.clear();
+        self.keys.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.pods.len() + self.keys.len()
+    }
+}
 
 fn key(p: &Pod) -> String {
     format!(
@@ -224,7 +250,7 @@ async fn list(
             list_rv = page.metadata.resource_version.unwrap_or_default();
         }
         for p in page.items {
-            store.insert(key(&p), p);
+            store.insert(p);
         }
         match page.metadata.continue_token.filter(|c| !c.is_empty()) {
             Some(c) => cont = c,
@@ -295,7 +321,7 @@ async fn watch_list(
                 "ADDED" | "MODIFIED" => {
                     let p: Pod =
                         serde_json::from_str(ev.object.get()).map_err(|e| format!("pod: {e}"))?;
-                    store.insert(key(&p), p);
+                    store.insert(p);
                 }
                 "BOOKMARK" => {
                     let b: BookmarkMeta = serde_json::from_str(ev.object.get())
@@ -318,17 +344,22 @@ async fn watch_list(
 
 /// One informer: syncs (and, in relist mode, relists once every informer of the run has
 /// synced).
+#[allow(clippy::too_many_arguments)]
 pub async fn informer(
     host: String,
     base: String,
     mode: Mode,
     gzip: bool,
+    discard: bool,
     limiter: Arc<TokenBucket>,
     start: Arc<tokio::sync::Barrier>,
     relist: Arc<tokio::sync::Barrier>,
 ) -> InformerResult {
     let mut res = InformerResult::default();
-    let mut store = PodStore::new();
+    let mut store = PodStore {
+        discard,
+        ..Default::default()
+    };
     start.wait().await;
     let t = Instant::now();
     let synced = match mode {

@@ -22,13 +22,7 @@ impl Drop for Server {
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS")
+    listwatch_server::metrics::rss_kib(pid).expect("VmRSS of the server")
 }
 
 /// Waits until RSS has not moved by more than 256 KiB for `quiet`.

@@ -188,15 +188,20 @@ impl Metrics {
 
 /// Resident set size of this process (0 where /proc is unavailable).
 pub fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    rss_kib("self").map_or(0, |kib| kib * 1024)
+}
+
+/// Resident set size of process `pid` (`"self"` for this one) in KiB, from /proc: the one
+/// RSS reader, shared by `/metrics`, the load-test harness and the memory tests.
+pub fn rss_kib(pid: impl std::fmt::Display) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib * 1024)
 }
 
 /// What is known about a request when its response starts.

@@ -181,3 +181,56 @@ async fn without_a_per_connection_share_one_client_starves_the_rest() {
     let codes = polite_client(s.addr).await;
     assert!(codes.iter().all(|c| *c == 429), "{codes:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_connection_idle_after_its_handshake_is_closed() {
+    use common::tls::{Ca, write};
+    use listwatch_server::security::tls_config;
+    let dir = common::etcd::TempDir::new("tls-idle");
+    let ca = Ca::new("listwatch-idle-ca");
+    let leaf = ca.server();
+    let cert = write(&dir.0, "server.crt", &leaf.cert_pem);
+    let key = write(&dir.0, "server.key", &leaf.key_pem);
+    let registry = listwatch_sources::Registry::new(
+        listwatch_core::builtin_resources(),
+        1,
+        &listwatch_store::StoreConfig::default(),
+    );
+    let app = listwatch_server::App::embedded(
+        listwatch_sources::EmbeddedSource::new(registry),
+        short_timeouts(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let options = listwatch_server::ServeOptions {
+        tls: Some(tls_config(&cert, &key, None).expect("tls")),
+        ..Default::default()
+    };
+    let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(listwatch_server::serve_with(
+        app,
+        listener,
+        options,
+        async {
+            let _ = rx.await;
+        },
+    ));
+    // The handshake completes, then the client says nothing.
+    let mut s = common::tls::connect(addr, &ca, &["http/1.1"], None)
+        .await
+        .expect("TLS handshake");
+    let t = Instant::now();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "an idle TLS connection stayed open: {read:?}"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+}
