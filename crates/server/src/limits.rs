@@ -45,7 +45,10 @@ impl Default for LimitConfig {
             response_buffer_budget: 256 << 20,
             max_uri_bytes: 16 << 10,
             max_h2_pending_resets: 50,
-            max_lists_per_connection: 32,
+            // A quarter of the slots: one HTTP/2 connection may carry a whole controller's
+            // informers starting at once (client-go shares one per host), yet cannot take
+            // everything from the rest.
+            max_lists_per_connection: 100,
             max_lists_per_user: 100,
             connection: crate::connection::ConnectionTimeouts::default(),
         }

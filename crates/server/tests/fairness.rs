@@ -145,6 +145,7 @@ async fn one_connection_cannot_take_every_list_slot() {
     let config = ServerConfig {
         limits: LimitConfig {
             max_lists: 100,
+            max_lists_per_connection: 32,
             ..LimitConfig::default()
         },
         ..ServerConfig::default()
