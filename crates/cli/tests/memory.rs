@@ -3,7 +3,7 @@
 //! response in memory would grow by ~64 × 90 MB; ours may grow only by what its bounded
 //! per-connection buffers hold. Then the readers resume and every one gets every pod.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -86,31 +86,16 @@ fn send_list(addr: &str) -> TcpStream {
 /// Reads one chunked LIST response to its end, counting items without keeping the body.
 fn count_items(s: TcpStream) -> usize {
     let mut r = BufReader::with_capacity(1 << 16, s);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        r.read_line(&mut line).expect("header");
-        if line == "\r\n" {
-            break;
-        }
-    }
+    listwatch_testkit::skip_head(&mut r);
     let needle = b"{\"metadata\":{\"name\":\"pod-";
     let mut count = 0;
     let mut carry: Vec<u8> = Vec::new();
-    loop {
-        line.clear();
-        r.read_line(&mut line).expect("chunk size");
-        let n = usize::from_str_radix(line.trim(), 16).expect("hex size");
-        if n == 0 {
-            break;
-        }
-        let mut buf = vec![0u8; n + 2];
-        r.read_exact(&mut buf).expect("chunk");
-        carry.extend_from_slice(&buf[..n]);
+    listwatch_testkit::for_each_chunk(r, |chunk| {
+        carry.extend_from_slice(chunk);
         count += carry.windows(needle.len()).filter(|w| *w == needle).count();
         let keep = carry.len().min(needle.len() - 1);
         carry.drain(..carry.len() - keep);
-    }
+    });
     count
 }
 

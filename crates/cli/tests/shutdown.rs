@@ -146,7 +146,7 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
         .position(|w| w == b"\r\n\r\n")
         .expect("response head");
     assert!(raw.starts_with(b"HTTP/1.1 200"));
-    let body = dechunk(&raw[head_end + 4..]);
+    let body = listwatch_testkit::dechunk(&raw[head_end + 4..]);
     let v: serde_json::Value =
         serde_json::from_slice(&body).expect("the LIST in flight finished as complete JSON");
     assert_eq!(
@@ -162,28 +162,10 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
     assert!(status.success(), "exit status {status:?}");
 }
 
-/// The body of a chunked HTTP/1.1 response.
-fn dechunk(mut rest: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(nl) = rest.windows(2).position(|w| w == b"\r\n") {
-        let size = std::str::from_utf8(&rest[..nl]).expect("size line");
-        let n = usize::from_str_radix(size.trim(), 16).expect("hex size");
-        if n == 0 {
-            break;
-        }
-        out.extend_from_slice(&rest[nl + 2..nl + 2 + n]);
-        rest = &rest[nl + 2 + n + 2..];
-    }
-    out
-}
-
 /// The server's `/metrics` text.
 async fn metrics(addr: std::net::SocketAddr) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    listwatch_testkit::send(addr, "GET", "/metrics", &[], None)
         .await
-        .expect("write");
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.expect("read");
-    String::from_utf8_lossy(&raw).into_owned()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .unwrap_or_default()
 }

@@ -12,42 +12,20 @@ use listwatch_server::ServerConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 async fn raw_get(addr: std::net::SocketAddr, path: &str, gzip: bool) -> (String, Vec<u8>) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let enc = if gzip {
-        "Accept-Encoding: gzip\r\n"
+    let headers: &[(&str, &str)] = if gzip {
+        &[("Accept-Encoding", "gzip")]
     } else {
-        ""
+        &[]
     };
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: x\r\n{enc}Connection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .expect("write");
-    let mut r = BufReader::new(s);
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        r.read_line(&mut line).await.expect("head");
-        if line == "\r\n" {
-            break;
-        }
-        head.push_str(&line);
-    }
-    let mut body = Vec::new();
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).await.expect("size") == 0 {
-            break;
-        }
-        let n = usize::from_str_radix(line.trim(), 16).expect("hex");
-        if n == 0 {
-            break;
-        }
-        let mut buf = vec![0u8; n + 2];
-        r.read_exact(&mut buf).await.expect("chunk");
-        body.extend_from_slice(&buf[..n]);
-    }
-    (head.to_ascii_lowercase(), body)
+    let r = listwatch_testkit::send(addr, "GET", path, headers, None)
+        .await
+        .expect("response");
+    let head = r
+        .headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect::<String>();
+    (head.to_ascii_lowercase(), r.body)
 }
 
 fn gunzip(b: &[u8]) -> Vec<u8> {

@@ -1,0 +1,237 @@
+//! listwatch-testkit: the HTTP/1.1 client the integration tests share. Tests talk raw HTTP
+//! on purpose (they check framing, chunking and what a server does with odd requests), so
+//! this is small and exact rather than a general client: one request helper, one decoder
+//! of chunked bodies, a line reader for watch streams, and a poll-until-deadline.
+
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// A whole response: status, headers, the de-chunked body.
+#[derive(Debug)]
+pub struct Response {
+    /// HTTP status code.
+    pub status: u16,
+    /// Header fields in order.
+    pub headers: Vec<(String, String)>,
+    /// The body (de-chunked when the response was chunked).
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The first header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends one request with `Connection: close` and reads the whole response (30 s at most);
+/// `None` when nothing listens at `addr` or the connection breaks before the response.
+pub async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Option<Response> {
+    let mut s = TcpStream::connect(addr).await.ok()?;
+    let body = body.unwrap_or(b"");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    s.write_all(head.as_bytes()).await.ok()?;
+    s.write_all(body).await.ok()?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut raw))
+        .await
+        .expect("response within 30 s")
+        .ok()?;
+    Some(parse_response(&raw))
+}
+
+/// Parses a complete HTTP/1.1 response.
+pub fn parse_response(raw: &[u8]) -> Response {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("end of the response head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .expect("status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect();
+    let rest = &raw[split + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_vec()
+    };
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// The body of a chunked HTTP/1.1 message (everything after the head).
+pub fn dechunk(rest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for_each_chunk(rest, |c| out.extend_from_slice(c));
+    out
+}
+
+/// Calls `f` with each chunk of a chunked body read from `r` (after the head), without
+/// keeping the body; stops at the last chunk or the end of input.
+pub fn for_each_chunk(mut r: impl BufRead, mut f: impl FnMut(&[u8])) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let Ok(n) = usize::from_str_radix(line.trim(), 16) else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        let mut buf = vec![0u8; n + 2];
+        if r.read_exact(&mut buf).is_err() {
+            return;
+        }
+        f(&buf[..n]);
+    }
+}
+
+/// Skips a response head on `r`.
+pub fn skip_head(r: &mut impl BufRead) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            return;
+        }
+    }
+}
+
+/// Lines of a streaming response; dropping it closes the connection.
+pub struct Lines {
+    rx: tokio::sync::mpsc::UnboundedReceiver<String>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Opens a streaming GET and reads its de-chunked body line by line; `None` when nothing
+/// listens at `addr`.
+pub async fn try_stream_lines(addr: SocketAddr, path: &str) -> Option<Lines> {
+    let s = TcpStream::connect(addr).await.ok()?;
+    let (r, mut w) = s.into_split();
+    w.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let _keep = w;
+        let mut r = BufReader::new(r);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if r.read_line(&mut line).await.unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+        }
+        let mut pending = String::new();
+        loop {
+            line.clear();
+            if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+                break;
+            }
+            let Ok(n) = usize::from_str_radix(line.trim(), 16) else {
+                break;
+            };
+            if n == 0 {
+                break;
+            }
+            let mut buf = vec![0u8; n + 2];
+            if r.read_exact(&mut buf).await.is_err() {
+                break;
+            }
+            pending.push_str(&String::from_utf8_lossy(&buf[..n]));
+            while let Some(i) = pending.find('\n') {
+                let l: String = pending.drain(..=i).collect();
+                if tx.send(l.trim_end().to_string()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Some(Lines { rx, task })
+}
+
+/// The next line within `secs`, or `None` (timeout or end of stream).
+pub async fn next_line(lines: &mut Lines, secs: u64) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(secs), lines.rx.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Calls `probe` until `done` holds for its result or `within` has passed, and returns the
+/// last result: for waiting on something a server does asynchronously without a fixed
+/// sleep (the caller asserts on what it gets).
+pub async fn poll_until<T, F, Fut>(within: Duration, mut probe: F, done: impl Fn(&T) -> bool) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let v = probe().await;
+        if done(&v) || tokio::time::Instant::now() >= deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunked_and_plain_bodies() {
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+        let r = parse_response(chunked);
+        assert_eq!((r.status, &r.body[..]), (200, &b"hello world"[..]));
+        let plain = b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno";
+        let r = parse_response(plain);
+        assert_eq!(
+            (r.status, &r.body[..], r.header("content-length")),
+            (404, &b"no"[..], Some("2"))
+        );
+    }
+}
