@@ -3,9 +3,9 @@
 //! response in memory would grow by ~64 × 90 MB; ours may grow only by what its bounded
 //! per-connection buffers hold. Then the readers resume and every one gets every pod.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 const PODS: usize = 20_000;
@@ -45,8 +45,8 @@ fn settle(pid: u32, quiet: Duration, max: Duration) -> u64 {
 }
 
 fn start() -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_listwatch"))
-        .args([
+    let (child, addr) =
+        listwatch_testkit::spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
             "serve",
             "--listen",
             "127.0.0.1:0",
@@ -56,24 +56,8 @@ fn start() -> (Server, String) {
             &CHUNK.to_string(),
             "--log-level",
             "info",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start listwatch");
-    let out = child.stdout.take().expect("stdout");
-    let server = Server(child);
-    let mut lines = BufReader::new(out).lines();
-    let addr = loop {
-        let line = lines.next().expect("server exited").expect("log line");
-        if let Some(i) = line.find("listen=") {
-            let rest = &line[i + "listen=".len()..];
-            break rest.split_whitespace().next().expect("addr").to_string();
-        }
-    };
-    // Keep draining logs so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (server, addr)
+        ]));
+    (Server(child), addr.to_string())
 }
 
 fn send_list(addr: &str) -> TcpStream {

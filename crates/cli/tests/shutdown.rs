@@ -2,8 +2,7 @@
 //! open watches spread over the grace period instead of all at once (so informers do not
 //! reconnect in one stampede), then exits 0.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -12,8 +11,8 @@ const GRACE_S: u64 = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_lists_and_spreads_watch_ends() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_listwatch"))
-        .args([
+    let (mut child, addr) =
+        listwatch_testkit::spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
             "serve",
             "--listen",
             "127.0.0.1:0",
@@ -21,26 +20,7 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
             "20000",
             "--shutdown-watch-termination-grace-period",
             &GRACE_S.to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start listwatch");
-    let out = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(out).lines();
-    let addr: std::net::SocketAddr = loop {
-        let line = lines.next().expect("server exited").expect("log line");
-        if let Some(i) = line.find("listen=") {
-            let rest = &line[i + "listen=".len()..];
-            break rest
-                .split_whitespace()
-                .next()
-                .expect("addr")
-                .parse()
-                .expect("addr");
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+        ]));
 
     // 30 watches, each reporting when its stream ends.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -288,10 +288,6 @@ impl Source for EtcdSource {
         &self.registry
     }
 
-    fn revision(&self) -> u64 {
-        self.registry.stores().map(|s| s.rv()).max().unwrap_or(0)
-    }
-
     fn consistent_revision<'a>(&'a self, store: &'a Store) -> BoxFuture<'a, Result<u64, ApiError>> {
         Box::pin(EtcdSource::consistent_revision(self, store))
     }

@@ -236,11 +236,11 @@ impl ListWatch {
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        if !self.app.handles(req.method(), req.uri().path()) {
+        let Some(route) = self.app.read_route(req.method(), req.uri().path()) else {
             return Outcome::NotHandled(req);
-        }
+        };
         let req = req.map(listwatch_server::box_body);
-        Outcome::Handled(self.app.handle(req).await)
+        Outcome::Handled(self.app.handle_routed(req, route).await)
     }
 
     /// Ends every open watch at a random moment within `grace` (call on shutdown, before

@@ -1,6 +1,6 @@
 //! listwatch-server: the hyper service serving LIST, GET, WATCH and watch-list.
 //!
-//! Request flow: [`request::ApiRequest::parse`] decodes the path ([`routes`]), query, verb,
+//! Request flow: [`routes::route`] decodes the path, [`request::ApiRequest::parse`] the query, verb,
 //! list options and rendering once → admission ([`limits`]) and authorization read it →
 //! [`handlers`] pick a snapshot or cursor by the RV rules, asking the [`Source`] for
 //! revisions → codec's encoders lay out the bytes → [`body`] streams them to the socket as
@@ -110,11 +110,17 @@ impl App {
     /// Whether this app answers `method` on `path` (read verbs on served resources): what
     /// an embedding host routes to us.
     pub fn handles(&self, method: &Method, path: &str) -> bool {
-        *method == Method::GET
-            && matches!(
-                routes::route(&self.registry, path),
-                Route::Collection { .. } | Route::Object { .. }
-            )
+        self.read_route(method, path).is_some()
+    }
+
+    /// The route of `method` on `path` when this app answers it (a read of a served
+    /// resource), for [`Self::handle_routed`]: a host decodes the path once.
+    pub fn read_route(&self, method: &Method, path: &str) -> Option<Route> {
+        if *method != Method::GET {
+            return None;
+        }
+        let route = routes::route(&self.registry, path);
+        matches!(route, Route::Collection { .. } | Route::Object { .. }).then_some(route)
     }
 
     /// Time-based housekeeping of every store (trims event windows and retained snapshots);
@@ -190,9 +196,20 @@ impl App {
 
     /// Answers one request (never fails: errors become `Status` responses).
     pub async fn handle(&self, req: Request<RequestBody>) -> Response<ResponseBody> {
+        let route = routes::route(&self.registry, req.uri().path());
+        self.handle_routed(req, route).await
+    }
+
+    /// [`Self::handle`] for a request whose path was already decoded into `route` (by
+    /// [`Self::read_route`]).
+    pub async fn handle_routed(
+        &self,
+        req: Request<RequestBody>,
+        route: Route,
+    ) -> Response<ResponseBody> {
         let start = std::time::Instant::now();
         let uri_len = req.uri().path().len() + req.uri().query().map_or(0, str::len);
-        let mut req = ApiRequest::parse(&self.registry, req);
+        let mut req = ApiRequest::parse(req, route);
         let verb = req.verb;
         let in_flight = req.in_flight.take();
         let resource = req.resource_label();

@@ -6,11 +6,10 @@
 use http::{Method, Request, header};
 use listwatch_codec::{Encoding, IncludeObject, TableFormat};
 use listwatch_core::{ApiError, ListOptions, QueryParams, ResourceInfo, Verb};
-use listwatch_sources::Registry;
 
 use crate::RequestBody;
 use crate::auth::User;
-use crate::routes::{self, Route};
+use crate::routes::Route;
 
 /// How a LIST, GET or watch response is rendered.
 #[derive(Clone)]
@@ -54,8 +53,8 @@ pub struct ApiRequest {
 }
 
 impl ApiRequest {
-    /// Parses `req` against `registry`.
-    pub fn parse(registry: &Registry, req: Request<RequestBody>) -> ApiRequest {
+    /// Parses `req`, whose path `routes::route` already decoded into `route`.
+    pub fn parse(req: Request<RequestBody>, route: Route) -> ApiRequest {
         let (mut parts, body) = req.into_parts();
         let in_flight = parts.extensions.remove::<crate::connection::InFlight>();
         let path = parts.uri.path().to_string();
@@ -67,7 +66,6 @@ impl ApiRequest {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
         };
-        let route = routes::route(registry, &path);
         let params = QueryParams::decode(&query);
         let (object, legacy_watch) = match &route {
             Route::Collection { legacy_watch, .. } => (false, *legacy_watch),

@@ -174,10 +174,6 @@ impl Source for EmbeddedSource {
         &self.registry
     }
 
-    fn revision(&self) -> u64 {
-        EmbeddedSource::revision(self)
-    }
-
     fn consistent_revision<'a>(&'a self, _: &'a Store) -> BoxFuture<'a, Result<u64, ApiError>> {
         // Every write is applied to its store before it is acknowledged.
         let rv = EmbeddedSource::revision(self);

@@ -198,10 +198,6 @@ impl Source for HostFedSource {
         &self.registry
     }
 
-    fn revision(&self) -> u64 {
-        HostFedSource::revision(self)
-    }
-
     fn consistent_revision<'a>(
         &'a self,
         _: &'a Store,

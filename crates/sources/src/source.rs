@@ -29,10 +29,6 @@ pub trait Source: Send + Sync + 'static {
     /// The served resources and their stores.
     fn registry(&self) -> &Registry;
 
-    /// The newest revision the source has committed that the caches already know of
-    /// (cheap; no round trip).
-    fn revision(&self) -> u64;
-
     /// The revision a consistent read of `store` must reach: the source's current
     /// revision, read linearizably (for etcd, a round trip plus a progress request).
     fn consistent_revision<'a>(&'a self, store: &'a Store) -> BoxFuture<'a, Result<u64, ApiError>>;

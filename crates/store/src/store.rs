@@ -79,6 +79,29 @@ pub enum StoreError {
     UnknownDelete(String),
 }
 
+/// The open cursors' log positions. Ended cursors leave dead entries, dropped whenever the
+/// list has doubled since the last pruning, so it stays within about twice the open
+/// watches even when nobody reads the stats.
+#[derive(Default)]
+struct CursorPositions {
+    live: Vec<Weak<AtomicU64>>,
+    prune_at: usize,
+}
+
+impl CursorPositions {
+    fn add(&mut self, position: &Arc<AtomicU64>) {
+        if self.live.len() >= self.prune_at {
+            self.prune();
+        }
+        self.live.push(Arc::downgrade(position));
+    }
+
+    fn prune(&mut self) {
+        self.live.retain(|c| c.strong_count() > 0);
+        self.prune_at = (2 * self.live.len()).max(64);
+    }
+}
+
 /// The one mapping of store errors to API errors (kube-apiserver's wording for each).
 impl From<StoreError> for listwatch_core::ApiError {
     fn from(e: StoreError) -> Self {
@@ -174,9 +197,8 @@ pub struct Store {
     /// `Some(grace)` once open watches must end, each at a random moment within `grace`
     /// (server shutdown or this resource's removal).
     drain: watch::Sender<Option<Duration>>,
-    /// Where each open cursor is in the log (its next sequence number); dead entries are
-    /// pruned when stats are read.
-    cursors: Mutex<Vec<Weak<AtomicU64>>>,
+    /// Where each open cursor is in the log (its next sequence number).
+    cursors: Mutex<CursorPositions>,
 }
 
 impl Store {
@@ -205,7 +227,7 @@ impl Store {
             ready: AtomicBool::new(true),
             retired: AtomicBool::new(false),
             drain: watch::Sender::new(None),
-            cursors: Mutex::new(Vec::new()),
+            cursors: Mutex::new(CursorPositions::default()),
         })
     }
 
@@ -470,7 +492,7 @@ impl Store {
         let seq = g.log.seq_after(rv);
         drop(g);
         let position = Arc::new(AtomicU64::new(seq));
-        self.cursors.lock().push(Arc::downgrade(&position));
+        self.cursors.lock().add(&position);
         Ok(WatchCursor {
             store: self.clone(),
             seq,
@@ -492,13 +514,14 @@ impl Store {
     pub fn stats(&self) -> StoreStats {
         let (watchers, slowest) = {
             let mut cursors = self.cursors.lock();
-            cursors.retain(|c| c.strong_count() > 0);
+            cursors.prune();
             let slowest = cursors
+                .live
                 .iter()
                 .filter_map(Weak::upgrade)
                 .map(|p| p.load(Ordering::Relaxed))
                 .min();
-            (cursors.len(), slowest)
+            (cursors.live.len(), slowest)
         };
         let g = self.inner.lock();
         let end = g.log.end_seq();

@@ -133,6 +133,32 @@ pub fn skip_head(r: &mut impl BufRead) {
     }
 }
 
+/// Starts a server binary whose log names its address (`listen=ADDR`, as `listwatch serve`
+/// logs it) and returns the process and that address; the rest of its log is drained on a
+/// thread so the server never blocks on a full pipe.
+pub fn spawn_server(cmd: &mut std::process::Command) -> (std::process::Child, SocketAddr) {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the server");
+    let out = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufReader::new(out).lines();
+    let addr = loop {
+        let line = lines.next().expect("server exited").expect("log line");
+        if let Some(i) = line.find("listen=") {
+            let rest = &line[i + "listen=".len()..];
+            break rest
+                .split_whitespace()
+                .next()
+                .and_then(|a| a.parse().ok())
+                .expect("listen address");
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
 /// Lines of a streaming response; dropping it closes the connection.
 pub struct Lines {
     rx: tokio::sync::mpsc::UnboundedReceiver<String>,
