@@ -22,6 +22,14 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 
 /// Seconds since the epoch as RFC 3339 UTC (`2026-11-22T02:14:15Z`).
 pub fn rfc3339(secs: i64) -> String {
+    let mut out = Vec::with_capacity(20);
+    push_rfc3339(&mut out, secs, None);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Appends seconds since the epoch as RFC 3339 UTC; with `micros`, six fractional digits
+/// (Kubernetes' `MicroTime`: `2026-11-22T02:14:15.000123Z`).
+pub fn push_rfc3339(out: &mut Vec<u8>, secs: i64, micros: Option<u32>) {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     // Howard Hinnant's civil-from-days.
@@ -34,12 +42,33 @@ pub fn rfc3339(secs: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    push_digits(out, y, 4);
+    out.push(b'-');
+    push_digits(out, m, 2);
+    out.push(b'-');
+    push_digits(out, d, 2);
+    out.push(b'T');
+    push_digits(out, rem / 3600, 2);
+    out.push(b':');
+    push_digits(out, rem % 3600 / 60, 2);
+    out.push(b':');
+    push_digits(out, rem % 60, 2);
+    if let Some(us) = micros {
+        out.push(b'.');
+        push_digits(out, i64::from(us), 6);
+    }
+    out.push(b'Z');
+}
+
+/// Appends the last `n` (≤ 6) decimal digits of `v`, zero-padded.
+fn push_digits(out: &mut Vec<u8>, v: i64, n: usize) {
+    let mut buf = [b'0'; 6];
+    let mut v = v.unsigned_abs();
+    for slot in buf[..n].iter_mut().rev() {
+        *slot = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    out.extend_from_slice(&buf[..n]);
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` into seconds since the epoch.

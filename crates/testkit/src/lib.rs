@@ -244,6 +244,73 @@ where
     }
 }
 
+/// The JSON paths where `got` and `want` differ (member order aside), at most `limit` of
+/// them: `a.b[2].c: got X, want Y`.
+pub fn json_diff(got: &serde_json::Value, want: &serde_json::Value, limit: usize) -> Vec<String> {
+    fn walk(
+        path: &str,
+        g: &serde_json::Value,
+        w: &serde_json::Value,
+        out: &mut Vec<String>,
+        limit: usize,
+    ) {
+        use serde_json::Value;
+        if out.len() >= limit {
+            return;
+        }
+        match (g, w) {
+            (Value::Object(a), Value::Object(b)) => {
+                for (k, wv) in b {
+                    match a.get(k) {
+                        Some(gv) => walk(&format!("{path}.{k}"), gv, wv, out, limit),
+                        None => out.push(format!("{path}.{k}: missing, want {}", short(wv))),
+                    }
+                }
+                for (k, gv) in a {
+                    if !b.contains_key(k) {
+                        out.push(format!("{path}.{k}: extra {}", short(gv)));
+                    }
+                }
+            }
+            (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+                for (i, (gv, wv)) in a.iter().zip(b).enumerate() {
+                    walk(&format!("{path}[{i}]"), gv, wv, out, limit);
+                }
+            }
+            _ if g == w => {}
+            _ => out.push(format!("{path}: got {}, want {}", short(g), short(w))),
+        }
+    }
+    fn short(v: &serde_json::Value) -> String {
+        let s = v.to_string();
+        if s.len() > 80 {
+            format!(
+                "{}…",
+                &s[..s.char_indices().nth(80).map_or(s.len(), |c| c.0)]
+            )
+        } else {
+            s
+        }
+    }
+    let mut out = Vec::new();
+    walk("", got, want, &mut out, limit);
+    out
+}
+
+/// `../shared/reference/<rel>` beside the repository (panics naming what is missing: the
+/// reference material is part of the test fixture, never optional).
+pub fn reference(rel: &str) -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/reference")
+        .join(rel);
+    assert!(
+        p.exists(),
+        "{} is missing: the tests need shared/reference beside the repository",
+        p.display()
+    );
+    p
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
