@@ -22,6 +22,7 @@ use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::EtcdError;
+use crate::decode::ValueDecoder;
 use crate::layout::{prefix_end, store_key};
 use crate::source::EtcdConfig;
 
@@ -208,7 +209,7 @@ impl Follower {
                 revision = resp.header().ok_or(EtcdError::NoHeader)?.revision();
             }
             for kv in resp.kvs() {
-                match ingest(&info, kv.key(), kv.value(), kv.mod_revision()) {
+                match ingest(&info, &config.decoder, kv.key(), kv.value(), kv.mod_revision()) {
                     Some(r) => records.push(r),
                     None => skipped += 1,
                 }
@@ -280,7 +281,7 @@ impl Follower {
                         Ok(None) => return Ended::Disconnected("watch stream closed".into()),
                         Err(e) => return Ended::Disconnected(e.to_string()),
                     };
-                    if let Some(end) = self.on_response(&resp, &mut watch_id, &mut header_rev, last, order) {
+                    if let Some(end) = self.on_response(&resp, &mut watch_id, &mut header_rev, last, order, &config.decoder) {
                         return end;
                     }
                 }
@@ -296,6 +297,7 @@ impl Follower {
         header_rev: &mut i64,
         last: &mut i64,
         order: ProgressOrder,
+        decoder: &ValueDecoder,
     ) -> Option<Ended> {
         if resp.created() {
             *watch_id = Some(resp.watch_id());
@@ -356,7 +358,7 @@ impl Follower {
             })
             .collect();
         let newest = events.iter().map(|e| e.kv.mod_revision).max().unwrap_or(0);
-        match apply_events(&self.store, &events) {
+        match apply_events(&self.store, decoder, &events) {
             Ok(skipped) => {
                 if skipped > 0 {
                     self.status.lock().skipped += skipped;
@@ -395,26 +397,28 @@ fn watched(kv: &etcd_client::KeyValue) -> WatchedKv {
     }
 }
 
-/// Ingests one stored value, or logs and skips it when it is not a JSON object of this
-/// resource (protobuf values start with `k8s\0`; encrypted ones with `k8s:enc:`).
-fn ingest(info: &ResourceInfo, key: &[u8], value: &[u8], mod_revision: i64) -> Option<Record> {
+/// Ingests one stored value (JSON, protobuf, or either encrypted), or logs and skips it
+/// when it cannot be read as an object of this resource.
+fn ingest(
+    info: &ResourceInfo,
+    decoder: &ValueDecoder,
+    key: &[u8],
+    value: &[u8],
+    mod_revision: i64,
+) -> Option<Record> {
     let Some(_) = store_key(info, key) else {
         warn!(resource = %info.resource, key = %String::from_utf8_lossy(key), "key outside the resource's layout; skipped");
         return None;
     };
-    let what = if value.starts_with(b"k8s\0") {
-        Some("protobuf (k8s\\0 prefix); serve JSON with --storage-media-type=application/json")
-    } else if value.starts_with(b"k8s:enc:") {
-        Some("encrypted at rest (k8s:enc: prefix)")
-    } else {
-        None
+    let json = match decoder.decode(key, value) {
+        Ok(j) => j,
+        Err(e) => {
+            warn!(resource = %info.resource, key = %String::from_utf8_lossy(key), reason = e.reason(), error = %e, "value cannot be read; skipped");
+            return None;
+        }
     };
-    if let Some(what) = what {
-        warn!(resource = %info.resource, key = %String::from_utf8_lossy(key), "value is {what}; skipped");
-        return None;
-    }
     let rv = u64::try_from(mod_revision).unwrap_or(0);
-    match Record::ingest(value, info, rv) {
+    match Record::ingest(&json, info, rv) {
         Ok(r) => Some(r),
         Err(e) => {
             warn!(resource = %info.resource, key = %String::from_utf8_lossy(key), error = %e, "value is not an object of this resource; skipped");
@@ -427,7 +431,11 @@ fn ingest(info: &ResourceInfo, key: &[u8], value: &[u8], mod_revision: i64) -> O
 /// were skipped (not JSON), or why the cache can no longer be trusted: a change to an
 /// existing key without `prev_kv` (etcd could not say what it replaced, k8s#123072), a
 /// delete of a key the cache does not hold, or an event not after the store's RV.
-pub fn apply_events(store: &Store, events: &[WatchedEvent]) -> Result<u64, Unsafe> {
+pub fn apply_events(
+    store: &Store,
+    decoder: &ValueDecoder,
+    events: &[WatchedEvent],
+) -> Result<u64, Unsafe> {
     let info = store.info().clone();
     let current = store.current();
     let mut changes = Vec::with_capacity(events.len());
@@ -460,7 +468,7 @@ pub fn apply_events(store: &Store, events: &[WatchedEvent]) -> Result<u64, Unsaf
             } else if e
                 .prev
                 .as_ref()
-                .is_some_and(|p| ingest(&info, &p.key, &p.value, p.mod_revision).is_some())
+                .is_some_and(|p| ingest(&info, decoder, &p.key, &p.value, p.mod_revision).is_some())
             {
                 // etcd says a readable object existed and we never saw it.
                 return Err(Unsafe(format!(
@@ -472,7 +480,7 @@ pub fn apply_events(store: &Store, events: &[WatchedEvent]) -> Result<u64, Unsaf
             }
             continue;
         }
-        match ingest(&info, &e.kv.key, &e.kv.value, e.kv.mod_revision) {
+        match ingest(&info, decoder, &e.kv.key, &e.kv.value, e.kv.mod_revision) {
             Some(r) => {
                 put_in_batch.insert(key);
                 changes.push(Change::Put(r));

@@ -6,11 +6,15 @@
 //! - [`follower`]: one resource's state machine — loading → following → unsafe → relisting.
 //! - [`EtcdSource`]: the followers, consistent-read revisions and the write verbs.
 
+pub mod decode;
+pub mod encryption;
 pub mod follower;
 pub mod layout;
 mod source;
 
 pub use follower::{FollowerState, FollowerStats, ProgressOrder};
+pub use decode::{DecodeError, ValueDecoder};
+pub use encryption::Decryptor;
 pub use source::{EtcdConfig, EtcdSource};
 
 use listwatch_core::ApiError;

@@ -1,6 +1,7 @@
 //! `EtcdSource`: a follower per served resource over one etcd client, the revision a
 //! consistent read must reach, and the write verbs as etcd transactions.
 
+use crate::decode::ValueDecoder;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,8 @@ pub struct EtcdConfig {
     /// it otherwise.
     #[doc(hidden)]
     pub fault_early_progress: bool,
+    /// Reads stored values: JSON, protobuf, and encrypted ones with the configured keys.
+    pub decoder: ValueDecoder,
 }
 
 impl Default for EtcdConfig {
@@ -51,6 +54,7 @@ impl Default for EtcdConfig {
             max_backoff: Duration::from_secs(5),
             progress_order: ProgressOrder::Ordered,
             fault_early_progress: false,
+            decoder: ValueDecoder::default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use listwatch_core::builtin_resources;
+use listwatch_etcd::ValueDecoder;
 use listwatch_etcd::follower::{WatchedEvent, WatchedKv, apply_events};
 use listwatch_store::{Record, Store, StoreConfig};
 
@@ -38,7 +39,7 @@ fn update_without_prev_kv_is_unsafe() {
         kv: kv("a", 5, 11),
         prev: None,
     };
-    let err = apply_events(&s, &[e]).expect_err("unsafe");
+    let err = apply_events(&s, &ValueDecoder::default(), &[e]).expect_err("unsafe");
     assert!(err.0.contains("without prev_kv"), "{err}");
     assert_eq!(s.rv(), 10, "nothing applied");
 }
@@ -54,7 +55,7 @@ fn delete_without_prev_kv_is_unsafe() {
         },
         prev: None,
     };
-    assert!(apply_events(&s, &[e]).is_err());
+    assert!(apply_events(&s, &ValueDecoder::default(), &[e]).is_err());
     assert!(s.current().get("ns/a").is_some());
 }
 
@@ -69,7 +70,7 @@ fn delete_of_an_object_never_seen_is_unsafe() {
         },
         prev: Some(kv("ghost", 7, 7)),
     };
-    let err = apply_events(&s, &[e]).expect_err("unsafe");
+    let err = apply_events(&s, &ValueDecoder::default(), &[e]).expect_err("unsafe");
     assert!(err.0.contains("does not hold"), "{err}");
 }
 
@@ -81,7 +82,7 @@ fn event_at_or_below_the_cache_rv_is_unsafe() {
         kv: kv("b", 9, 9),
         prev: None,
     };
-    assert!(apply_events(&s, &[e]).is_err(), "revision went backwards");
+    assert!(apply_events(&s, &ValueDecoder::default(), &[e]).is_err(), "revision went backwards");
 }
 
 #[test]
@@ -107,7 +108,7 @@ fn create_update_delete_apply_in_order() {
             prev: Some(kv("b", 11, 11)),
         },
     ];
-    assert_eq!(apply_events(&s, &events), Ok(0));
+    assert_eq!(apply_events(&s, &ValueDecoder::default(), &events), Ok(0));
     assert_eq!(s.rv(), 13);
     assert_eq!(s.current().get("ns/a").map(|r| r.rv()), Some(12));
     assert!(s.current().get("ns/b").is_none());
@@ -124,7 +125,7 @@ fn protobuf_value_replacing_an_object_removes_it() {
         },
         prev: Some(kv("a", 5, 5)),
     };
-    assert_eq!(apply_events(&s, &[e]), Ok(1), "skipped, counted");
+    assert_eq!(apply_events(&s, &ValueDecoder::default(), &[e]), Ok(1), "skipped, counted");
     assert!(
         s.current().get("ns/a").is_none(),
         "the old version is not served as if current"

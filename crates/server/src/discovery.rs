@@ -73,6 +73,9 @@ pub fn resource_list(
             if !i.short_names.is_empty() {
                 r["shortNames"] = json!(i.short_names);
             }
+            if !i.categories.is_empty() {
+                r["categories"] = json!(i.categories);
+            }
             r
         })
         .collect();
@@ -129,6 +132,9 @@ pub fn aggregated(registry: &Registry, core: bool, writable: bool, api_version: 
                 });
                 if !i.short_names.is_empty() {
                     r["shortNames"] = json!(i.short_names);
+                }
+                if !i.categories.is_empty() {
+                    r["categories"] = json!(i.categories);
                 }
                 r
             })
