@@ -207,6 +207,9 @@ def main():
         by_name.setdefault(full.rsplit("/", 1)[1], []).append(fields)
 
     index = {name: i for i, name in enumerate(sorted(messages))}
+    json_flags = {k: dict(v) for k, v in overlay["json"].items() if k != "comment"}
+    for k in json_flags:
+        assert k in messages, f"overlay json: no message {k}"
     table = []
     unresolved = 0
     for full in sorted(messages):
@@ -237,7 +240,12 @@ def main():
                     unresolved += 1
                     print(f"guessed {full}.{fd['rust']} -> {json_name}", file=sys.stderr)
             if required is None:
-                required = not fd["optional_doc"]
+                # No JSON type to ask: Go pointers (messages) are omitempty by convention;
+                # scalars follow the `+optional` marker.
+                required = fd["type"] != "message" and not fd["optional_doc"]
+            flag = json_flags.get(full, {}).pop(json_name, None)
+            if flag == "always":
+                required = True
             if fd["type"] == "message" and fd["message"] not in index:
                 raise SystemExit(f"{full}.{fd['rust']}: unknown message {fd['message']}")
             f = {"tag": fd["tag"], "json": json_name, "type": fd["type"]}
@@ -249,6 +257,12 @@ def main():
                 f["required"] = True
             if inline:
                 f["inline"] = True
+            if flag in ("pointer", "omitzero", "typemeta"):
+                f[flag] = True
+            elif flag and flag.startswith("default="):
+                f["default"] = flag[len("default="):]
+            elif flag not in (None, "always"):
+                raise SystemExit(f"{full}.{json_name}: unknown overlay flag {flag}")
             if fd["type"] == "message":
                 f["message"] = index[fd["message"]]
             out_fields.append(f)
@@ -264,6 +278,8 @@ def main():
             if kinds.get(full, name) != name:
                 entry["kind"] = kinds[full]
         table.append(entry)
+    left = {k: v for k, v in json_flags.items() if v}
+    assert not left, f"overlay json names fields the table does not have: {left}"
     extra_kinds = []
     for alias, target in overlay["aliases"].items():
         mod, kind = alias.rsplit("/", 1)

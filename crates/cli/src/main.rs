@@ -56,6 +56,10 @@ struct ServeArgs {
     /// Seconds between progress requests to etcd (keeps idle resources' RVs fresh).
     #[arg(long, default_value_t = 5)]
     etcd_progress_interval: u64,
+    /// kube-apiserver's `EncryptionConfiguration` (its `--encryption-provider-config`), to
+    /// read values encrypted at rest with aescbc, aesgcm or secretbox (with `--source etcd`).
+    #[arg(long)]
+    encryption_provider_config: Option<std::path::PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
@@ -206,7 +210,11 @@ async fn etcd_source(
     args: &ServeArgs,
     registry: Registry,
 ) -> Result<Arc<dyn Source>, Box<dyn std::error::Error>> {
-    use listwatch_etcd::{EtcdConfig, EtcdSource};
+    use listwatch_etcd::{Decryptor, EtcdConfig, EtcdSource, ValueDecoder};
+    let decryptor = match &args.encryption_provider_config {
+        Some(path) => Some(Decryptor::from_file(path)?),
+        None => None,
+    };
     if args.demo_pods > 0 || !args.load.is_empty() {
         return Err(
             "--demo-pods and --load fill the embedded store; with etcd, write the objects to etcd"
@@ -218,6 +226,7 @@ async fn etcd_source(
         EtcdConfig {
             endpoints: args.etcd_endpoints.clone(),
             progress_interval: std::time::Duration::from_secs(args.etcd_progress_interval.max(1)),
+            decoder: ValueDecoder::new(decryptor),
             ..EtcdConfig::default()
         },
     )

@@ -39,7 +39,7 @@ pub struct ValueDecoder {
 
 thread_local! {
     // One writer per thread: its scratch list grows to the deepest object once.
-    static WRITER: RefCell<JsonWriter<'static>> = RefCell::new(JsonWriter::new(Schema::kubernetes()));
+    static WRITER: RefCell<JsonWriter<'static>> = RefCell::new(JsonWriter::for_storage(Schema::kubernetes()));
 }
 
 impl ValueDecoder {

@@ -206,7 +206,10 @@ impl Decryptor {
             .keys
             .iter()
             .find(|k| k.cipher == cipher && k.name == name)
-            .ok_or(DecryptError::NoKey { provider, key: name })?;
+            .ok_or(DecryptError::NoKey {
+                provider,
+                key: name,
+            })?;
         open(cipher, &k.secret, key, payload).ok_or(DecryptError::Failed(cipher.name()))
     }
 }
@@ -239,7 +242,10 @@ fn open(cipher: Cipher, secret: &[u8], key: &[u8], payload: &[u8]) -> Option<Vec
         Cipher::AesGcm => {
             let (nonce, body) = payload.split_at_checked(12)?;
             let nonce = aes_gcm::Nonce::from_slice(nonce);
-            let with_aad = Payload { msg: body, aad: key };
+            let with_aad = Payload {
+                msg: body,
+                aad: key,
+            };
             match secret.len() {
                 16 => {
                     let c = aes_gcm::Aes128Gcm::new_from_slice(secret).ok()?;

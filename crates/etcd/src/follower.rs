@@ -209,7 +209,13 @@ impl Follower {
                 revision = resp.header().ok_or(EtcdError::NoHeader)?.revision();
             }
             for kv in resp.kvs() {
-                match ingest(&info, &config.decoder, kv.key(), kv.value(), kv.mod_revision()) {
+                match ingest(
+                    &info,
+                    &config.decoder,
+                    kv.key(),
+                    kv.value(),
+                    kv.mod_revision(),
+                ) {
                     Some(r) => records.push(r),
                     None => skipped += 1,
                 }

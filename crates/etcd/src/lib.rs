@@ -12,9 +12,9 @@ pub mod follower;
 pub mod layout;
 mod source;
 
-pub use follower::{FollowerState, FollowerStats, ProgressOrder};
 pub use decode::{DecodeError, ValueDecoder};
 pub use encryption::Decryptor;
+pub use follower::{FollowerState, FollowerStats, ProgressOrder};
 pub use source::{EtcdConfig, EtcdSource};
 
 use listwatch_core::ApiError;

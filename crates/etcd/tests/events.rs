@@ -82,7 +82,10 @@ fn event_at_or_below_the_cache_rv_is_unsafe() {
         kv: kv("b", 9, 9),
         prev: None,
     };
-    assert!(apply_events(&s, &ValueDecoder::default(), &[e]).is_err(), "revision went backwards");
+    assert!(
+        apply_events(&s, &ValueDecoder::default(), &[e]).is_err(),
+        "revision went backwards"
+    );
 }
 
 #[test]
@@ -125,7 +128,11 @@ fn protobuf_value_replacing_an_object_removes_it() {
         },
         prev: Some(kv("a", 5, 5)),
     };
-    assert_eq!(apply_events(&s, &ValueDecoder::default(), &[e]), Ok(1), "skipped, counted");
+    assert_eq!(
+        apply_events(&s, &ValueDecoder::default(), &[e]),
+        Ok(1),
+        "skipped, counted"
+    );
     assert!(
         s.current().get("ns/a").is_none(),
         "the old version is not served as if current"

@@ -76,6 +76,15 @@ pub struct Field {
     pub required: bool,
     /// Go's `json:",inline"`: the nested message's fields appear in this object.
     pub inline: bool,
+    /// A Go pointer scalar: on the wire only when set, and then written even when zero.
+    pub pointer: bool,
+    /// Go's `omitzero` on a struct (`creationTimestamp`): left out when zero.
+    pub omitzero: bool,
+    /// Items are whole objects whose `kind`/`apiVersion` kube-apiserver fills on read
+    /// (StatefulSet `volumeClaimTemplates`).
+    pub typemeta: bool,
+    /// The value kube-apiserver's read-time defaulting gives an empty string field.
+    pub default: Option<Box<str>>,
 }
 
 /// One protobuf message.
@@ -107,6 +116,7 @@ pub struct Schema {
     pub source: String,
     messages: Vec<Message>,
     kinds: HashMap<(String, String), MessageId>,
+    type_meta: Vec<Option<(String, String)>>,
 }
 
 #[derive(Deserialize)]
@@ -154,6 +164,14 @@ struct RawField {
     #[serde(default)]
     inline: bool,
     #[serde(default)]
+    pointer: bool,
+    #[serde(default)]
+    omitzero: bool,
+    #[serde(default)]
+    typemeta: bool,
+    #[serde(default)]
+    default: Option<String>,
+    #[serde(default)]
     message: Option<u32>,
 }
 
@@ -178,6 +196,7 @@ impl Schema {
         let count = raw.messages.len();
         let mut messages = Vec::with_capacity(count);
         let mut kinds = HashMap::new();
+        let mut type_meta = Vec::with_capacity(count);
         for (id, m) in raw.messages.into_iter().enumerate() {
             let special = match m.special.as_deref() {
                 None => Special::None,
@@ -220,6 +239,10 @@ impl Schema {
                     map: f.map,
                     required: f.required,
                     inline: f.inline,
+                    pointer: f.pointer,
+                    omitzero: f.omitzero,
+                    typemeta: f.typemeta,
+                    default: f.default.map(Into::into),
                 });
             }
             fields.sort_by_key(|f| f.tag);
@@ -232,7 +255,10 @@ impl Schema {
                 let kind = m
                     .kind
                     .unwrap_or_else(|| m.name.rsplit('/').next().unwrap_or("").to_string());
-                kinds.insert((av, kind.to_ascii_lowercase()), id as MessageId);
+                kinds.insert((av.clone(), kind.to_ascii_lowercase()), id as MessageId);
+                type_meta.push(Some((av, kind)));
+            } else {
+                type_meta.push(None);
             }
             messages.push(Message {
                 name: m.name.into(),
@@ -251,6 +277,7 @@ impl Schema {
             source: raw.source,
             messages,
             kinds,
+            type_meta,
         })
     }
 
@@ -278,6 +305,14 @@ impl Schema {
             .get(&(api_version.to_string(), kind.clone()))
             .or_else(|| self.kinds.get(&("meta.k8s.io/v1".to_string(), kind)))
             .copied()
+    }
+
+    /// The (`apiVersion`, `kind`) a message is served as, if it is a top-level kind.
+    pub fn type_meta(&self, id: MessageId) -> Option<(&str, &str)> {
+        self.type_meta
+            .get(id as usize)
+            .and_then(|t| t.as_ref())
+            .map(|(a, k)| (a.as_str(), k.as_str()))
     }
 
     /// The message named `name` (`api/core/v1/Pod`), if any.

@@ -27,6 +27,9 @@ pub struct JsonWriter<'s> {
     pub unknown_fields: u64,
     /// The first few (message, field number) pairs skipped, for logs and the schema's tests.
     pub unknown_seen: Vec<(MessageId, u32)>,
+    /// Apply kube-apiserver's read-time defaulting (objects read from etcd), not only
+    /// serialization (objects on the wire).
+    pub storage_defaults: bool,
 }
 
 impl<'s> JsonWriter<'s> {
@@ -37,6 +40,15 @@ impl<'s> JsonWriter<'s> {
             scratch: Vec::new(),
             unknown_fields: 0,
             unknown_seen: Vec::new(),
+            storage_defaults: false,
+        }
+    }
+
+    /// A writer for values read from etcd: also fills what kube-apiserver defaults on read.
+    pub fn for_storage(schema: &'s Schema) -> Self {
+        JsonWriter {
+            storage_defaults: true,
+            ..JsonWriter::new(schema)
         }
     }
 
@@ -132,6 +144,11 @@ impl<'s> JsonWriter<'s> {
             return self.fields(inner, input, s, e, out, first, depth + 1);
         }
         if !present {
+            if let Some(d) = field.default.as_ref().filter(|_| self.storage_defaults) {
+                key(out, field, first);
+                push_go_string(out, d);
+                return Ok(());
+            }
             if field.required {
                 key(out, field, first);
                 self.absent(field, out);
@@ -167,6 +184,31 @@ impl<'s> JsonWriter<'s> {
                             self.value(field.kind, Value::Varint(v), input, out, depth)?;
                         }
                     }
+                    (Kind::Message(id), Value::Len(s, e))
+                        if field.typemeta && self.storage_defaults =>
+                    {
+                        sep(out, &mut n);
+                        let tm = self.schema.type_meta(id);
+                        out.push(b'{');
+                        let mut first = true;
+                        if let Some((api_version, kind)) = tm {
+                            out.extend_from_slice(b"\"kind\":");
+                            push_go_string(out, kind);
+                            out.extend_from_slice(b",\"apiVersion\":");
+                            push_go_string(out, api_version);
+                            first = false;
+                        }
+                        self.fields(
+                            id,
+                            input,
+                            s as usize,
+                            e as usize,
+                            out,
+                            &mut first,
+                            depth + 1,
+                        )?;
+                        out.push(b'}');
+                    }
                     _ => {
                         sep(out, &mut n);
                         self.value(field.kind, value, input, out, depth)?;
@@ -178,8 +220,19 @@ impl<'s> JsonWriter<'s> {
         }
         // Singular: the last value wins, as in protobuf.
         let value = self.scratch[to - 1].value;
-        if !field.required && is_zero_scalar(field.kind, value) {
+        if let (Some(d), Kind::String, Value::Len(s, e)) = (&field.default, field.kind, value)
+            && s == e
+            && self.storage_defaults
+        {
+            key(out, field, first);
+            push_go_string(out, d);
+            return Ok(());
+        }
+        if !field.required && !field.pointer && is_zero_scalar(field.kind, value) {
             // Go writes non-pointer fields even when zero; with `omitempty` JSON drops them.
+            return Ok(());
+        }
+        if field.omitzero && is_zero_time(input, value)? {
             return Ok(());
         }
         key(out, field, first);
@@ -463,6 +516,20 @@ fn trim_json(b: &[u8]) -> &[u8] {
         .rposition(|c| !c.is_ascii_whitespace())
         .map_or(s, |i| i + 1);
     &b[s..e]
+}
+
+/// Whether a `Time`-shaped message (seconds, nanos) is the zero time.
+fn is_zero_time(input: &[u8], value: Value) -> Result<bool, ProtoError> {
+    let Value::Len(s, e) = value else {
+        return Ok(false);
+    };
+    let mut r = FieldReader::new(input, s as usize, e as usize);
+    while let Some((_, v)) = r.next_field()? {
+        if v != Value::Varint(0) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Whether a present singular scalar holds its type's zero value.

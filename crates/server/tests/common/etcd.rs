@@ -147,6 +147,55 @@ impl Etcd {
         etcd
     }
 
+    /// One member whose data is an `etcdctl snapshot save` file (gzipped), restored with
+    /// every revision kept, so resourceVersions match the cluster the snapshot came from.
+    pub async fn restore(snapshot_gz: &std::path::Path) -> Etcd {
+        super::require("etcdctl");
+        let dir = TempDir::new("etcd-restore");
+        let (client_port, peer_port) = (free_port(), free_port());
+        let db = dir.0.join("snapshot.db");
+        let gz = std::fs::read(snapshot_gz).expect("snapshot file");
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut raw)
+            .expect("gunzip snapshot");
+        std::fs::write(&db, raw).expect("write snapshot");
+        let cluster = format!("m0=http://127.0.0.1:{peer_port}");
+        let status = std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg("snapshot")
+            .arg("restore")
+            .arg(&db)
+            .arg("--data-dir")
+            .arg(dir.0.join("m0"))
+            .arg("--name")
+            .arg("m0")
+            .arg("--initial-cluster")
+            .arg(&cluster)
+            .arg("--initial-advertise-peer-urls")
+            .arg(format!("http://127.0.0.1:{peer_port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("etcdctl on PATH (Debian: etcd-client)");
+        assert!(status.success(), "etcdctl snapshot restore failed");
+        let mut m = Member {
+            name: "m0".into(),
+            client_port,
+            peer_port,
+            dir: dir.0.clone(),
+            cluster,
+            state: "existing",
+            child: None,
+        };
+        m.spawn();
+        let etcd = Etcd {
+            members: vec![m],
+            _dir: dir,
+        };
+        etcd.wait_healthy().await;
+        etcd
+    }
+
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(Member::client_url).collect()
     }

@@ -130,6 +130,7 @@ pub fn json(s: &str) -> serde_json::Value {
 pub fn require(part: &str) {
     let (probe, args, install): (&str, &[&str], &str) = match part {
         "etcd" => ("etcd", &["--version"], "apt-get install etcd-server"),
+        "etcdctl" => ("etcdctl", &["version"], "apt-get install etcd-client"),
         "kubectl" => (
             "kubectl",
             &["version", "--client"],
