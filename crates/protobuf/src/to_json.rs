@@ -61,6 +61,22 @@ impl<'s> JsonWriter<'s> {
         type_meta: Option<(&str, &str)>,
         out: &mut Vec<u8>,
     ) -> Result<(), ProtoError> {
+        self.object(id, input, 0, input.len(), type_meta, out, 0)
+    }
+
+    /// One object in braces, `kind` and `apiVersion` first when given (Go's inline
+    /// TypeMeta).
+    #[allow(clippy::too_many_arguments)]
+    fn object(
+        &mut self,
+        id: MessageId,
+        input: &[u8],
+        start: usize,
+        end: usize,
+        type_meta: Option<(&str, &str)>,
+        out: &mut Vec<u8>,
+        depth: usize,
+    ) -> Result<(), ProtoError> {
         let mut first = true;
         out.push(b'{');
         if let Some((api_version, kind)) = type_meta {
@@ -70,7 +86,7 @@ impl<'s> JsonWriter<'s> {
             push_go_string(out, api_version);
             first = false;
         }
-        self.fields(id, input, 0, input.len(), out, &mut first, 0)?;
+        self.fields(id, input, start, end, out, &mut first, depth)?;
         out.push(b'}');
         Ok(())
     }
@@ -188,26 +204,9 @@ impl<'s> JsonWriter<'s> {
                         if field.typemeta && self.storage_defaults =>
                     {
                         sep(out, &mut n);
-                        let tm = self.schema.type_meta(id);
-                        out.push(b'{');
-                        let mut first = true;
-                        if let Some((api_version, kind)) = tm {
-                            out.extend_from_slice(b"\"kind\":");
-                            push_go_string(out, kind);
-                            out.extend_from_slice(b",\"apiVersion\":");
-                            push_go_string(out, api_version);
-                            first = false;
-                        }
-                        self.fields(
-                            id,
-                            input,
-                            s as usize,
-                            e as usize,
-                            out,
-                            &mut first,
-                            depth + 1,
-                        )?;
-                        out.push(b'}');
+                        let schema = self.schema;
+                        let tm = schema.type_meta(id);
+                        self.object(id, input, s as usize, e as usize, tm, out, depth + 1)?;
                     }
                     _ => {
                         sep(out, &mut n);
@@ -315,12 +314,7 @@ impl<'s> JsonWriter<'s> {
     ) -> Result<(), ProtoError> {
         let special = self.schema.message(id).special;
         match special {
-            Special::None => {
-                let mut first = true;
-                out.push(b'{');
-                self.fields(id, input, start, end, out, &mut first, depth)?;
-                out.push(b'}');
-            }
+            Special::None => self.object(id, input, start, end, None, out, depth)?,
             Special::Time | Special::MicroTime => {
                 let (mut secs, mut nanos) = (0i64, 0i64);
                 let mut r = FieldReader::new(input, start, end);

@@ -253,7 +253,7 @@ async fn serves_etcd_contents_in_kube_apiserver_layout() {
         .await
         .expect("put deployment");
     }
-    // A protobuf value (kube-apiserver's default media type) and a key outside the layout:
+    // A protobuf envelope with no object in it (unreadable) and a key outside the layout:
     // both skipped with a log line, never a crash or a bogus object.
     c.put(
         "/registry/pods/default/proto",
