@@ -506,7 +506,20 @@ async fn discovery_documents() {
             .any(|r| r["name"] == "pods" && r["kind"] == "Pod" && r["namespaced"] == true)
     );
     let d = json(&get(s.addr, "/apis").await.body);
-    assert_eq!(d["groups"][0]["name"], "apps");
+    let groups: Vec<&str> = d["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    for g in [
+        "apps",
+        "batch",
+        "rbac.authorization.k8s.io",
+        "apiextensions.k8s.io",
+    ] {
+        assert!(groups.contains(&g), "{g} missing from /apis: {groups:?}");
+    }
     let d = json(&get(s.addr, "/apis/apps/v1").await.body);
     assert!(
         d["resources"]
