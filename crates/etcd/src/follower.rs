@@ -423,8 +423,10 @@ fn ingest(
             return None;
         }
     };
+    let converted = crate::convert::on_read(&info.group, &info.resource, &json);
+    let json = converted.as_deref().unwrap_or(&json);
     let rv = u64::try_from(mod_revision).unwrap_or(0);
-    match Record::ingest(&json, info, rv) {
+    match Record::ingest(json, info, rv) {
         Ok(r) => Some(r),
         Err(e) => {
             warn!(resource = %info.resource, key = %String::from_utf8_lossy(key), error = %e, "value is not an object of this resource; skipped");
