@@ -291,7 +291,7 @@ fn embedded_source(
                     o.kind
                 )
             })?;
-            let record = source.ingest_for_seed(store, &o.json)?;
+            let record = source.ingest_for_seed(&store, &o.json)?;
             by_store
                 .entry(store.info().resource.clone())
                 .or_insert_with(|| (store.clone(), Vec::new()))

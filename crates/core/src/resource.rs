@@ -32,6 +32,10 @@ pub struct ResourceInfo {
     /// Discovery categories (e.g. `all`, for `kubectl get all`).
     #[serde(default)]
     pub categories: Vec<String>,
+    /// Table columns read from the object by JSONPath (a CRD's `additionalPrinterColumns`);
+    /// empty for the built-in printers.
+    #[serde(default)]
+    pub columns: Vec<PrinterColumn>,
     /// JSON members that follow `metadata` in the kind's empty object as Go serializes it
     /// (for Pods: `"spec":{"containers":null},"status":{}`), without a leading comma.
     #[serde(default)]
@@ -40,6 +44,28 @@ pub struct ResourceInfo {
     /// `/registry/pods/`.
     #[serde(default)]
     pub etcd_prefix: String,
+}
+
+/// One Table column computed from a simple JSONPath into the object.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrinterColumn {
+    /// Column header.
+    pub name: String,
+    /// OpenAPI type: `string`, `integer`, `number`, `boolean` or `date`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// OpenAPI format (`name` for the name column).
+    #[serde(default)]
+    pub format: String,
+    /// Column description.
+    #[serde(default)]
+    pub description: String,
+    /// 0 for the default view, higher for `-o wide`.
+    #[serde(default)]
+    pub priority: i32,
+    /// Dotted path into the object, e.g. `.spec.color`.
+    pub json_path: String,
 }
 
 fn yes() -> bool {
@@ -158,6 +184,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             field_selectors: strings(fields),
             short_names: strings(short),
             categories: strings(categories),
+            columns: Vec::new(),
             empty_object_tail: tail.into(),
             etcd_prefix: etcd.into(),
         }

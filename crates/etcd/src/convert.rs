@@ -47,12 +47,17 @@ pub fn crd_v1beta1_to_v1(crd: &mut Value) {
     let shared: Vec<(&str, Option<Value>)> = [
         ("schema", spec.remove("validation")),
         ("subresources", spec.remove("subresources")),
-        ("additionalPrinterColumns", spec.remove("additionalPrinterColumns")),
+        (
+            "additionalPrinterColumns",
+            spec.remove("additionalPrinterColumns"),
+        ),
         ("selectableFields", spec.remove("selectableFields")),
     ]
     .into_iter()
     .collect();
-    let versions = spec.entry("versions").or_insert_with(|| Value::Array(Vec::new()));
+    let versions = spec
+        .entry("versions")
+        .or_insert_with(|| Value::Array(Vec::new()));
     if versions.as_array().is_some_and(Vec::is_empty)
         && let Some(Value::String(name)) = &version
     {
@@ -108,7 +113,10 @@ mod tests {
         assert_eq!(ver["additionalPrinterColumns"][0]["jsonPath"], ".spec.c");
         assert!(v["spec"].get("version").is_none());
         assert!(v["spec"].get("preserveUnknownFields").is_none());
-        assert_eq!(v["spec"]["conversion"]["webhook"]["clientConfig"]["url"], "https://x");
+        assert_eq!(
+            v["spec"]["conversion"]["webhook"]["clientConfig"]["url"],
+            "https://x"
+        );
         assert!(on_read("", "pods", stored).is_none());
     }
 }

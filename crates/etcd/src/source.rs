@@ -59,14 +59,55 @@ impl Default for EtcdConfig {
     }
 }
 
+/// How long a custom resource's open watches take to end once its CRD stops serving it.
+pub const CRD_DRAIN: Duration = Duration::from_secs(5);
+
+/// Serves what the CRD cache says, again after each change to it.
+async fn follow_crds(source: std::sync::Weak<EtcdSource>, crds: Arc<Store>) {
+    loop {
+        let mut cursor = match crds.watch_from(crds.rv()) {
+            Ok(c) => c,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if crds.is_ready() {
+            match source.upgrade() {
+                Some(s) => s.reconcile_crds(&crds.current()),
+                None => return,
+            }
+        }
+        let mut events = Vec::new();
+        let was_ready = crds.is_ready();
+        loop {
+            // Readiness (a first list, a relist) does not pass through the log: look again
+            // every second too.
+            let _ = tokio::time::timeout(Duration::from_secs(1), cursor.changed()).await;
+            if crds.is_ready() != was_ready {
+                break;
+            }
+            events.clear();
+            // A cursor too far behind (a relist replaced the cache): reconcile afresh.
+            if cursor.poll(1024, &mut events).is_err() || !events.is_empty() {
+                break;
+            }
+        }
+    }
+}
+
 /// The etcd source: followers keep the registry's stores equal to etcd; writes go to etcd.
 pub struct EtcdSource {
     client: Client,
     registry: Registry,
     config: Arc<EtcdConfig>,
-    followers: HashMap<(String, String, String), Arc<Follower>>,
-    /// The followers' tasks, owned so [`Source::close`] can end and await them.
+    followers: parking_lot::Mutex<HashMap<(String, String, String), Arc<Follower>>>,
+    /// The followers' tasks (and the CRD reconciler's), owned so [`Source::close`] can end
+    /// and await them.
     tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Custom resources' followers by (group, version, resource), aborted when their CRD
+    /// stops serving them.
+    custom: parking_lot::Mutex<HashMap<(String, String, String), tokio::task::AbortHandle>>,
 }
 
 impl EtcdSource {
@@ -103,13 +144,84 @@ impl EtcdSource {
             let i = store.info();
             followers.insert((i.group.clone(), i.version.clone(), i.resource.clone()), f);
         }
-        Ok(Arc::new(EtcdSource {
+        let source = Arc::new(EtcdSource {
             client,
             registry,
             config,
-            followers,
+            followers: parking_lot::Mutex::new(followers),
             tasks: parking_lot::Mutex::new(tasks),
-        }))
+            custom: parking_lot::Mutex::new(HashMap::new()),
+        });
+        if let Some(crds) =
+            source
+                .registry
+                .get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        {
+            // Weak: the reconciler must not keep the source alive.
+            let task = tokio::spawn(follow_crds(Arc::downgrade(&source), crds));
+            source.tasks.lock().push(task);
+        }
+        Ok(source)
+    }
+
+    /// Makes the served custom resources equal to what the CRDs in `crds` serve: new
+    /// versions get a store and a follower, versions no longer served are retired (their
+    /// watches drain over [`CRD_DRAIN`]) and their followers stopped.
+    fn reconcile_crds(&self, crds: &listwatch_store::Snapshot) {
+        let mut wanted = HashMap::new();
+        for r in crds.items().values() {
+            for info in listwatch_sources::crd::served_resources(r.bytes()) {
+                wanted.insert(
+                    (
+                        info.group.clone(),
+                        info.version.clone(),
+                        info.resource.clone(),
+                    ),
+                    info,
+                );
+            }
+        }
+        let mut custom = self.custom.lock();
+        let gone: Vec<_> = custom
+            .keys()
+            .filter(|k| !wanted.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(task) = custom.remove(&key) {
+                task.abort();
+            }
+            self.followers.lock().remove(&key);
+            if let Some(store) = self.registry.get(&key.0, &key.1, &key.2) {
+                store.retire(CRD_DRAIN);
+            }
+            tracing::info!(group = %key.0, version = %key.1, resource = %key.2, "custom resource no longer served");
+        }
+        for (key, info) in wanted {
+            if custom.contains_key(&key) {
+                continue;
+            }
+            if self
+                .registry
+                .get(&key.0, &key.1, &key.2)
+                .is_some_and(|s| !s.is_retired())
+            {
+                // A built-in of the same name (or given with --resources): it wins.
+                continue;
+            }
+            let Some(store) = self
+                .registry
+                .add(info, 1, &listwatch_store::StoreConfig::default())
+            else {
+                continue;
+            };
+            let f = Follower::new(store);
+            let task = tokio::spawn(f.clone().run(self.client.clone(), self.config.clone()));
+            custom.insert(key.clone(), task.abort_handle());
+            self.followers.lock().insert(key.clone(), f);
+            self.tasks.lock().push(task);
+            tracing::info!(group = %key.0, version = %key.1, resource = %key.2, "serving custom resource");
+        }
     }
 
     /// The registry this source keeps.
@@ -119,8 +231,8 @@ impl EtcdSource {
 
     /// Every resource's follower state and counters, ordered by resource.
     pub fn stats(&self) -> Vec<(String, FollowerStats)> {
-        let mut v: Vec<_> = self
-            .followers
+        let followers = self.followers.lock();
+        let mut v: Vec<_> = followers
             .iter()
             .map(|((g, _, r), f)| {
                 let name = if g.is_empty() {
@@ -135,12 +247,15 @@ impl EtcdSource {
         v
     }
 
-    fn follower(&self, info: &ResourceInfo) -> Option<&Arc<Follower>> {
-        self.followers.get(&(
-            info.group.clone(),
-            info.version.clone(),
-            info.resource.clone(),
-        ))
+    fn follower(&self, info: &ResourceInfo) -> Option<Arc<Follower>> {
+        self.followers
+            .lock()
+            .get(&(
+                info.group.clone(),
+                info.version.clone(),
+                info.resource.clone(),
+            ))
+            .cloned()
     }
 
     /// etcd's current revision (a linearizable point read of one key, O(log n) in etcd

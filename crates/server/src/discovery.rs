@@ -59,6 +59,7 @@ pub fn resource_list(
 ) -> Option<Value> {
     let resources: Vec<Value> = registry
         .stores()
+        .iter()
         .filter(|s| !s.is_retired())
         .map(|s| s.info())
         .filter(|i| i.group == group && i.version == version)
@@ -119,6 +120,7 @@ pub fn aggregated(registry: &Registry, core: bool, writable: bool, api_version: 
         }
         let resources: Vec<Value> = registry
             .stores()
+            .iter()
             .filter(|s| !s.is_retired())
             .map(|s| s.info())
             .filter(|i| i.group == g && i.version == v)

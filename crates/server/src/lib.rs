@@ -426,7 +426,7 @@ impl App {
                 Ok(r)
             }
             DiscoveryPath::Metrics => {
-                let text = self.metrics.render(self.registry.stores());
+                let text = self.metrics.render(self.registry.stores().iter());
                 let mut r = Response::new(full(text));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,

@@ -111,12 +111,7 @@ pub fn route(registry: &Registry, path: &str) -> Route {
         _ => (false, rest),
     };
     // A resource retired at runtime is unknown from then on.
-    let lookup = |r: &str| {
-        registry
-            .get(group, version, r)
-            .filter(|s| !s.is_retired())
-            .cloned()
-    };
+    let lookup = |r: &str| registry.get(group, version, r).filter(|s| !s.is_retired());
     for (what, s) in match rest {
         ["namespaces", ns, _] => vec![("namespace", *ns)],
         ["namespaces", ns, _, name] => vec![("namespace", *ns), ("name", *name)],

@@ -21,7 +21,7 @@ pub struct EmbeddedSource {
 impl EmbeddedSource {
     /// A source over `registry`, continuing from its stores' newest RV.
     pub fn new(registry: Registry) -> Arc<Self> {
-        let rv = registry.stores().map(|s| s.rv()).max().unwrap_or(1);
+        let rv = registry.stores().iter().map(|s| s.rv()).max().unwrap_or(1);
         Arc::new(EmbeddedSource {
             registry,
             revision: Mutex::new(rv),
@@ -80,7 +80,7 @@ impl EmbeddedSource {
 
     fn progress_others(&self, store: &Arc<Store>, rv: u64) {
         for s in self.registry.stores() {
-            if !Arc::ptr_eq(s, store) {
+            if !Arc::ptr_eq(&s, store) {
                 s.progress(rv);
             }
         }

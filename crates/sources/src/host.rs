@@ -99,7 +99,7 @@ impl HostFedSource {
         *self.revision.lock()
     }
 
-    fn store(&self, group: &str, version: &str, resource: &str) -> Result<&Arc<Store>, FeedError> {
+    fn store(&self, group: &str, version: &str, resource: &str) -> Result<Arc<Store>, FeedError> {
         self.registry
             .get(group, version, resource)
             .ok_or_else(|| FeedError::UnknownResource(format!("{group}/{version}/{resource}")))
@@ -138,7 +138,7 @@ impl HostFedSource {
             }
             Err(e @ (StoreError::Backwards { .. } | StoreError::UnknownDelete(_))) => {
                 drop(rev);
-                self.relist_store(store, e.to_string())
+                self.relist_store(&store, e.to_string())
             }
             Err(e) => Err(FeedError::BadObject(e.to_string())),
         }
@@ -162,7 +162,7 @@ impl HostFedSource {
     /// The host lost track of `resource` (e.g. its own watch broke): relist it now.
     pub fn gap(&self, group: &str, version: &str, resource: &str) -> Result<(), FeedError> {
         let store = self.store(group, version, resource)?;
-        self.relist_store(store, "gap reported by the host".into())
+        self.relist_store(&store, "gap reported by the host".into())
     }
 
     fn relist_store(&self, store: &Arc<Store>, why: String) -> Result<(), FeedError> {

@@ -7,6 +7,7 @@
 //! - [`objects`]: write checks shared by every writable source.
 //! - [`demo`]: realistic demo pods; [`load`]: objects from JSON/NDJSON files.
 
+pub mod crd;
 pub mod demo;
 pub mod embedded;
 pub mod host;

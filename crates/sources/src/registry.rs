@@ -5,11 +5,16 @@ use std::sync::Arc;
 
 use listwatch_core::ResourceInfo;
 use listwatch_store::{Store, StoreConfig};
+use parking_lot::RwLock;
 
-/// Every served resource with its store, looked up by (group, version, resource).
+type Key = (String, String, String);
+
+/// Every served resource with its store, looked up by (group, version, resource). Clones
+/// share one table: resources added at run time (custom resources of a CRD) are seen by
+/// every holder.
 #[derive(Clone, Default)]
 pub struct Registry {
-    stores: BTreeMap<(String, String, String), Arc<Store>>,
+    stores: Arc<RwLock<BTreeMap<Key, Arc<Store>>>>,
 }
 
 impl Registry {
@@ -34,33 +39,65 @@ impl Registry {
                 )
             })
             .collect();
-        Registry { stores }
+        Registry {
+            stores: Arc::new(RwLock::new(stores)),
+        }
     }
 
     /// The store for `group/version/resource`.
-    pub fn get(&self, group: &str, version: &str, resource: &str) -> Option<&Arc<Store>> {
+    pub fn get(&self, group: &str, version: &str, resource: &str) -> Option<Arc<Store>> {
         self.stores
+            .read()
             .get(&(group.to_string(), version.to_string(), resource.to_string()))
+            .cloned()
     }
 
     /// The store whose kind is `kind` in `api_version` (`v1`, `apps/v1`).
-    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<&Arc<Store>> {
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<Store>> {
         self.stores
+            .read()
             .values()
             .find(|s| s.info().kind == kind && s.info().api_version() == api_version)
+            .cloned()
     }
 
-    /// All stores, ordered by group, version, resource.
-    pub fn stores(&self) -> impl Iterator<Item = &Arc<Store>> {
-        self.stores.values()
+    /// All stores now, ordered by group, version, resource.
+    pub fn stores(&self) -> Vec<Arc<Store>> {
+        self.stores.read().values().cloned().collect()
     }
 
-    /// Group/version pairs served, in order (core first).
+    /// Adds an empty store at `rv` for `info` (a custom resource version), replacing a
+    /// retired one of the same name. Returns the new store, or `None` when a live store of
+    /// that name exists.
+    pub fn add(&self, info: ResourceInfo, rv: u64, config: &StoreConfig) -> Option<Arc<Store>> {
+        let info = info.normalized();
+        let key = (
+            info.group.clone(),
+            info.version.clone(),
+            info.resource.clone(),
+        );
+        let mut stores = self.stores.write();
+        if stores.get(&key).is_some_and(|s| !s.is_retired()) {
+            return None;
+        }
+        let store = Store::new(
+            Arc::new(info),
+            rv,
+            Vec::<listwatch_store::Record>::new(),
+            config.clone(),
+        );
+        stores.insert(key, store.clone());
+        Some(store)
+    }
+
+    /// Group/version pairs served, in order (core first), retired resources left out.
     pub fn group_versions(&self) -> Vec<(String, String)> {
         let mut gvs: Vec<(String, String)> = self
             .stores
-            .keys()
-            .map(|(g, v, _)| (g.clone(), v.clone()))
+            .read()
+            .iter()
+            .filter(|(_, s)| !s.is_retired())
+            .map(|((g, v, _), _)| (g.clone(), v.clone()))
             .collect();
         gvs.dedup();
         gvs
