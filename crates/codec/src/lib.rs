@@ -12,6 +12,7 @@ use bytes::{Bytes, BytesMut};
 
 pub mod gzip;
 mod list;
+pub mod printers;
 pub mod table;
 pub mod watch;
 

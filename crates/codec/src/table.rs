@@ -18,12 +18,16 @@ const CONFIGMAP_COLUMNS: &str = include_str!("configmap_columns.json");
 const SECRET_COLUMNS: &str = include_str!("secret_columns.json");
 
 /// Which printer a resource gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Printer {
     Pods,
     ConfigMaps,
     Secrets,
     NameAge,
+    /// The resource's own JSONPath columns (a CRD's `additionalPrinterColumns`).
+    Columns,
+    /// A built-in type's printer (`printers.rs`).
+    Builtin(&'static crate::printers::BuiltinPrinter),
 }
 
 /// What each row carries besides its cells (`includeObject`).
@@ -38,23 +42,78 @@ pub enum IncludeObject {
 }
 
 /// How to render rows for one resource.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct TableFormat {
     printer: Printer,
     api_version: &'static str,
     include: IncludeObject,
+    /// For [`Printer::Columns`]: each column's type and path, and the definitions' JSON.
+    columns: Vec<(String, Vec<String>)>,
+    column_json: String,
+}
+
+impl std::fmt::Debug for TableFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableFormat")
+            .field("api_version", &self.api_version)
+            .field("include", &self.include)
+            .field("columns", &self.columns)
+            .finish()
+    }
 }
 
 impl TableFormat {
     /// The table for `info`, as `meta.k8s.io/v1` or (`v1beta1`) `meta.k8s.io/v1beta1`.
     pub fn new(info: &ResourceInfo, v1beta1: bool, include: IncludeObject) -> Self {
+        let mut column_json = String::new();
+        let columns = info
+            .columns
+            .iter()
+            .map(|c| {
+                let path = c
+                    .json_path
+                    .trim_start_matches('.')
+                    .split('.')
+                    .map(str::to_string)
+                    .collect();
+                (c.type_.clone(), path)
+            })
+            .collect();
+        if !info.columns.is_empty() {
+            let mut v = Vec::new();
+            v.push(b'[');
+            for (i, c) in info.columns.iter().enumerate() {
+                if i > 0 {
+                    v.push(b',');
+                }
+                v.extend_from_slice(b"{\"name\":");
+                push_go_string(&mut v, &c.name);
+                v.extend_from_slice(b",\"type\":");
+                push_go_string(&mut v, &c.type_);
+                v.extend_from_slice(b",\"format\":");
+                push_go_string(&mut v, &c.format);
+                v.extend_from_slice(b",\"description\":");
+                push_go_string(&mut v, &c.description);
+                v.extend_from_slice(format!(",\"priority\":{}}}", c.priority).as_bytes());
+            }
+            v.push(b']');
+            column_json = String::from_utf8(v).unwrap_or_default();
+        }
+        let builtin = crate::printers::for_resource(&info.group, &info.resource);
+        if let Some(p) = builtin.filter(|_| info.columns.is_empty()) {
+            column_json = crate::printers::columns_json(p.columns);
+        }
         TableFormat {
             printer: match (info.group.as_str(), info.resource.as_str()) {
+                _ if !info.columns.is_empty() => Printer::Columns,
+                _ if let Some(p) = builtin => Printer::Builtin(p),
                 ("", "pods") => Printer::Pods,
                 ("", "configmaps") => Printer::ConfigMaps,
                 ("", "secrets") => Printer::Secrets,
                 _ => Printer::NameAge,
             },
+            columns,
+            column_json,
             api_version: if v1beta1 {
                 "meta.k8s.io/v1beta1"
             } else {
@@ -80,6 +139,7 @@ impl TableFormat {
                 Printer::ConfigMaps => CONFIGMAP_COLUMNS,
                 Printer::Secrets => SECRET_COLUMNS,
                 Printer::NameAge => GENERIC_COLUMNS,
+                Printer::Columns | Printer::Builtin(_) => &self.column_json,
             }
             .as_bytes(),
         );
@@ -99,7 +159,13 @@ impl TableFormat {
         let data_count = || (members(b, &["data"]) + members(b, &["binaryData"])).to_string();
         let values: Vec<String> = match self.printer {
             Printer::Pods => {
-                let p = pod_cells(b);
+                let mut p = pod_cells(b);
+                // kubectl ≥ 1.28: "2 (28s ago)" from the latest restart's finish time.
+                if p.restarts != "0"
+                    && let Some(t) = last_restart(b)
+                {
+                    p.restarts = format!("{} ({} ago)", p.restarts, human_duration(now - t));
+                }
                 vec![
                     r.name().into(),
                     p.ready,
@@ -118,6 +184,29 @@ impl TableFormat {
                 vec![r.name().into(), ty, members(b, &["data"]).to_string(), age]
             }
             Printer::NameAge => vec![r.name().into(), age],
+            Printer::Builtin(p) => (p.cells)(r.name(), b, now),
+            Printer::Columns => {
+                // Typed cells: numbers and booleans as JSON, dates as ages, missing as null.
+                for (i, (ty, path)) in self.columns.iter().enumerate() {
+                    if i > 0 {
+                        cells.push(b',');
+                    }
+                    let path: Vec<&str> = path.iter().map(String::as_str).collect();
+                    match scan::find_path(b, 0, &path) {
+                        Some(v) if ty == "date" => match text(b, v).and_then(parse_rfc3339) {
+                            Some(t) => push_go_string(&mut cells, &human_duration(now - t)),
+                            None => cells.extend_from_slice(b"null"),
+                        },
+                        Some(v) if ty == "string" => match text(b, v) {
+                            Some(t) => push_go_string(&mut cells, t),
+                            None => cells.extend_from_slice(&b[v.0..v.1]),
+                        },
+                        Some(v) => cells.extend_from_slice(&b[v.0..v.1]),
+                        None => cells.extend_from_slice(b"null"),
+                    }
+                }
+                Vec::new()
+            }
         };
         for (i, v) in values.iter().enumerate() {
             if i > 0 {
@@ -341,6 +430,23 @@ fn pod_cells(b: &[u8]) -> PodCells {
             format!("{}/{gates}", count_true_gates(b))
         },
     }
+}
+
+/// The latest `lastState.terminated.finishedAt` of the pod's containers.
+fn last_restart(b: &[u8]) -> Option<i64> {
+    let mut latest = None;
+    for list in ["initContainerStatuses", "containerStatuses"] {
+        if let Some(arr) = scan::find_path(b, 0, &["status", list]) {
+            scan::for_each_element(b, arr.0, |e| {
+                if let Some(t) = path_text(b, e.0, &["lastState", "terminated", "finishedAt"])
+                    .and_then(parse_rfc3339)
+                {
+                    latest = latest.max(Some(t));
+                }
+            });
+        }
+    }
+    latest
 }
 
 fn count_true_gates(b: &[u8]) -> usize {

@@ -42,8 +42,9 @@ fn corpus() -> Vec<View> {
     views
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_builtin_view_reads_as_kube_apiserver_served_it() {
+/// The corpus's etcd restored, and listwatch following it with the cluster's encryption
+/// configuration, once its CRDs' resources are served.
+async fn serve_corpus() -> (Etcd, EtcdServer) {
     let etcd = Etcd::restore(&listwatch_testkit::reference("storage/etcd-snapshot.db.gz")).await;
     let decryptor = Decryptor::from_file(&listwatch_testkit::reference(
         "storage/encryption-config.yaml",
@@ -55,6 +56,93 @@ async fn every_builtin_view_reads_as_kube_apiserver_served_it() {
         ..EtcdConfig::default()
     })
     .await;
+    for path in [
+        "/apis/example.com/v1/widgets",
+        "/apis/example.com/v1beta1/widgets",
+        "/apis/example.com/v1/clusterthings",
+    ] {
+        let mut ok = false;
+        for _ in 0..100 {
+            if common::get(server.addr, path).await.status == 200 {
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert!(ok, "{path} not served from its CRD");
+    }
+    (etcd, server)
+}
+
+/// What kubectl prints with ages masked and columns re-spaced (widths follow the ages).
+fn normalized(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.starts_with("$ "))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|w| {
+                    let t = w.trim_start_matches('(');
+                    let age = !t.is_empty()
+                        && t.chars().next().is_some_and(|c| c.is_ascii_digit())
+                        && t.chars().all(|c| c.is_ascii_digit() || "smhdy".contains(c))
+                        && t.chars().last().is_some_and(|c| "smhdy".contains(c));
+                    if age { "<age>" } else { w }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// kubectl 1.32 against listwatch over the corpus prints what it printed against
+/// kube-apiserver (`storage/kubectl-views/`), ages aside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_the_corpus_as_it_read_kube_apiserver() {
+    common::require("kubectl");
+    let (_etcd, server) = serve_corpus().await;
+    let dir = listwatch_testkit::reference("storage/kubectl-views");
+    let mut compared = 0;
+    let mut failures = Vec::new();
+    for view in [
+        "get_all_corpus-a.txt",
+        "get_nodes_wide.txt",
+        "get_deployments_-A_wide.txt",
+        "get_services_-A_wide.txt",
+        "get_events_-A.txt",
+        "get_namespaces.txt",
+        "get_jobs_-A.txt",
+        "get_cronjobs_-A.txt",
+        "get_hpa_-A.txt",
+        "get_widgets_-A.txt",
+        "get_widgets_-A_wide.txt",
+    ] {
+        let want = std::fs::read_to_string(dir.join(view)).expect("view");
+        let cmd = want
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("$ kubectl "))
+            .expect("command line");
+        let out = tokio::process::Command::new("kubectl")
+            .arg("--server")
+            .arg(format!("http://{}", server.addr))
+            .args(cmd.split_whitespace())
+            .output()
+            .await
+            .expect("kubectl");
+        let got = String::from_utf8_lossy(&out.stdout);
+        if normalized(&got) == normalized(&want) {
+            compared += 1;
+        } else {
+            failures.push(format!("kubectl {cmd}\n--- got\n{got}--- want\n{want}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(compared, 11);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_builtin_view_reads_as_kube_apiserver_served_it() {
+    let (_etcd, server) = serve_corpus().await;
     let mut served: Vec<(String, String, String)> = builtin_resources()
         .iter()
         .map(|r| (r.group.clone(), r.version.clone(), r.resource.clone()))

@@ -1,0 +1,626 @@
+//! kubectl's server-side printers for the built-in types kubectl users look at most (the
+//! columns kube-apiserver's Table for each type has), read from stored bytes with the byte
+//! scanner. Pods, ConfigMaps and Secrets are in `table.rs`; everything else without a
+//! printer here gets Name/Age.
+
+use listwatch_core::time::{human_duration, parse_rfc3339};
+use listwatch_store::scan;
+
+/// One column: name, OpenAPI type, format, priority (1 = `-o wide`).
+pub type Column = (&'static str, &'static str, &'static str, i32);
+
+/// A printer: its columns and how a row's cells are read from an object.
+pub struct BuiltinPrinter {
+    /// Column definitions, Name first.
+    pub columns: &'static [Column],
+    /// The cells of one object (`now` in Unix seconds, for ages).
+    pub cells: fn(name: &str, b: &[u8], now: i64) -> Vec<String>,
+}
+
+/// The printer for `group`/`resource`, if it has one.
+pub fn for_resource(group: &str, resource: &str) -> Option<&'static BuiltinPrinter> {
+    Some(match (group, resource) {
+        ("", "nodes") => &NODES,
+        ("", "namespaces") => &NAMESPACES,
+        ("", "services") => &SERVICES,
+        ("", "events") => &EVENTS,
+        ("", "replicationcontrollers") => &REPLICATION_CONTROLLERS,
+        ("apps", "deployments") => &DEPLOYMENTS,
+        ("apps", "replicasets") => &REPLICA_SETS,
+        ("apps", "statefulsets") => &STATEFUL_SETS,
+        ("apps", "daemonsets") => &DAEMON_SETS,
+        ("batch", "jobs") => &JOBS,
+        ("batch", "cronjobs") => &CRON_JOBS,
+        ("autoscaling", "horizontalpodautoscalers") => &HPAS,
+        _ => return None,
+    })
+}
+
+/// The column definitions' JSON (`columnDefinitions`).
+pub fn columns_json(columns: &[Column]) -> String {
+    let mut v = Vec::new();
+    v.push(b'[');
+    for (i, (name, ty, format, priority)) in columns.iter().enumerate() {
+        if i > 0 {
+            v.push(b',');
+        }
+        v.extend_from_slice(b"{\"name\":");
+        listwatch_core::json::push_go_string(&mut v, name);
+        v.extend_from_slice(b",\"type\":");
+        listwatch_core::json::push_go_string(&mut v, ty);
+        v.extend_from_slice(b",\"format\":");
+        listwatch_core::json::push_go_string(&mut v, format);
+        v.extend_from_slice(b",\"description\":\"\"");
+        v.extend_from_slice(format!(",\"priority\":{priority}}}").as_bytes());
+    }
+    v.push(b']');
+    String::from_utf8(v).unwrap_or_default()
+}
+
+const NAME: Column = ("Name", "string", "name", 0);
+const AGE: Column = ("Age", "string", "", 0);
+
+fn text<'a>(b: &'a [u8], start: usize, path: &[&str]) -> Option<&'a str> {
+    scan::find_path(b, start, path)
+        .and_then(|v| scan::plain_scalar(b, v))
+        .and_then(|s| std::str::from_utf8(&b[s.0..s.1]).ok())
+}
+
+fn s(b: &[u8], path: &[&str]) -> String {
+    text(b, 0, path).unwrap_or("").to_string()
+}
+
+fn int(b: &[u8], path: &[&str]) -> String {
+    text(b, 0, path).unwrap_or("0").to_string()
+}
+
+fn or_none(v: String) -> String {
+    if v.is_empty() { "<none>".into() } else { v }
+}
+
+fn age(b: &[u8], path: &[&str], now: i64) -> String {
+    text(b, 0, path)
+        .and_then(parse_rfc3339)
+        .map_or_else(|| "<unknown>".into(), |t| human_duration(now - t))
+}
+
+fn created(b: &[u8], now: i64) -> String {
+    age(b, &["metadata", "creationTimestamp"], now)
+}
+
+fn elements(b: &[u8], path: &[&str]) -> Vec<scan::Span> {
+    let mut v = Vec::new();
+    if let Some(arr) = scan::find_path(b, 0, path) {
+        scan::for_each_element(b, arr.0, |e| v.push(e));
+    }
+    v
+}
+
+/// `k=v,k2=v2` of a string map (label selectors, node selectors), `<none>` when empty.
+fn map_text(b: &[u8], path: &[&str]) -> String {
+    let mut parts = Vec::new();
+    if let Some(obj) = scan::find_path(b, 0, path) {
+        scan::for_each_member(b, obj.0, |m| {
+            let k = String::from_utf8_lossy(&b[m.key.0..m.key.1]);
+            let v = scan::plain_scalar(b, m.value)
+                .map(|s| String::from_utf8_lossy(&b[s.0..s.1]).into_owned())
+                .unwrap_or_default();
+            parts.push(format!("{k}={v}"));
+        });
+    }
+    or_none(parts.join(","))
+}
+
+/// A label selector (`matchLabels`, then `matchExpressions`) as kubectl writes it.
+fn selector(b: &[u8], path: &[&str]) -> String {
+    let mut p: Vec<&str> = path.to_vec();
+    p.push("matchLabels");
+    let labels = map_text(b, &p);
+    let mut parts = Vec::new();
+    if labels != "<none>" {
+        parts.push(labels);
+    }
+    p.pop();
+    p.push("matchExpressions");
+    for e in elements(b, &p) {
+        let key = text(b, e.0, &["key"]).unwrap_or("");
+        let op = text(b, e.0, &["operator"]).unwrap_or("");
+        let mut values = Vec::new();
+        if let Some(arr) = scan::find_path(b, e.0, &["values"]) {
+            scan::for_each_element(b, arr.0, |v| {
+                if let Some(s) = scan::plain_scalar(b, v) {
+                    values.push(String::from_utf8_lossy(&b[s.0..s.1]).into_owned());
+                }
+            });
+        }
+        parts.push(match op {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => format!("{key} {op}"),
+        });
+    }
+    or_none(parts.join(","))
+}
+
+/// CONTAINERS and IMAGES of a pod template at `spec`.
+fn containers_images(b: &[u8], spec: &[&str]) -> (String, String) {
+    let mut p: Vec<&str> = spec.to_vec();
+    p.push("containers");
+    let (mut names, mut images) = (Vec::new(), Vec::new());
+    for c in elements(b, &p) {
+        names.push(text(b, c.0, &["name"]).unwrap_or("").to_string());
+        images.push(text(b, c.0, &["image"]).unwrap_or("").to_string());
+    }
+    (names.join(","), images.join(","))
+}
+
+const TEMPLATE: &[&str] = &["spec", "template", "spec"];
+
+static NODES: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Status", "string", "", 0),
+        ("Roles", "string", "", 0),
+        AGE,
+        ("Version", "string", "", 0),
+        ("Internal-IP", "string", "", 1),
+        ("External-IP", "string", "", 1),
+        ("OS-Image", "string", "", 1),
+        ("Kernel-Version", "string", "", 1),
+        ("Container-Runtime", "string", "", 1),
+    ],
+    cells: |name, b, now| {
+        let mut status = Vec::new();
+        for c in elements(b, &["status", "conditions"]) {
+            if text(b, c.0, &["type"]) == Some("Ready") {
+                status.push(match text(b, c.0, &["status"]) {
+                    Some("True") => "Ready",
+                    Some("False") => "NotReady",
+                    _ => "Unknown",
+                });
+            }
+        }
+        if status.is_empty() {
+            status.push("Unknown");
+        }
+        if text(b, 0, &["spec", "unschedulable"]) == Some("true") {
+            status.push("SchedulingDisabled");
+        }
+        let mut roles = Vec::new();
+        if let Some(obj) = scan::find_path(b, 0, &["metadata", "labels"]) {
+            scan::for_each_member(b, obj.0, |m| {
+                let k = String::from_utf8_lossy(&b[m.key.0..m.key.1]);
+                if let Some(role) = k.strip_prefix("node-role.kubernetes.io/") {
+                    if !role.is_empty() {
+                        roles.push(role.to_string());
+                    }
+                } else if k == "kubernetes.io/role"
+                    && let Some(v) = scan::plain_scalar(b, m.value)
+                {
+                    roles.push(String::from_utf8_lossy(&b[v.0..v.1]).into_owned());
+                }
+            });
+        }
+        roles.sort();
+        roles.dedup();
+        let address = |kind: &str| {
+            let mut v = Vec::new();
+            for a in elements(b, &["status", "addresses"]) {
+                if text(b, a.0, &["type"]) == Some(kind) {
+                    v.push(text(b, a.0, &["address"]).unwrap_or("").to_string());
+                }
+            }
+            or_none(v.join(","))
+        };
+        let mut kernel = s(b, &["status", "nodeInfo", "kernelVersion"]);
+        let arch = s(b, &["status", "nodeInfo", "architecture"]);
+        if !arch.is_empty() {
+            kernel = format!("{kernel} ({arch})");
+        }
+        vec![
+            name.into(),
+            status.join(","),
+            or_none(roles.join(",")),
+            created(b, now),
+            s(b, &["status", "nodeInfo", "kubeletVersion"]),
+            address("InternalIP"),
+            address("ExternalIP"),
+            or_none(s(b, &["status", "nodeInfo", "osImage"])),
+            or_none(kernel),
+            or_none(s(b, &["status", "nodeInfo", "containerRuntimeVersion"])),
+        ]
+    },
+};
+
+static NAMESPACES: BuiltinPrinter = BuiltinPrinter {
+    columns: &[NAME, ("Status", "string", "", 0), AGE],
+    cells: |name, b, now| vec![name.into(), s(b, &["status", "phase"]), created(b, now)],
+};
+
+static SERVICES: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Type", "string", "", 0),
+        ("Cluster-IP", "string", "", 0),
+        ("External-IP", "string", "", 0),
+        ("Port(s)", "string", "", 0),
+        AGE,
+        ("Selector", "string", "", 1),
+    ],
+    cells: |name, b, now| {
+        let ty = s(b, &["spec", "type"]);
+        let mut external = Vec::new();
+        match ty.as_str() {
+            "ExternalName" => external.push(s(b, &["spec", "externalName"])),
+            "LoadBalancer" => {
+                for i in elements(b, &["status", "loadBalancer", "ingress"]) {
+                    let v = text(b, i.0, &["ip"]).or_else(|| text(b, i.0, &["hostname"]));
+                    external.push(v.unwrap_or("").to_string());
+                }
+                if external.is_empty() {
+                    external.push("<pending>".into());
+                }
+            }
+            _ => {}
+        }
+        if let Some(arr) = scan::find_path(b, 0, &["spec", "externalIPs"]) {
+            scan::for_each_element(b, arr.0, |e| {
+                if let Some(v) = scan::plain_scalar(b, e) {
+                    external.push(String::from_utf8_lossy(&b[v.0..v.1]).into_owned());
+                }
+            });
+        }
+        let ports: Vec<String> = elements(b, &["spec", "ports"])
+            .into_iter()
+            .map(|p| {
+                let port = text(b, p.0, &["port"]).unwrap_or("0");
+                let proto = text(b, p.0, &["protocol"]).unwrap_or("TCP");
+                match text(b, p.0, &["nodePort"]).filter(|n| *n != "0") {
+                    Some(np) => format!("{port}:{np}/{proto}"),
+                    None => format!("{port}/{proto}"),
+                }
+            })
+            .collect();
+        vec![
+            name.into(),
+            ty,
+            or_none(s(b, &["spec", "clusterIP"])),
+            or_none(external.join(",")),
+            or_none(ports.join(",")),
+            created(b, now),
+            map_text(b, &["spec", "selector"]),
+        ]
+    },
+};
+
+static EVENTS: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        ("Last Seen", "string", "", 0),
+        ("Type", "string", "", 0),
+        ("Reason", "string", "", 0),
+        ("Object", "string", "", 0),
+        ("Subobject", "string", "", 1),
+        ("Source", "string", "", 1),
+        ("Message", "string", "", 0),
+        ("First Seen", "string", "", 1),
+        ("Count", "string", "", 1),
+        ("Name", "string", "name", 1),
+    ],
+    cells: |name, b, now| {
+        let seen = |p: &[&str]| text(b, 0, p).and_then(parse_rfc3339);
+        let last = seen(&["series", "lastObservedTime"])
+            .or_else(|| seen(&["lastTimestamp"]))
+            .or_else(|| seen(&["eventTime"]));
+        let first = seen(&["firstTimestamp"]).or_else(|| seen(&["eventTime"]));
+        let ago =
+            |t: Option<i64>| t.map_or_else(|| "<unknown>".into(), |t| human_duration(now - t));
+        let kind = s(b, &["involvedObject", "kind"]).to_ascii_lowercase();
+        let mut source = s(b, &["source", "component"]);
+        if source.is_empty() {
+            source = s(b, &["reportingComponent"]);
+        }
+        let host = s(b, &["source", "host"]);
+        if !host.is_empty() {
+            source = format!("{source}, {host}");
+        }
+        vec![
+            ago(last),
+            s(b, &["type"]),
+            s(b, &["reason"]),
+            format!("{kind}/{}", s(b, &["involvedObject", "name"])),
+            s(b, &["involvedObject", "fieldPath"]),
+            source,
+            s(b, &["message"]).trim().to_string(),
+            ago(first),
+            int(b, &["count"]),
+            name.into(),
+        ]
+    },
+};
+
+fn replica_counts(name: &str, b: &[u8], now: i64) -> Vec<String> {
+    let (c, i) = containers_images(b, TEMPLATE);
+    vec![
+        name.into(),
+        int(b, &["spec", "replicas"]),
+        int(b, &["status", "replicas"]),
+        int(b, &["status", "readyReplicas"]),
+        created(b, now),
+        c,
+        i,
+        selector(b, &["spec", "selector"]),
+    ]
+}
+
+const REPLICA_COLUMNS: &[Column] = &[
+    NAME,
+    ("Desired", "integer", "", 0),
+    ("Current", "integer", "", 0),
+    ("Ready", "integer", "", 0),
+    AGE,
+    ("Containers", "string", "", 1),
+    ("Images", "string", "", 1),
+    ("Selector", "string", "", 1),
+];
+
+static REPLICA_SETS: BuiltinPrinter = BuiltinPrinter {
+    columns: REPLICA_COLUMNS,
+    cells: replica_counts,
+};
+
+static REPLICATION_CONTROLLERS: BuiltinPrinter = BuiltinPrinter {
+    columns: REPLICA_COLUMNS,
+    cells: |name, b, now| {
+        // An RC's selector is a plain map.
+        let mut v = replica_counts(name, b, now);
+        v[7] = map_text(b, &["spec", "selector"]);
+        v
+    },
+};
+
+static DEPLOYMENTS: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Ready", "string", "", 0),
+        ("Up-to-date", "integer", "", 0),
+        ("Available", "integer", "", 0),
+        AGE,
+        ("Containers", "string", "", 1),
+        ("Images", "string", "", 1),
+        ("Selector", "string", "", 1),
+    ],
+    cells: |name, b, now| {
+        let (c, i) = containers_images(b, TEMPLATE);
+        vec![
+            name.into(),
+            format!(
+                "{}/{}",
+                int(b, &["status", "readyReplicas"]),
+                int(b, &["spec", "replicas"])
+            ),
+            int(b, &["status", "updatedReplicas"]),
+            int(b, &["status", "availableReplicas"]),
+            created(b, now),
+            c,
+            i,
+            selector(b, &["spec", "selector"]),
+        ]
+    },
+};
+
+static STATEFUL_SETS: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Ready", "string", "", 0),
+        AGE,
+        ("Containers", "string", "", 1),
+        ("Images", "string", "", 1),
+    ],
+    cells: |name, b, now| {
+        let (c, i) = containers_images(b, TEMPLATE);
+        vec![
+            name.into(),
+            format!(
+                "{}/{}",
+                int(b, &["status", "readyReplicas"]),
+                int(b, &["spec", "replicas"])
+            ),
+            created(b, now),
+            c,
+            i,
+        ]
+    },
+};
+
+static DAEMON_SETS: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Desired", "integer", "", 0),
+        ("Current", "integer", "", 0),
+        ("Ready", "integer", "", 0),
+        ("Up-to-date", "integer", "", 0),
+        ("Available", "integer", "", 0),
+        ("Node Selector", "string", "", 0),
+        AGE,
+        ("Containers", "string", "", 1),
+        ("Images", "string", "", 1),
+        ("Selector", "string", "", 1),
+    ],
+    cells: |name, b, now| {
+        let (c, i) = containers_images(b, TEMPLATE);
+        vec![
+            name.into(),
+            int(b, &["status", "desiredNumberScheduled"]),
+            int(b, &["status", "currentNumberScheduled"]),
+            int(b, &["status", "numberReady"]),
+            int(b, &["status", "updatedNumberScheduled"]),
+            int(b, &["status", "numberAvailable"]),
+            map_text(b, &["spec", "template", "spec", "nodeSelector"]),
+            created(b, now),
+            c,
+            i,
+            selector(b, &["spec", "selector"]),
+        ]
+    },
+};
+
+static JOBS: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Status", "string", "", 0),
+        ("Completions", "string", "", 0),
+        ("Duration", "string", "", 0),
+        AGE,
+        ("Containers", "string", "", 1),
+        ("Images", "string", "", 1),
+        ("Selector", "string", "", 1),
+    ],
+    cells: |name, b, now| {
+        let mut status = "Running";
+        for c in elements(b, &["status", "conditions"]) {
+            if text(b, c.0, &["status"]) != Some("True") {
+                continue;
+            }
+            match text(b, c.0, &["type"]) {
+                Some("Complete") => status = "Complete",
+                Some("Failed") => status = "Failed",
+                Some("Suspended") => status = "Suspended",
+                Some("FailureTarget") if status == "Running" => status = "FailureTarget",
+                Some("SuccessCriteriaMet") if status == "Running" => status = "SuccessCriteriaMet",
+                _ => {}
+            }
+        }
+        let succeeded = int(b, &["status", "succeeded"]);
+        let completions = match text(b, 0, &["spec", "completions"]) {
+            Some(c) => format!("{succeeded}/{c}"),
+            None => {
+                let p = text(b, 0, &["spec", "parallelism"]).unwrap_or("1");
+                if p.parse::<i64>().unwrap_or(1) > 1 {
+                    format!("{succeeded}/1 of {p}")
+                } else {
+                    format!("{succeeded}/1")
+                }
+            }
+        };
+        let t = |p: &[&str]| text(b, 0, p).and_then(parse_rfc3339);
+        let duration = match (
+            t(&["status", "startTime"]),
+            t(&["status", "completionTime"]),
+        ) {
+            (Some(s), Some(c)) => human_duration(c - s),
+            (Some(s), None) => human_duration(now - s),
+            _ => String::new(),
+        };
+        let (c, i) = containers_images(b, TEMPLATE);
+        vec![
+            name.into(),
+            status.into(),
+            completions,
+            duration,
+            created(b, now),
+            c,
+            i,
+            selector(b, &["spec", "selector"]),
+        ]
+    },
+};
+
+static CRON_JOBS: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Schedule", "string", "", 0),
+        ("Timezone", "string", "", 0),
+        ("Suspend", "boolean", "", 0),
+        ("Active", "integer", "", 0),
+        ("Last Schedule", "string", "", 0),
+        AGE,
+        ("Containers", "string", "", 1),
+        ("Images", "string", "", 1),
+        ("Selector", "string", "", 1),
+    ],
+    cells: |name, b, now| {
+        let (c, i) = containers_images(b, &["spec", "jobTemplate", "spec", "template", "spec"]);
+        let last = text(b, 0, &["status", "lastScheduleTime"])
+            .and_then(parse_rfc3339)
+            .map_or_else(|| "<none>".into(), |t| human_duration(now - t));
+        vec![
+            name.into(),
+            s(b, &["spec", "schedule"]),
+            or_none(s(b, &["spec", "timeZone"])),
+            if text(b, 0, &["spec", "suspend"]) == Some("true") {
+                "True".into()
+            } else {
+                "False".into()
+            },
+            elements(b, &["status", "active"]).len().to_string(),
+            last,
+            created(b, now),
+            c,
+            i,
+            selector(b, &["spec", "jobTemplate", "spec", "selector"]),
+        ]
+    },
+};
+
+static HPAS: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Reference", "string", "", 0),
+        ("Targets", "string", "", 0),
+        ("MinPods", "string", "", 0),
+        ("MaxPods", "integer", "", 0),
+        ("Replicas", "integer", "", 0),
+        AGE,
+    ],
+    cells: |name, b, now| {
+        // Resource metrics as kubectl shows them: "cpu: <current>/<target>".
+        let mut targets = Vec::new();
+        for m in elements(b, &["spec", "metrics"]) {
+            if text(b, m.0, &["type"]) != Some("Resource") {
+                continue;
+            }
+            let res = text(b, m.0, &["resource", "name"]).unwrap_or("");
+            let (target, pct) = match text(b, m.0, &["resource", "target", "averageUtilization"]) {
+                Some(u) => (format!("{u}%"), true),
+                None => (
+                    text(b, m.0, &["resource", "target", "averageValue"])
+                        .unwrap_or("<auto>")
+                        .to_string(),
+                    false,
+                ),
+            };
+            let mut current = "<unknown>".to_string();
+            for c in elements(b, &["status", "currentMetrics"]) {
+                if text(b, c.0, &["resource", "name"]) == Some(res) {
+                    let v = if pct {
+                        text(b, c.0, &["resource", "current", "averageUtilization"])
+                            .map(|u| format!("{u}%"))
+                    } else {
+                        text(b, c.0, &["resource", "current", "averageValue"]).map(str::to_string)
+                    };
+                    if let Some(v) = v {
+                        current = v;
+                    }
+                }
+            }
+            targets.push(format!("{res}: {current}/{target}"));
+        }
+        vec![
+            name.into(),
+            format!(
+                "{}/{}",
+                s(b, &["spec", "scaleTargetRef", "kind"]),
+                s(b, &["spec", "scaleTargetRef", "name"])
+            ),
+            or_none(targets.join(", ")),
+            text(b, 0, &["spec", "minReplicas"])
+                .unwrap_or("<unset>")
+                .to_string(),
+            int(b, &["spec", "maxReplicas"]),
+            int(b, &["status", "currentReplicas"]),
+            created(b, now),
+        ]
+    },
+};
