@@ -187,7 +187,9 @@ impl Follower {
         }
         let prefix = info.etcd_prefix.as_bytes().to_vec();
         let end = prefix_end(&prefix);
-        let kv = client.kv_client();
+        // A 10,000-key page of real objects is tens of MB: lift gRPC's 4 MiB default, as
+        // kube-apiserver does for its etcd client.
+        let kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
         let mut from = prefix.clone();
         let mut revision = 0;
         let mut records = Vec::new();
@@ -253,7 +255,7 @@ impl Follower {
             .with_progress_notify()
             .with_start_revision(*last + 1);
         let stream = match call(config.request_timeout, || {
-            let mut w = client.watch_client();
+            let mut w = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
             let (prefix, opts) = (info.etcd_prefix.clone(), opts.clone());
             async move { w.watch(prefix, Some(opts)).await }
         })
@@ -402,6 +404,10 @@ fn watched(kv: &etcd_client::KeyValue) -> WatchedKv {
         mod_revision: kv.mod_revision(),
     }
 }
+
+/// Largest gRPC message accepted from etcd (a list page, a catch-up watch response);
+/// kube-apiserver's etcd client allows up to 2 GiB.
+pub const MAX_MESSAGE: usize = i32::MAX as usize;
 
 /// Ingests one stored value (JSON, protobuf, or either encrypted), or logs and skips it
 /// when it cannot be read as an object of this resource.

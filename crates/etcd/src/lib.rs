@@ -16,7 +16,7 @@ mod source;
 pub use decode::{DecodeError, ValueDecoder};
 pub use encryption::Decryptor;
 pub use follower::{FollowerState, FollowerStats, ProgressOrder};
-pub use source::{EtcdConfig, EtcdSource};
+pub use source::{CRD_DRAIN, EtcdConfig, EtcdSource};
 
 use listwatch_core::ApiError;
 

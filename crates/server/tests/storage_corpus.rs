@@ -246,3 +246,58 @@ async fn every_builtin_view_reads_as_kube_apiserver_served_it() {
         types.len()
     );
 }
+
+/// Deleting a CRD in etcd: its resources leave discovery and answer 404, and their open
+/// watches end (drained over the grace period), as kube-apiserver does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_crd_stops_serving_its_resources() {
+    let (etcd, server) = serve_corpus().await;
+    let mut watch = common::stream_lines(
+        server.addr,
+        "/apis/example.com/v1/widgets?watch=1&resourceVersion=0",
+    )
+    .await;
+    for _ in 0..5 {
+        common::next_line(&mut watch, 5)
+            .await
+            .expect("initial widget event");
+    }
+    let discovery = common::get(server.addr, "/apis/example.com/v1").await;
+    assert!(discovery.body.contains("\"widgets\""), "{}", discovery.body);
+    etcd.client()
+        .await
+        .delete(
+            "/registry/apiextensions.k8s.io/customresourcedefinitions/widgets.example.com",
+            None,
+        )
+        .await
+        .expect("delete CRD");
+    let gone = common::poll_until(
+        std::time::Duration::from_secs(10),
+        || async {
+            common::get(server.addr, "/apis/example.com/v1/widgets")
+                .await
+                .status
+        },
+        |s| *s == 404,
+    )
+    .await;
+    assert_eq!(gone, 404, "widgets still served after its CRD was deleted");
+    let d = common::get(server.addr, "/apis/example.com/v1").await;
+    assert!(
+        !d.body.contains("\"widgets\""),
+        "discovery still lists widgets: {}",
+        d.body
+    );
+    assert!(
+        d.body.contains("\"clusterthings\""),
+        "the other CRD stays: {}",
+        d.body
+    );
+    // The open watch ends within the drain period (plus slack).
+    let secs = listwatch_etcd::CRD_DRAIN.as_secs() + 5;
+    assert!(
+        listwatch_testkit::ends_within(&mut watch, secs).await,
+        "widget watch still open {secs} s after its CRD was deleted"
+    );
+}

@@ -226,6 +226,18 @@ pub async fn next_line(lines: &mut Lines, secs: u64) -> Option<String> {
         .flatten()
 }
 
+/// Whether the server ends the stream within `secs` (lines still arriving are skipped).
+pub async fn ends_within(lines: &mut Lines, secs: u64) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        match tokio::time::timeout_at(deadline, lines.rx.recv()).await {
+            Ok(None) => return true,
+            Ok(Some(_)) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
 /// Calls `probe` until `done` holds for its result or `within` has passed, and returns the
 /// last result: for waiting on something a server does asynchronously without a fixed
 /// sleep (the caller asserts on what it gets).
