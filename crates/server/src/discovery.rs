@@ -24,13 +24,23 @@ pub fn api(addr: &str) -> Value {
 
 /// `/apis`: the named groups.
 pub fn apis(registry: &Registry) -> Value {
-    let groups: Vec<Value> = registry
-        .group_versions()
+    let mut grouped: Vec<(String, Vec<Value>)> = Vec::new();
+    for (g, v) in registry.group_versions() {
+        if g.is_empty() {
+            continue;
+        }
+        let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+        match grouped.last_mut() {
+            Some((name, versions)) if *name == g => versions.push(gv),
+            _ => grouped.push((g, vec![gv])),
+        }
+    }
+    // The first version is the preferred one (group_versions orders them as kube does).
+    let groups: Vec<Value> = grouped
         .into_iter()
-        .filter(|(g, _)| !g.is_empty())
-        .map(|(g, v)| {
-            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
-            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        .map(|(g, versions)| {
+            let preferred = versions[0].clone();
+            json!({"name": g, "versions": versions, "preferredVersion": preferred})
         })
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
@@ -113,7 +123,7 @@ pub fn version() -> Value {
 /// The aggregated discovery document (`apidiscovery.k8s.io`, `APIGroupDiscoveryList`) for
 /// `/api` (`core`) or `/apis`, so clients skip the per-group-version fan-out.
 pub fn aggregated(registry: &Registry, core: bool, writable: bool, api_version: &str) -> Value {
-    let mut items = Vec::new();
+    let mut items: Vec<(String, Vec<Value>)> = Vec::new();
     for (g, v) in registry.group_versions() {
         if g.is_empty() != core {
             continue;
@@ -141,9 +151,20 @@ pub fn aggregated(registry: &Registry, core: bool, writable: bool, api_version: 
                 r
             })
             .collect();
-        let metadata = if core { json!({}) } else { json!({"name": g}) };
-        items.push(json!({"metadata": metadata, "versions": [{"version": v, "resources": resources, "freshness": "Current"}]}));
+        let version = json!({"version": v, "resources": resources, "freshness": "Current"});
+        // One item per group, its versions in preference order (group_versions' order).
+        match items.last_mut() {
+            Some((name, versions)) if *name == g => versions.push(version),
+            _ => items.push((g, vec![version])),
+        }
     }
+    let items: Vec<Value> = items
+        .into_iter()
+        .map(|(g, versions)| {
+            let metadata = if core { json!({}) } else { json!({"name": g}) };
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
 }
 

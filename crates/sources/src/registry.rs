@@ -100,6 +100,34 @@ impl Registry {
             .map(|((g, v, _), _)| (g.clone(), v.clone()))
             .collect();
         gvs.dedup();
+        // Within a group, kube-apiserver's preference: GA, then beta, then alpha, higher
+        // numbers first (v2 > v1 > v1beta2 > v1beta1 > v1alpha1 > anything else).
+        gvs.sort_by(|(ga, va), (gb, vb)| {
+            ga.cmp(gb)
+                .then_with(|| version_priority(vb).cmp(&version_priority(va)))
+                .then_with(|| va.cmp(vb))
+        });
         gvs
     }
+}
+
+/// Sort key of a Kubernetes API version: (stability, major, minor); larger is preferred.
+fn version_priority(v: &str) -> (u8, u32, u32) {
+    let Some(rest) = v.strip_prefix('v') else {
+        return (0, 0, 0);
+    };
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let Ok(major) = rest[..digits].parse::<u32>() else {
+        return (0, 0, 0);
+    };
+    let tail = &rest[digits..];
+    let (stability, minor) = match tail {
+        "" => (3, 0),
+        _ if tail.starts_with("beta") => (2, tail[4..].parse().unwrap_or(0)),
+        _ if tail.starts_with("alpha") => (1, tail[5..].parse().unwrap_or(0)),
+        _ => (0, 0),
+    };
+    (stability, major, minor)
 }
