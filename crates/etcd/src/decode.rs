@@ -31,10 +31,12 @@ impl DecodeError {
     }
 }
 
-/// Turns stored values into JSON.
+/// Turns stored values into JSON, and counts what it could not read.
 #[derive(Clone, Debug, Default)]
 pub struct ValueDecoder {
     decryptor: Option<Decryptor>,
+    skipped:
+        std::sync::Arc<parking_lot::Mutex<std::collections::BTreeMap<(String, &'static str), u64>>>,
 }
 
 thread_local! {
@@ -45,7 +47,29 @@ thread_local! {
 impl ValueDecoder {
     /// A decoder that opens values with `decryptor`'s keys.
     pub fn new(decryptor: Option<Decryptor>) -> Self {
-        ValueDecoder { decryptor }
+        ValueDecoder {
+            decryptor,
+            skipped: Default::default(),
+        }
+    }
+
+    /// Counts one value of `resource` skipped for `reason` (`kms`, `encrypted`,
+    /// `protobuf`, `invalid`, `layout`).
+    pub fn count_skip(&self, resource: &str, reason: &'static str) {
+        *self
+            .skipped
+            .lock()
+            .entry((resource.to_string(), reason))
+            .or_insert(0) += 1;
+    }
+
+    /// Values skipped so far, by resource and reason.
+    pub fn skipped(&self) -> Vec<(String, &'static str, u64)> {
+        self.skipped
+            .lock()
+            .iter()
+            .map(|((r, why), n)| (r.clone(), *why, *n))
+            .collect()
     }
 
     /// The JSON of the value stored at etcd key `key`.
@@ -79,4 +103,40 @@ fn provider(value: &[u8]) -> String {
     let rest = &value[encryption::PREFIX.len().min(value.len())..];
     let end = rest.iter().position(|b| *b == b':').unwrap_or(rest.len());
     String::from_utf8_lossy(&rest[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreadable_values_say_why() {
+        let config = "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n      - aescbc:\n          keys:\n            - name: key1\n              secret: Y29ycHVzLWtleS1vbmUtYWVzY2JjLTMyLWJ5dGVzISE=\n      - identity: {}\n";
+        let d = ValueDecoder::new(Some(Decryptor::parse(config).expect("config")));
+        let key = b"/registry/secrets/default/s";
+        let kms = d
+            .decode(key, b"k8s:enc:kms:v2:vault:\x00\x01")
+            .expect_err("kms");
+        assert_eq!(kms.reason(), "kms");
+        let other_key = d.decode(
+            key,
+            b"k8s:enc:aescbc:v1:key9:0123456789abcdef0123456789abcdef",
+        );
+        assert!(matches!(
+            other_key,
+            Err(DecodeError::Encrypted(DecryptError::NoKey { .. }))
+        ));
+        let garbage = d.decode(key, b"k8s:enc:aescbc:v1:key1:short");
+        assert!(matches!(
+            garbage,
+            Err(DecodeError::Encrypted(DecryptError::Failed("aescbc")))
+        ));
+        let no_config = ValueDecoder::default().decode(key, b"k8s:enc:secretbox:v1:key3:xx");
+        assert_eq!(no_config.expect_err("no keys").reason(), "encrypted");
+        // JSON passes through untouched.
+        assert!(matches!(d.decode(key, b"{}"), Ok(Cow::Borrowed(_))));
+        d.count_skip("secrets", "kms");
+        d.count_skip("secrets", "kms");
+        assert_eq!(d.skipped(), vec![("secrets".to_string(), "kms", 2)]);
+    }
 }

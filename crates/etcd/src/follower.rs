@@ -420,12 +420,14 @@ fn ingest(
 ) -> Option<Record> {
     let Some(_) = store_key(info, key) else {
         warn!(resource = %info.resource, key = %String::from_utf8_lossy(key), "key outside the resource's layout; skipped");
+        decoder.count_skip(&info.resource, "layout");
         return None;
     };
     let json = match decoder.decode(key, value) {
         Ok(j) => j,
         Err(e) => {
             warn!(resource = %info.resource, key = %String::from_utf8_lossy(key), reason = e.reason(), error = %e, "value cannot be read; skipped");
+            decoder.count_skip(&info.resource, e.reason());
             return None;
         }
     };
@@ -436,6 +438,7 @@ fn ingest(
         Ok(r) => Some(r),
         Err(e) => {
             warn!(resource = %info.resource, key = %String::from_utf8_lossy(key), error = %e, "value is not an object of this resource; skipped");
+            decoder.count_skip(&info.resource, "invalid");
             None
         }
     }

@@ -419,6 +419,10 @@ impl Source for EtcdSource {
         Some(self)
     }
 
+    fn skipped_values(&self) -> Vec<(String, &'static str, u64)> {
+        self.config.decoder.skipped()
+    }
+
     fn close(&self) -> BoxFuture<'_, ()> {
         let tasks = std::mem::take(&mut *self.tasks.lock());
         Box::pin(async move {

@@ -426,7 +426,9 @@ impl App {
                 Ok(r)
             }
             DiscoveryPath::Metrics => {
-                let text = self.metrics.render(self.registry.stores().iter());
+                let text = self
+                    .metrics
+                    .render(self.registry.stores().iter(), self.source.skipped_values());
                 let mut r = Response::new(full(text));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,

@@ -45,6 +45,15 @@ pub struct ResourceLabel {
     pub resource: String,
 }
 
+/// Resource and why a stored value was skipped.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SkipLabel {
+    /// Plural resource.
+    pub resource: String,
+    /// `kms`, `encrypted`, `protobuf`, `invalid` or `layout`.
+    pub reason: String,
+}
+
 /// All metrics of one server.
 pub struct Metrics {
     registry: PromRegistry,
@@ -59,6 +68,7 @@ pub struct Metrics {
     oldest_rv: Family<ResourceLabel, Gauge>,
     snapshots: Family<ResourceLabel, Gauge>,
     watch_lag: Family<ResourceLabel, Gauge>,
+    skipped: Family<SkipLabel, Gauge>,
     rss: Gauge,
 }
 
@@ -78,6 +88,7 @@ impl Default for Metrics {
         let oldest_rv = Family::<ResourceLabel, Gauge>::default();
         let snapshots = Family::<ResourceLabel, Gauge>::default();
         let watch_lag = Family::<ResourceLabel, Gauge>::default();
+        let skipped = Family::<SkipLabel, Gauge>::default();
         let rss = Gauge::default();
         registry.register(
             "apiserver_request",
@@ -135,6 +146,11 @@ impl Default for Metrics {
             watch_lag.clone(),
         );
         registry.register(
+            "listwatch_source_values_skipped",
+            "Stored values the source could not read (KMS-encrypted, no key, malformed) and skipped so far",
+            skipped.clone(),
+        );
+        registry.register(
             "process_resident_memory_bytes",
             "Resident set size",
             rss.clone(),
@@ -152,6 +168,7 @@ impl Default for Metrics {
             oldest_rv,
             snapshots,
             watch_lag,
+            skipped,
             rss,
         }
     }
@@ -162,7 +179,17 @@ impl Metrics {
     pub fn render<'a>(
         &self,
         stores: impl Iterator<Item = &'a Arc<listwatch_store::Store>>,
+        skipped: Vec<(String, &'static str, u64)>,
     ) -> String {
+        for (resource, reason, n) in skipped {
+            let l = SkipLabel {
+                resource,
+                reason: reason.to_string(),
+            };
+            self.skipped
+                .get_or_create(&l)
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
         for s in stores {
             let st = s.stats();
             let l = ResourceLabel {

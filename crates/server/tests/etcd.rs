@@ -295,6 +295,13 @@ async fn serves_etcd_contents_in_kube_apiserver_layout() {
         pods_stats.skipped, 2,
         "protobuf value and stray key skipped"
     );
+    // … and said in /metrics, by reason.
+    let metrics = common::get(s.addr, "/metrics").await.body;
+    for reason in ["invalid", "layout"] {
+        let line =
+            format!("listwatch_source_values_skipped{{resource=\"pods\",reason=\"{reason}\"}} 1");
+        assert!(metrics.contains(&line), "no {line:?} in /metrics");
+    }
 
     // Watch-list: initial events equal etcd's contents at the bookmark's RV.
     let mut lines = common::stream_lines(

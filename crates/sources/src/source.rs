@@ -43,6 +43,12 @@ pub trait Source: Send + Sync + 'static {
         store.is_ready()
     }
 
+    /// Stored values the source could not read and skipped, by resource and reason (for
+    /// `listwatch_source_values_skipped_total`).
+    fn skipped_values(&self) -> Vec<(String, &'static str, u64)> {
+        Vec::new()
+    }
+
     /// The write verbs, when this source accepts writes.
     fn writer(&self) -> Option<&dyn SourceWriter> {
         None
