@@ -32,6 +32,16 @@ pub fn for_resource(group: &str, resource: &str) -> Option<&'static BuiltinPrint
         ("batch", "jobs") => &JOBS,
         ("batch", "cronjobs") => &CRON_JOBS,
         ("autoscaling", "horizontalpodautoscalers") => &HPAS,
+        ("", "persistentvolumeclaims") => &PVCS,
+        ("", "persistentvolumes") => &PVS,
+        ("certificates.k8s.io", "certificatesigningrequests") => &CSRS,
+        ("discovery.k8s.io", "endpointslices") => &ENDPOINT_SLICES,
+        ("networking.k8s.io", "ingresses") => &INGRESSES,
+        ("coordination.k8s.io", "leases") => &LEASES,
+        ("storage.k8s.io", "storageclasses") => &STORAGE_CLASSES,
+        ("rbac.authorization.k8s.io", "clusterroles" | "roles")
+        | ("apiextensions.k8s.io", "customresourcedefinitions") => &CREATED_AT,
+        ("rbac.authorization.k8s.io", "clusterrolebindings" | "rolebindings") => &BINDINGS,
         _ => return None,
     })
 }
@@ -621,6 +631,320 @@ static HPAS: BuiltinPrinter = BuiltinPrinter {
             int(b, &["spec", "maxReplicas"]),
             int(b, &["status", "currentReplicas"]),
             created(b, now),
+        ]
+    },
+};
+
+/// The strings of a string array at `path`.
+fn strings(b: &[u8], start: usize, path: &[&str]) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(arr) = scan::find_path(b, start, path) {
+        scan::for_each_element(b, arr.0, |e| {
+            if let Some(s) = scan::plain_scalar(b, e) {
+                v.push(String::from_utf8_lossy(&b[s.0..s.1]).into_owned());
+            }
+        });
+    }
+    v
+}
+
+/// kubectl's short access modes (`RWO,ROX,RWX,RWOP`).
+fn access_modes(b: &[u8], path: &[&str]) -> String {
+    let modes = strings(b, 0, path);
+    let mut out = Vec::new();
+    for (long, short) in [
+        ("ReadWriteOnce", "RWO"),
+        ("ReadOnlyMany", "ROX"),
+        ("ReadWriteMany", "RWX"),
+        ("ReadWriteOncePod", "RWOP"),
+    ] {
+        if modes.iter().any(|m| m == long) {
+            out.push(short);
+        }
+    }
+    out.join(",")
+}
+
+fn storage_class(b: &[u8]) -> String {
+    let c = s(b, &["spec", "storageClassName"]);
+    if c.is_empty() {
+        s(
+            b,
+            &[
+                "metadata",
+                "annotations",
+                "volume.beta.kubernetes.io/storage-class",
+            ],
+        )
+    } else {
+        c
+    }
+}
+
+fn unset(v: String) -> String {
+    if v.is_empty() { "<unset>".into() } else { v }
+}
+
+static PVCS: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Status", "string", "", 0),
+        ("Volume", "string", "", 0),
+        ("Capacity", "string", "", 0),
+        ("Access Modes", "string", "", 0),
+        ("StorageClass", "string", "", 0),
+        ("VolumeAttributesClass", "string", "", 0),
+        AGE,
+        ("VolumeMode", "string", "", 1),
+    ],
+    cells: |name, b, now| {
+        vec![
+            name.into(),
+            s(b, &["status", "phase"]),
+            s(b, &["spec", "volumeName"]),
+            s(b, &["status", "capacity", "storage"]),
+            access_modes(b, &["status", "accessModes"]),
+            storage_class(b),
+            unset(s(b, &["spec", "volumeAttributesClassName"])),
+            created(b, now),
+            unset(s(b, &["spec", "volumeMode"])),
+        ]
+    },
+};
+
+static PVS: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Capacity", "string", "", 0),
+        ("Access Modes", "string", "", 0),
+        ("Reclaim Policy", "string", "", 0),
+        ("Status", "string", "", 0),
+        ("Claim", "string", "", 0),
+        ("StorageClass", "string", "", 0),
+        ("VolumeAttributesClass", "string", "", 0),
+        ("Reason", "string", "", 0),
+        AGE,
+        ("VolumeMode", "string", "", 1),
+    ],
+    cells: |name, b, now| {
+        let claim = match text(b, 0, &["spec", "claimRef", "name"]) {
+            Some(n) => format!("{}/{n}", s(b, &["spec", "claimRef", "namespace"])),
+            None => String::new(),
+        };
+        vec![
+            name.into(),
+            s(b, &["spec", "capacity", "storage"]),
+            access_modes(b, &["spec", "accessModes"]),
+            s(b, &["spec", "persistentVolumeReclaimPolicy"]),
+            s(b, &["status", "phase"]),
+            claim,
+            storage_class(b),
+            unset(s(b, &["spec", "volumeAttributesClassName"])),
+            s(b, &["status", "reason"]),
+            created(b, now),
+            unset(s(b, &["spec", "volumeMode"])),
+        ]
+    },
+};
+
+static CSRS: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        AGE,
+        ("SignerName", "string", "", 0),
+        ("Requestor", "string", "", 0),
+        ("RequestedDuration", "string", "", 0),
+        ("Condition", "string", "", 0),
+    ],
+    cells: |name, b, now| {
+        let mut conds = Vec::new();
+        for c in elements(b, &["status", "conditions"]) {
+            if let Some(t) = text(b, c.0, &["type"]) {
+                conds.push(t.to_string());
+            }
+        }
+        if conds.is_empty() {
+            conds.push("Pending".into());
+        }
+        if text(b, 0, &["status", "certificate"]).is_some_and(|c| !c.is_empty()) {
+            conds.push("Issued".into());
+        }
+        let duration = text(b, 0, &["spec", "expirationSeconds"])
+            .and_then(|s| s.parse::<i64>().ok())
+            .map_or_else(|| "<none>".into(), human_duration);
+        vec![
+            name.into(),
+            created(b, now),
+            s(b, &["spec", "signerName"]),
+            s(b, &["spec", "username"]),
+            duration,
+            conds.join(","),
+        ]
+    },
+};
+
+/// Up to three items, then `+ N more...`, as kubectl's list cells.
+fn first_three(items: Vec<String>, empty: &str) -> String {
+    match items.len() {
+        0 => empty.into(),
+        n if n > 3 => format!("{} + {} more...", items[..3].join(","), n - 3),
+        _ => items.join(","),
+    }
+}
+
+static ENDPOINT_SLICES: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("AddressType", "string", "", 0),
+        ("Ports", "string", "", 0),
+        ("Endpoints", "string", "", 0),
+        AGE,
+    ],
+    cells: |name, b, now| {
+        let ports = elements(b, &["ports"])
+            .into_iter()
+            .map(|p| text(b, p.0, &["port"]).unwrap_or("<unset>").to_string())
+            .collect();
+        let mut addrs = Vec::new();
+        for e in elements(b, &["endpoints"]) {
+            addrs.extend(strings(b, e.0, &["addresses"]));
+        }
+        vec![
+            name.into(),
+            s(b, &["addressType"]),
+            first_three(ports, "<unset>"),
+            first_three(addrs, "<unset>"),
+            created(b, now),
+        ]
+    },
+};
+
+static INGRESSES: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Class", "string", "", 0),
+        ("Hosts", "string", "", 0),
+        ("Address", "string", "", 0),
+        ("Ports", "string", "", 0),
+        AGE,
+    ],
+    cells: |name, b, now| {
+        let hosts = elements(b, &["spec", "rules"])
+            .into_iter()
+            .map(|r| {
+                text(b, r.0, &["host"])
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or("*")
+                    .to_string()
+            })
+            .collect();
+        let mut address = Vec::new();
+        for i in elements(b, &["status", "loadBalancer", "ingress"]) {
+            if let Some(v) = text(b, i.0, &["ip"]).or_else(|| text(b, i.0, &["hostname"])) {
+                address.push(v.to_string());
+            }
+        }
+        let ports = if elements(b, &["spec", "tls"]).is_empty() {
+            "80"
+        } else {
+            "80, 443"
+        };
+        vec![
+            name.into(),
+            or_none(s(b, &["spec", "ingressClassName"])),
+            first_three(hosts, "*"),
+            address.join(","),
+            ports.into(),
+            created(b, now),
+        ]
+    },
+};
+
+static LEASES: BuiltinPrinter = BuiltinPrinter {
+    columns: &[NAME, ("Holder", "string", "", 0), AGE],
+    cells: |name, b, now| {
+        vec![
+            name.into(),
+            s(b, &["spec", "holderIdentity"]),
+            created(b, now),
+        ]
+    },
+};
+
+static STORAGE_CLASSES: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Provisioner", "string", "", 0),
+        ("ReclaimPolicy", "string", "", 0),
+        ("VolumeBindingMode", "string", "", 0),
+        ("AllowVolumeExpansion", "string", "", 0),
+        AGE,
+    ],
+    cells: |name, b, now| {
+        let default = text(
+            b,
+            0,
+            &[
+                "metadata",
+                "annotations",
+                "storageclass.kubernetes.io/is-default-class",
+            ],
+        ) == Some("true");
+        let or = |v: String, d: &str| if v.is_empty() { d.to_string() } else { v };
+        vec![
+            if default {
+                format!("{name} (default)")
+            } else {
+                name.into()
+            },
+            s(b, &["provisioner"]),
+            or(s(b, &["reclaimPolicy"]), "Delete"),
+            or(s(b, &["volumeBindingMode"]), "Immediate"),
+            or(s(b, &["allowVolumeExpansion"]), "false"),
+            created(b, now),
+        ]
+    },
+};
+
+static CREATED_AT: BuiltinPrinter = BuiltinPrinter {
+    columns: &[NAME, ("Created At", "date", "", 0)],
+    cells: |name, b, _| vec![name.into(), s(b, &["metadata", "creationTimestamp"])],
+};
+
+static BINDINGS: BuiltinPrinter = BuiltinPrinter {
+    columns: &[
+        NAME,
+        ("Role", "string", "", 0),
+        AGE,
+        ("Users", "string", "", 1),
+        ("Groups", "string", "", 1),
+        ("ServiceAccounts", "string", "", 1),
+    ],
+    cells: |name, b, now| {
+        let (mut users, mut groups, mut sas) = (Vec::new(), Vec::new(), Vec::new());
+        for sub in elements(b, &["subjects"]) {
+            let n = text(b, sub.0, &["name"]).unwrap_or("").to_string();
+            match text(b, sub.0, &["kind"]) {
+                Some("User") => users.push(n),
+                Some("Group") => groups.push(n),
+                Some("ServiceAccount") => sas.push(format!(
+                    "{}/{n}",
+                    text(b, sub.0, &["namespace"]).unwrap_or("")
+                )),
+                _ => {}
+            }
+        }
+        vec![
+            name.into(),
+            format!(
+                "{}/{}",
+                s(b, &["roleRef", "kind"]),
+                s(b, &["roleRef", "name"])
+            ),
+            created(b, now),
+            users.join(", "),
+            groups.join(", "),
+            sas.join(", "),
         ]
     },
 };

@@ -30,7 +30,12 @@ fn main() {
     let mut jsons = Vec::new();
     for line in std::io::BufReader::new(flate2::read::GzDecoder::new(file)).lines() {
         let o: serde_json::Value = serde_json::from_str(&line.expect("line")).expect("json");
-        if o["key"].as_str().unwrap_or("").starts_with("/registry/pods/") && o["encoding"] == "protobuf" {
+        if o["key"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("/registry/pods/")
+            && o["encoding"] == "protobuf"
+        {
             let b64 = o["value_b64"].as_str().unwrap_or_default();
             pbs.push(decode_b64(b64));
             jsons.push(o["served"][0]["json"].clone());
@@ -40,12 +45,16 @@ fn main() {
     let schema = Schema::kubernetes();
     let mut w = JsonWriter::for_storage(schema);
     let mut out = Vec::new();
-    rate("schema-driven transcoder (protobuf -> JSON bytes)", n, || {
-        for v in &pbs {
-            out.clear();
-            storage_to_json(&mut w, schema, v, &mut out).expect("transcode");
-        }
-    });
+    rate(
+        "schema-driven transcoder (protobuf -> JSON bytes)",
+        n,
+        || {
+            for v in &pbs {
+                out.clear();
+                storage_to_json(&mut w, schema, v, &mut out).expect("transcode");
+            }
+        },
+    );
     rate("typed, half 1: prost decode into k8s-pb Pod", n, || {
         for v in &pbs {
             let env = envelope(v).expect("envelope");
@@ -57,12 +66,16 @@ fn main() {
         .iter()
         .map(|j| serde_json::from_value(j.clone()).expect("typed pod"))
         .collect();
-    rate("typed, half 2: serialize k8s-openapi Pod to JSON", n, || {
-        for p in &typed {
-            out.clear();
-            serde_json::to_writer(&mut out, p).expect("serialize");
-        }
-    });
+    rate(
+        "typed, half 2: serialize k8s-openapi Pod to JSON",
+        n,
+        || {
+            for p in &typed {
+                out.clear();
+                serde_json::to_writer(&mut out, p).expect("serialize");
+            }
+        },
+    );
 }
 
 fn decode_b64(s: &str) -> Vec<u8> {

@@ -115,6 +115,15 @@ async fn kubectl_reads_the_corpus_as_it_read_kube_apiserver() {
         "get_hpa_-A.txt",
         "get_widgets_-A.txt",
         "get_widgets_-A_wide.txt",
+        "get_pods_corpus-a_wide.txt",
+        "get_pvc+pv_-A.txt",
+        "get_csr.txt",
+        "get_endpointslices_-A.txt",
+        "get_ingresses_-A.txt",
+        "get_leases_-A.txt",
+        "get_storageclasses.txt",
+        "get_clusterroles.txt",
+        "get_crds.txt",
     ] {
         let want = std::fs::read_to_string(dir.join(view)).expect("view");
         let cmd = want
@@ -137,7 +146,7 @@ async fn kubectl_reads_the_corpus_as_it_read_kube_apiserver() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert_eq!(compared, 11);
+    assert_eq!(compared, 20);
 
     // `kubectl api-resources -o wide`: every row but VERBS (listwatch advertises what it
     // serves: no patch or deletecollection) equals kube-apiserver's; rows it lacks are the
