@@ -26,6 +26,7 @@ pub mod discovery;
 pub mod handlers;
 pub mod limits;
 pub mod metrics;
+pub mod rbac;
 pub mod request;
 pub mod routes;
 #[cfg(feature = "standalone")]
