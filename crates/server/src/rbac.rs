@@ -414,7 +414,7 @@ fn pod_references(pod: &serde_json::Value) -> PodRefs {
 fn subject_matches(s: &Subject, a: &Attributes, binding_ns: &str) -> bool {
     match s.kind.as_str() {
         "User" => s.name == a.user,
-        "Group" => a.groups.iter().any(|g| *g == s.name),
+        "Group" => a.groups.contains(&s.name),
         "ServiceAccount" => {
             let ns = if s.namespace.is_empty() {
                 binding_ns
