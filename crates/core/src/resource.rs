@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 /// One served resource type (a GroupVersionResource plus what serving it needs).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceInfo {
     /// API group; empty for the core group.

@@ -26,6 +26,19 @@ pub trait Authorizer: Send + Sync + 'static {
         resource: &ResourceInfo,
         namespace: Option<&str>,
     ) -> bool;
+
+    /// The same for one named object (`name` empty for collections): authorizers that
+    /// grant by object name (RBAC `resourceNames`, the Node authorizer) override it.
+    fn allowed_object(
+        &self,
+        user: Option<&User>,
+        verb: &str,
+        resource: &ResourceInfo,
+        namespace: Option<&str>,
+        _name: &str,
+    ) -> bool {
+        self.allowed(user, verb, resource, namespace)
+    }
 }
 
 /// Turns a request's credentials into a user (or a 401): bearer tokens, the verified

@@ -191,26 +191,7 @@ impl App {
         content_type: Option<&str>,
         body: crate::RequestBody,
     ) -> Result<Bytes, ApiError> {
-        // Writes are JSON only (protobuf and CBOR bodies get 415).
-        let ct = content_type.unwrap_or("application/json");
-        let media = ct.split(';').next().unwrap_or("").trim();
-        if media != "application/json" && !media.is_empty() {
-            return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json".to_string()));
-        }
-        let mut body = body;
-        let mut buf = bytes::BytesMut::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| {
-                ApiError::BadRequest(format!("error reading the request body: {e}"))
-            })?;
-            if let Some(data) = frame.data_ref() {
-                if buf.len() + data.len() > self.config.max_body_bytes {
-                    return Err(ApiError::TooLarge("the request body is too large".into()));
-                }
-                buf.extend_from_slice(data);
-            }
-        }
-        Ok(buf.freeze())
+        read_request_body(&self.config, content_type, body).await
     }
 
     async fn list(
@@ -349,4 +330,31 @@ fn with_newline(b: Bytes) -> Bytes {
     v.extend_from_slice(&b);
     v.push(b'\n');
     Bytes::from(v)
+}
+
+/// Reads a JSON request body, bounded by `max_body_bytes` (writes, access reviews).
+pub async fn read_request_body(
+    config: &crate::ServerConfig,
+    content_type: Option<&str>,
+    body: crate::RequestBody,
+) -> Result<Bytes, ApiError> {
+    // Writes are JSON only (protobuf and CBOR bodies get 415).
+    let ct = content_type.unwrap_or("application/json");
+    let media = ct.split(';').next().unwrap_or("").trim();
+    if media != "application/json" && !media.is_empty() {
+        return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json".to_string()));
+    }
+    let mut body = body;
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::BadRequest(format!("error reading the request body: {e}")))?;
+        if let Some(data) = frame.data_ref() {
+            if buf.len() + data.len() > config.max_body_bytes {
+                return Err(ApiError::TooLarge("the request body is too large".into()));
+            }
+            buf.extend_from_slice(data);
+        }
+    }
+    Ok(buf.freeze())
 }

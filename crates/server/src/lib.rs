@@ -76,6 +76,8 @@ pub struct App {
     config: ServerConfig,
     metrics: Arc<metrics::Metrics>,
     authorizer: Option<Arc<dyn auth::Authorizer>>,
+    /// Answers `SubjectAccessReview`s when the cluster's own authorizer is in use.
+    reviewer: Option<Arc<rbac::ClusterAuthorizer>>,
     limits: limits::Limits,
 }
 
@@ -103,6 +105,23 @@ impl App {
             source,
             metrics: Arc::new(metrics::Metrics::default()),
             authorizer,
+            reviewer: None,
+            limits: limits::Limits::new(config.limits.clone()),
+            config,
+        })
+    }
+
+    /// An app authorizing with the cluster's own RBAC and Node authorizers, evaluated from
+    /// `source`'s caches, which also answers `SubjectAccessReview` and
+    /// `SelfSubjectAccessReview` (`kubectl auth can-i`).
+    pub fn with_cluster_authorization(source: Arc<dyn Source>, config: ServerConfig) -> Arc<App> {
+        let authz = Arc::new(rbac::ClusterAuthorizer::new(source.registry()));
+        Arc::new(App {
+            registry: source.registry().clone(),
+            source,
+            metrics: Arc::new(metrics::Metrics::default()),
+            authorizer: Some(authz.clone()),
+            reviewer: Some(authz),
             limits: limits::Limits::new(config.limits.clone()),
             config,
         })
@@ -263,8 +282,119 @@ impl App {
                 self.resource(req, store, namespace, Some(name)).await
             }
             Route::Invalid(why) => Err(ApiError::BadRequest(why)),
-            Route::NotFound => Err(ApiError::UnknownPath),
+            Route::NotFound => match (&self.reviewer, req.method == Method::POST) {
+                (Some(reviewer), true) => {
+                    let kind = match req.path.trim_end_matches('/') {
+                        "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
+                            "SubjectAccessReview"
+                        }
+                        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" => {
+                            "SelfSubjectAccessReview"
+                        }
+                        _ => return Err(ApiError::UnknownPath),
+                    };
+                    self.access_review(reviewer, req, kind).await
+                }
+                _ => Err(ApiError::UnknownPath),
+            },
         }
+    }
+
+    /// `POST …/subjectaccessreviews` and `…/selfsubjectaccessreviews`: the decision the
+    /// cluster authorizer makes for the spec (or for the requester), as kube-apiserver
+    /// answers it (201 with `status.allowed` and the reason).
+    async fn access_review(
+        &self,
+        reviewer: &rbac::ClusterAuthorizer,
+        req: ApiRequest,
+        kind: &str,
+    ) -> handlers::Answer {
+        use auth::Authorizer as _;
+        let plural = format!("{}s", kind.to_ascii_lowercase());
+        let info = listwatch_core::ResourceInfo {
+            group: "authorization.k8s.io".into(),
+            version: "v1".into(),
+            resource: plural.clone(),
+            kind: kind.into(),
+            namespaced: false,
+            ..listwatch_core::ResourceInfo::default()
+        };
+        if !reviewer.allowed_object(req.user.as_ref(), "create", &info, None, "") {
+            return Err(ApiError::Forbidden(Box::new(
+                listwatch_core::status::Denied {
+                    user: req.user_name().to_string(),
+                    verb: "create".into(),
+                    object: listwatch_core::ObjectRef::new(&info, ""),
+                    namespace: None,
+                },
+            )));
+        }
+        let user = req.user.clone();
+        let body = handlers::read_request_body(&self.config, req.content_type.as_deref(), req.body)
+            .await?;
+        let mut review: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadRequest(format!("invalid {kind}: {e}")))?;
+        let spec = &review["spec"];
+        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let (name, groups) = if kind == "SelfSubjectAccessReview" {
+            match &user {
+                Some(u) => (u.name.clone(), u.groups.clone()),
+                None => (
+                    "system:anonymous".into(),
+                    vec!["system:unauthenticated".into()],
+                ),
+            }
+        } else {
+            (
+                s(&spec["user"]),
+                spec["groups"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(s)
+                    .collect(),
+            )
+        };
+        let attrs = match spec.get("resourceAttributes") {
+            Some(r) => rbac::Attributes {
+                user: name,
+                groups,
+                verb: s(&r["verb"]),
+                resource: Some(rbac::ResourceAttributes {
+                    group: s(&r["group"]),
+                    resource: s(&r["resource"]),
+                    subresource: s(&r["subresource"]),
+                    namespace: s(&r["namespace"]),
+                    name: s(&r["name"]),
+                }),
+                path: String::new(),
+            },
+            None => rbac::Attributes {
+                user: name,
+                groups,
+                verb: s(&spec["nonResourceAttributes"]["verb"]),
+                resource: None,
+                path: s(&spec["nonResourceAttributes"]["path"]),
+            },
+        };
+        let d = reviewer.decide(&attrs);
+        let mut status = serde_json::json!({"allowed": d.allowed});
+        if !d.reason.is_empty() {
+            status["reason"] = d.reason.into();
+        }
+        review["kind"] = kind.into();
+        review["apiVersion"] = "authorization.k8s.io/v1".into();
+        review["metadata"] = serde_json::json!({"creationTimestamp": null});
+        review["status"] = status;
+        let mut b = serde_json::to_vec(&review).unwrap_or_default();
+        b.push(b'\n');
+        let mut r = Response::new(full(b));
+        *r.status_mut() = http::StatusCode::CREATED;
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        Ok(r)
     }
 
     /// A `Status` response for a request refused before routing (e.g. 401).
@@ -320,7 +450,7 @@ impl App {
         } else {
             None
         };
-        if authz.allowed(req.user.as_ref(), verb, store.info(), ns) {
+        if authz.allowed_object(req.user.as_ref(), verb, store.info(), ns, name) {
             return Ok(());
         }
         Err(ApiError::Forbidden(Box::new(

@@ -517,3 +517,47 @@ fn rbac_decide(ix: &Index, a: &Attributes) -> Decision {
         reason: String::new(),
     }
 }
+
+impl crate::auth::Authorizer for ClusterAuthorizer {
+    fn allowed(
+        &self,
+        user: Option<&crate::auth::User>,
+        verb: &str,
+        resource: &listwatch_core::ResourceInfo,
+        namespace: Option<&str>,
+    ) -> bool {
+        self.allowed_object(user, verb, resource, namespace, "")
+    }
+
+    fn allowed_object(
+        &self,
+        user: Option<&crate::auth::User>,
+        verb: &str,
+        resource: &listwatch_core::ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> bool {
+        // No user: kube-apiserver's anonymous identity.
+        let (user, groups) = match user {
+            Some(u) => (u.name.clone(), u.groups.clone()),
+            None => (
+                "system:anonymous".to_string(),
+                vec!["system:unauthenticated".to_string()],
+            ),
+        };
+        self.decide(&Attributes {
+            user,
+            groups,
+            verb: verb.to_string(),
+            resource: Some(ResourceAttributes {
+                group: resource.group.clone(),
+                resource: resource.resource.clone(),
+                subresource: String::new(),
+                namespace: namespace.unwrap_or_default().to_string(),
+                name: name.to_string(),
+            }),
+            path: String::new(),
+        })
+        .allowed
+    }
+}
