@@ -101,6 +101,12 @@ struct ServeArgs {
     /// system:anonymous (off by default).
     #[arg(long)]
     anonymous_auth: bool,
+    /// Authorization modes, in kube-apiserver's spelling: `Node,RBAC` evaluates the
+    /// cluster's own RBAC objects and pods from the cache (and answers
+    /// SubjectAccessReviews); `AlwaysAllow` (default) or `ABAC` with
+    /// `--authorization-policy-file`.
+    #[arg(long, value_delimiter = ',', default_value = "AlwaysAllow")]
+    authorization_mode: Vec<String>,
     /// ABAC policy file (kube-apiserver's JSON-lines format); without it every
     /// authenticated request is allowed.
     #[arg(long)]
@@ -197,7 +203,22 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         SourceKind::Embedded => embedded_source(&args, registry)?,
         SourceKind::Etcd => etcd_source(&args, registry).await?,
     };
-    let app = App::new(source.clone(), config, authorizer);
+    let modes: Vec<&str> = args.authorization_mode.iter().map(String::as_str).collect();
+    let cluster = modes.iter().any(|m| matches!(*m, "RBAC" | "Node"));
+    if let Some(bad) = modes
+        .iter()
+        .find(|m| !matches!(**m, "RBAC" | "Node" | "AlwaysAllow" | "ABAC"))
+    {
+        return Err(format!("unknown --authorization-mode {bad:?} (Node, RBAC, ABAC, AlwaysAllow)").into());
+    }
+    if cluster && authorizer.is_some() {
+        return Err("--authorization-policy-file (ABAC) cannot be chained with Node,RBAC yet".into());
+    }
+    let app = if cluster {
+        App::with_cluster_authorization(source.clone(), config)
+    } else {
+        App::new(source.clone(), config, authorizer)
+    };
     tracing::info!(listen = %listener.local_addr()?, "serving");
     serve_with(app, listener, options, shutdown_signal()).await?;
     source.close().await;
