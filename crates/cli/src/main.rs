@@ -209,10 +209,15 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .find(|m| !matches!(**m, "RBAC" | "Node" | "AlwaysAllow" | "ABAC"))
     {
-        return Err(format!("unknown --authorization-mode {bad:?} (Node, RBAC, ABAC, AlwaysAllow)").into());
+        return Err(format!(
+            "unknown --authorization-mode {bad:?} (Node, RBAC, ABAC, AlwaysAllow)"
+        )
+        .into());
     }
     if cluster && authorizer.is_some() {
-        return Err("--authorization-policy-file (ABAC) cannot be chained with Node,RBAC yet".into());
+        return Err(
+            "--authorization-policy-file (ABAC) cannot be chained with Node,RBAC yet".into(),
+        );
     }
     let app = if cluster {
         App::with_cluster_authorization(source.clone(), config)
