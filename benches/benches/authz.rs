@@ -4,8 +4,6 @@
 //! the last RoleBinding of its namespace), a denied one (every binding visited), and a
 //! whole `App::handle` of a small LIST with and without RBAC.
 
-use std::sync::Arc;
-
 use criterion::{Criterion, criterion_group, criterion_main};
 use http_body_util::BodyExt;
 use listwatch_core::builtin_resources;
