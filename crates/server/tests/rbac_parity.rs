@@ -234,4 +234,18 @@ async fn reviews_and_reads_over_http_follow_rbac() {
         status["message"],
         "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"team-b\""
     );
+
+    // Delete the RoleBinding in etcd: as soon as the cache has the deletion, alice is denied.
+    etcd.client()
+        .await
+        .delete("/registry/rolebindings/team-a/alice-pods", None)
+        .await
+        .expect("delete binding");
+    let code = common::poll_until(
+        std::time::Duration::from_secs(10),
+        || async { get("/api/v1/namespaces/team-a/pods").await.status },
+        |c| *c == 403,
+    )
+    .await;
+    assert_eq!(code, 403, "still allowed after the binding was deleted");
 }
