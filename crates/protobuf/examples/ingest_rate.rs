@@ -18,7 +18,7 @@ fn main() {
         let key = o["key"].as_str().unwrap_or_default();
         if key.starts_with("/registry/pods/") && o["encoding"] == "protobuf" {
             let b64 = o["value_b64"].as_str().unwrap_or_default();
-            values.push(base64_decode(b64));
+            values.push(listwatch_protobuf::from_json::base64_decode(b64).expect("base64"));
         }
     }
     let schema = Schema::kubernetes();
@@ -45,30 +45,4 @@ fn main() {
         pb_bytes / objects.max(1),
         json_bytes / objects.max(1)
     );
-}
-
-fn base64_decode(s: &str) -> Vec<u8> {
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        _ => 63,
-    };
-    let bytes: Vec<u8> = s.bytes().filter(|c| *c != b'=').collect();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
-        let mut n = 0u32;
-        for (i, c) in chunk.iter().enumerate() {
-            n |= u32::from(val(*c)) << (18 - 6 * i);
-        }
-        out.push((n >> 16) as u8);
-        if chunk.len() > 2 {
-            out.push((n >> 8) as u8);
-        }
-        if chunk.len() > 3 {
-            out.push(n as u8);
-        }
-    }
-    out
 }

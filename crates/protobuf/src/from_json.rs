@@ -336,7 +336,8 @@ fn parse_go_duration(s: &str) -> Option<i64> {
     Some(if neg { -total } else { total })
 }
 
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
+/// Standard base64 (padding optional) → bytes; `None` on a character outside the alphabet.
+pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let val = |c: u8| -> Option<u32> {
         Some(match c {
             b'A'..=b'Z' => c - b'A',

@@ -386,15 +386,7 @@ impl App {
         review["apiVersion"] = "authorization.k8s.io/v1".into();
         review["metadata"] = serde_json::json!({"creationTimestamp": null});
         review["status"] = status;
-        let mut b = serde_json::to_vec(&review).unwrap_or_default();
-        b.push(b'\n');
-        let mut r = Response::new(full(b));
-        *r.status_mut() = http::StatusCode::CREATED;
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
-        Ok(r)
+        Ok(json_response(http::StatusCode::CREATED, &review))
     }
 
     /// A `Status` response for a request refused before routing (e.g. 401).
@@ -464,16 +456,7 @@ impl App {
     }
 
     fn discovery(&self, d: DiscoveryPath, accept: Option<&str>) -> handlers::Answer {
-        let json = |v: serde_json::Value| {
-            let mut b = serde_json::to_vec(&v).unwrap_or_default();
-            b.push(b'\n');
-            let mut r = Response::new(full(b));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/json"),
-            );
-            Ok(r)
-        };
+        let json = |v: serde_json::Value| Ok(json_response(http::StatusCode::OK, &v));
         let writable = self.source.writer().is_some();
         let aggregated = |core: bool, api_version: &str| {
             let mut b = serde_json::to_vec(&discovery::aggregated(
@@ -610,6 +593,19 @@ pub struct ServeOptions {
     pub authenticator: Option<Arc<dyn auth::Authenticate>>,
     /// On shutdown, open watches end spread over this period (0: all at once).
     pub watch_grace: Duration,
+}
+
+/// A JSON body (newline-terminated, as Go's encoder writes it) with `code`.
+fn json_response(code: http::StatusCode, v: &serde_json::Value) -> Response<ResponseBody> {
+    let mut b = serde_json::to_vec(v).unwrap_or_default();
+    b.push(b'\n');
+    let mut r = Response::new(full(b));
+    *r.status_mut() = code;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 /// Serves `app` on `listener` (HTTP/1.1 and h2c) until `shutdown` completes.

@@ -7,8 +7,7 @@ mod common;
 
 use std::io::BufRead;
 
-use common::etcd::{Etcd, EtcdServer};
-use listwatch_etcd::{Decryptor, EtcdConfig, ValueDecoder};
+use common::etcd::serve_corpus;
 use listwatch_server::rbac::{Attributes, ClusterAuthorizer, ResourceAttributes};
 use serde_json::Value;
 
@@ -46,17 +45,7 @@ fn attributes(spec: &Value) -> Attributes {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_decision_matches_kube_apiserver() {
-    let etcd = Etcd::restore(&listwatch_testkit::reference("storage/etcd-snapshot.db.gz")).await;
-    let decryptor = Decryptor::from_file(&listwatch_testkit::reference(
-        "storage/encryption-config.yaml",
-    ))
-    .expect("encryption config");
-    let server = EtcdServer::start_with(EtcdConfig {
-        endpoints: etcd.endpoints(),
-        decoder: ValueDecoder::new(Some(decryptor)),
-        ..EtcdConfig::default()
-    })
-    .await;
+    let (_etcd, server) = serve_corpus().await;
     let authz = ClusterAuthorizer::new(server.source.registry());
     let file = listwatch_testkit::reference("authz/subjectaccessreviews.jsonl.gz");
     let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(
@@ -129,12 +118,7 @@ impl listwatch_server::auth::Authenticate for BearerIsUser {
 /// requester, and the read path itself authorized by the cluster's RBAC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reviews_and_reads_over_http_follow_rbac() {
-    let etcd = Etcd::restore(&listwatch_testkit::reference("storage/etcd-snapshot.db.gz")).await;
-    let server = EtcdServer::start_with(EtcdConfig {
-        endpoints: etcd.endpoints(),
-        ..EtcdConfig::default()
-    })
-    .await;
+    let (etcd, server) = serve_corpus().await;
     let app = listwatch_server::App::with_cluster_authorization(
         server.source.clone(),
         listwatch_server::ServerConfig::default(),

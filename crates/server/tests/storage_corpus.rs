@@ -9,9 +9,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::BufRead;
 
-use common::etcd::{Etcd, EtcdServer};
+use common::etcd::serve_corpus;
 use listwatch_core::builtin_resources;
-use listwatch_etcd::{Decryptor, EtcdConfig, ValueDecoder};
 use serde_json::Value;
 
 struct View {
@@ -40,38 +39,6 @@ fn corpus() -> Vec<View> {
         }
     }
     views
-}
-
-/// The corpus's etcd restored, and listwatch following it with the cluster's encryption
-/// configuration, once its CRDs' resources are served.
-async fn serve_corpus() -> (Etcd, EtcdServer) {
-    let etcd = Etcd::restore(&listwatch_testkit::reference("storage/etcd-snapshot.db.gz")).await;
-    let decryptor = Decryptor::from_file(&listwatch_testkit::reference(
-        "storage/encryption-config.yaml",
-    ))
-    .expect("encryption config");
-    let server = EtcdServer::start_with(EtcdConfig {
-        endpoints: etcd.endpoints(),
-        decoder: ValueDecoder::new(Some(decryptor)),
-        ..EtcdConfig::default()
-    })
-    .await;
-    for path in [
-        "/apis/example.com/v1/widgets",
-        "/apis/example.com/v1beta1/widgets",
-        "/apis/example.com/v1/clusterthings",
-    ] {
-        let mut ok = false;
-        for _ in 0..100 {
-            if common::get(server.addr, path).await.status == 200 {
-                ok = true;
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-        assert!(ok, "{path} not served from its CRD");
-    }
-    (etcd, server)
 }
 
 /// What kubectl prints with ages masked and columns re-spaced (widths follow the ages).

@@ -371,3 +371,35 @@ impl EtcdServer {
         panic!("listwatch over etcd did not become ready");
     }
 }
+
+/// The storage corpus's etcd (`shared/reference/storage/`) restored with every revision, and
+/// a listwatch following it with the cluster's encryption configuration, once the corpus's
+/// CRDs' resources are served.
+#[allow(dead_code)]
+pub async fn serve_corpus() -> (Etcd, EtcdServer) {
+    let etcd = Etcd::restore(&listwatch_testkit::reference("storage/etcd-snapshot.db.gz")).await;
+    let decryptor = listwatch_etcd::Decryptor::from_file(&listwatch_testkit::reference(
+        "storage/encryption-config.yaml",
+    ))
+    .expect("encryption config");
+    let server = EtcdServer::start_with(EtcdConfig {
+        endpoints: etcd.endpoints(),
+        decoder: listwatch_etcd::ValueDecoder::new(Some(decryptor)),
+        ..EtcdConfig::default()
+    })
+    .await;
+    for path in [
+        "/apis/example.com/v1/widgets",
+        "/apis/example.com/v1beta1/widgets",
+        "/apis/example.com/v1/clusterthings",
+    ] {
+        let served = super::poll_until(
+            Duration::from_secs(10),
+            || async { super::get(server.addr, path).await.status },
+            |s| *s == 200,
+        )
+        .await;
+        assert_eq!(served, 200, "{path} not served from its CRD");
+    }
+    (etcd, server)
+}
