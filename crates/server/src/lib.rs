@@ -334,49 +334,17 @@ impl App {
             .await?;
         let mut review: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| ApiError::BadRequest(format!("invalid {kind}: {e}")))?;
-        let spec = &review["spec"];
-        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-        let (name, groups) = if kind == "SelfSubjectAccessReview" {
-            match &user {
+        let mut attrs = rbac::Attributes::from_review_spec(&review["spec"]);
+        if kind == "SelfSubjectAccessReview" {
+            // Asked for the requester, whatever the spec says.
+            (attrs.user, attrs.groups) = match &user {
                 Some(u) => (u.name.clone(), u.groups.clone()),
                 None => (
                     "system:anonymous".into(),
                     vec!["system:unauthenticated".into()],
                 ),
-            }
-        } else {
-            (
-                s(&spec["user"]),
-                spec["groups"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(s)
-                    .collect(),
-            )
-        };
-        let attrs = match spec.get("resourceAttributes") {
-            Some(r) => rbac::Attributes {
-                user: name,
-                groups,
-                verb: s(&r["verb"]),
-                resource: Some(rbac::ResourceAttributes {
-                    group: s(&r["group"]),
-                    resource: s(&r["resource"]),
-                    subresource: s(&r["subresource"]),
-                    namespace: s(&r["namespace"]),
-                    name: s(&r["name"]),
-                }),
-                path: String::new(),
-            },
-            None => rbac::Attributes {
-                user: name,
-                groups,
-                verb: s(&spec["nonResourceAttributes"]["verb"]),
-                resource: None,
-                path: s(&spec["nonResourceAttributes"]["path"]),
-            },
-        };
+            };
+        }
         let d = reviewer.decide(&attrs);
         let mut status = serde_json::json!({"allowed": d.allowed});
         if !d.reason.is_empty() {

@@ -30,6 +30,42 @@ pub struct Attributes {
     pub path: String,
 }
 
+impl Attributes {
+    /// The attributes of a `SubjectAccessReview` spec (`user`, `groups`, and
+    /// `resourceAttributes` or `nonResourceAttributes`).
+    pub fn from_review_spec(spec: &serde_json::Value) -> Attributes {
+        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let groups = spec["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(s)
+            .collect();
+        match spec.get("resourceAttributes") {
+            Some(r) => Attributes {
+                user: s(&spec["user"]),
+                groups,
+                verb: s(&r["verb"]),
+                resource: Some(ResourceAttributes {
+                    group: s(&r["group"]),
+                    resource: s(&r["resource"]),
+                    subresource: s(&r["subresource"]),
+                    namespace: s(&r["namespace"]),
+                    name: s(&r["name"]),
+                }),
+                path: String::new(),
+            },
+            None => Attributes {
+                user: s(&spec["user"]),
+                groups,
+                verb: s(&spec["nonResourceAttributes"]["verb"]),
+                resource: None,
+                path: s(&spec["nonResourceAttributes"]["path"]),
+            },
+        }
+    }
+}
+
 /// The resource part of [`Attributes`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ResourceAttributes {

@@ -8,40 +8,8 @@ mod common;
 use std::io::BufRead;
 
 use common::etcd::serve_corpus;
-use listwatch_server::rbac::{Attributes, ClusterAuthorizer, ResourceAttributes};
+use listwatch_server::rbac::{Attributes, ClusterAuthorizer};
 use serde_json::Value;
-
-fn attributes(spec: &Value) -> Attributes {
-    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let groups = spec["groups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(s)
-        .collect();
-    match spec.get("resourceAttributes") {
-        Some(r) => Attributes {
-            user: s(&spec["user"]),
-            groups,
-            verb: s(&r["verb"]),
-            resource: Some(ResourceAttributes {
-                group: s(&r["group"]),
-                resource: s(&r["resource"]),
-                subresource: s(&r["subresource"]),
-                namespace: s(&r["namespace"]),
-                name: s(&r["name"]),
-            }),
-            path: String::new(),
-        },
-        None => Attributes {
-            user: s(&spec["user"]),
-            groups,
-            verb: s(&spec["nonResourceAttributes"]["verb"]),
-            resource: None,
-            path: s(&spec["nonResourceAttributes"]["path"]),
-        },
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_decision_matches_kube_apiserver() {
@@ -56,7 +24,7 @@ async fn every_decision_matches_kube_apiserver() {
     for line in reader.lines() {
         let o: Value = serde_json::from_str(&line.expect("line")).expect("json");
         let want = o["status"]["allowed"].as_bool().unwrap_or(false);
-        let got = authz.decide(&attributes(&o["spec"]));
+        let got = authz.decide(&Attributes::from_review_spec(&o["spec"]));
         total += 1;
         if got.allowed == want {
             equal += 1;
