@@ -85,7 +85,12 @@ impl ValueDecoder {
                     .into());
                 }
             };
-            return Ok(Cow::Owned(self.decode(key, &plain)?.into_owned()));
+            // Decrypted protobuf becomes new JSON; decrypted JSON is used as it is.
+            let transcoded = match self.decode(key, &plain)? {
+                Cow::Owned(json) => Some(json),
+                Cow::Borrowed(_) => None,
+            };
+            return Ok(Cow::Owned(transcoded.unwrap_or(plain)));
         }
         if value.starts_with(listwatch_protobuf::MAGIC) {
             let mut out = Vec::with_capacity(value.len() * 2);

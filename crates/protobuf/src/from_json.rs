@@ -3,18 +3,23 @@
 //! tests of the storage path); members the schema does not know are dropped, as Go's
 //! decoder drops them.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::ProtoError;
 use crate::schema::{Field, Kind, MessageId, Schema, Special};
 
+/// A message's JSON member names → (field index, whether that field is an inline struct).
+type MemberNames = HashMap<String, (usize, bool)>;
+
 /// Encodes JSON objects as protobuf messages.
 pub struct ProtoWriter<'s> {
     schema: &'s Schema,
-    /// Per message: JSON name → (field index, path of inline fields leading to it).
-    names: HashMap<MessageId, HashMap<String, Vec<usize>>>,
+    /// Per message: JSON name → (field index, through an inline field), built once.
+    names: HashMap<MessageId, Arc<MemberNames>>,
 }
 
 impl<'s> ProtoWriter<'s> {
@@ -65,42 +70,34 @@ impl<'s> ProtoWriter<'s> {
         let Value::Object(obj) = json else {
             return Ok(out);
         };
-        // Group members by field (inline members under their inline field).
-        let mut direct: Vec<(usize, &Value)> = Vec::new();
-        let mut inline: HashMap<usize, serde_json::Map<String, Value>> = HashMap::new();
+        // Members in field order; members of an inline struct (Go's `json:",inline"`)
+        // gathered under their inline field, which encodes them as its own message.
         let names = self.names_of(id);
+        let mut members: Vec<(usize, Cow<'_, Value>)> = Vec::with_capacity(obj.len());
+        let mut inline: BTreeMap<usize, serde_json::Map<String, Value>> = BTreeMap::new();
         for (k, v) in obj {
-            if let Some(path) = names.get(k) {
-                if path.len() == 1 {
-                    direct.push((path[0], v));
-                } else {
-                    inline
-                        .entry(path[0])
-                        .or_default()
-                        .insert(k.clone(), v.clone());
+            match names.get(k) {
+                Some(&(i, false)) => members.push((i, Cow::Borrowed(v))),
+                Some(&(i, true)) => {
+                    inline.entry(i).or_default().insert(k.clone(), v.clone());
                 }
+                None => {}
             }
         }
-        direct.sort_by_key(|(i, _)| *i);
-        let mut inline_fields: Vec<_> = inline.into_iter().collect();
-        inline_fields.sort_by_key(|(i, _)| *i);
-        let mut all: Vec<(usize, Value)> =
-            direct.into_iter().map(|(i, v)| (i, v.clone())).collect();
-        all.extend(
-            inline_fields
+        members.extend(
+            inline
                 .into_iter()
-                .map(|(i, m)| (i, Value::Object(m))),
+                .map(|(i, m)| (i, Cow::Owned(Value::Object(m)))),
         );
-        all.sort_by_key(|(i, _)| *i);
-        for (i, v) in all {
-            let f = &msg.fields[i];
-            self.field(f, &v, &mut out)?;
+        members.sort_by_key(|(i, _)| *i);
+        for (i, v) in members {
+            self.field(&msg.fields[i], &v, &mut out)?;
         }
         Ok(out)
     }
 
-    /// JSON name → path of field indexes (length 1, or through inline fields).
-    fn names_of(&mut self, id: MessageId) -> HashMap<String, Vec<usize>> {
+    /// JSON name → (field index, whether that field is an inline struct holding it).
+    fn names_of(&mut self, id: MessageId) -> Arc<MemberNames> {
         if let Some(n) = self.names.get(&id) {
             return n.clone();
         }
@@ -110,14 +107,14 @@ impl<'s> ProtoWriter<'s> {
             if f.inline
                 && let Kind::Message(inner) = f.kind
             {
-                for (k, mut path) in self.names_of(inner) {
-                    path.insert(0, i);
-                    map.entry(k).or_insert(path);
+                for k in self.names_of(inner).keys() {
+                    map.entry(k.clone()).or_insert((i, true));
                 }
             } else {
-                map.insert(f.json.to_string(), vec![i]);
+                map.insert(f.json.to_string(), (i, false));
             }
         }
+        let map = Arc::new(map);
         self.names.insert(id, map.clone());
         map
     }
@@ -236,12 +233,7 @@ impl<'s> ProtoWriter<'s> {
                 }
             }
             Special::OrBool | Special::OrArray | Special::OrStringArray => {
-                let msg = self.schema.message(id);
-                let schema_tag = if special == Special::OrBool { 2 } else { 1 };
-                let schema_kind = msg
-                    .field_index(schema_tag)
-                    .map(|i| msg.fields[i].kind)
-                    .ok_or(ProtoError::Malformed("schema union without a schema field"))?;
+                let (schema_tag, schema_kind) = self.schema.union_schema_field(id, special)?;
                 match (special, v) {
                     (Special::OrBool, Value::Bool(b)) => put_varint_field(out, 1, u64::from(*b)),
                     (Special::OrArray, Value::Array(items)) => {

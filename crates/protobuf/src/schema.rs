@@ -315,11 +315,19 @@ impl Schema {
             .map(|(a, k)| (a.as_str(), k.as_str()))
     }
 
-    /// The message named `name` (`api/core/v1/Pod`), if any.
-    pub fn by_name(&self, name: &str) -> Option<MessageId> {
-        self.messages
-            .iter()
-            .position(|m| &*m.name == name)
-            .map(|i| i as MessageId)
+    /// The schema side of a `JSONSchemaPropsOr…` union: its field number (2 for
+    /// `OrBool`, after `allows`; 1 otherwise) and message.
+    pub fn union_schema_field(
+        &self,
+        id: MessageId,
+        special: Special,
+    ) -> Result<(u32, Kind), crate::ProtoError> {
+        let msg = self.message(id);
+        let tag = if special == Special::OrBool { 2 } else { 1 };
+        msg.field_index(tag)
+            .map(|i| (tag, msg.fields[i].kind))
+            .ok_or(crate::ProtoError::Malformed(
+                "schema union without a schema field",
+            ))
     }
 }

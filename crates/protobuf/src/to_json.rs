@@ -411,12 +411,7 @@ impl<'s> JsonWriter<'s> {
         out: &mut Vec<u8>,
         depth: usize,
     ) -> Result<(), ProtoError> {
-        let msg = self.schema.message(id);
-        let schema_tag = if special == Special::OrBool { 2 } else { 1 };
-        let schema_kind = msg
-            .field_index(schema_tag)
-            .map(|i| msg.fields[i].kind)
-            .ok_or(ProtoError::Malformed("schema union without a schema field"))?;
+        let (schema_tag, schema_kind) = self.schema.union_schema_field(id, special)?;
         let mut schema_value = None;
         let mut allows = false;
         let mut many = Vec::new();

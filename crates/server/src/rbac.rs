@@ -305,42 +305,42 @@ impl ClusterAuthorizer {
             .is_some_and(|rules| rules.iter().any(|rule| rule_allows(rule, a)))
     }
 
-    fn pods(&self) -> Vec<bytes::Bytes> {
-        self.registry
-            .get("", "v1", "pods")
-            .map(|s| {
-                s.current()
-                    .items()
-                    .values()
-                    .map(|r| r.bytes().clone())
-                    .collect()
-            })
-            .unwrap_or_default()
+    /// The pods bound to `node`, read from the `spec.nodeName` the pod cache already
+    /// indexes for field selectors: only those pods are parsed.
+    fn pods_on_node(&self, node: &str) -> Vec<Arc<listwatch_store::Record>> {
+        let Some(pods) = self.registry.get("", "v1", "pods") else {
+            return Vec::new();
+        };
+        let Some(field) = pods
+            .info()
+            .field_selectors
+            .iter()
+            .position(|f| f == "spec.nodeName")
+        else {
+            return Vec::new();
+        };
+        pods.current()
+            .items()
+            .values()
+            .filter(|r| r.field(field) == Some(node))
+            .cloned()
+            .collect()
     }
 
     fn pod_on_node(&self, namespace: &str, name: &str, node: &str) -> bool {
-        let Some(pods) = self.registry.get("", "v1", "pods") else {
-            return false;
-        };
-        let snap = pods.current();
-        let Some(r) = snap.get(&format!("{namespace}/{name}")) else {
-            return false;
-        };
-        let v: serde_json::Value = serde_json::from_slice(r.bytes()).unwrap_or_default();
-        v["spec"]["nodeName"] == node
+        self.pods_on_node(node)
+            .iter()
+            .any(|r| r.namespace() == namespace && r.name() == name)
     }
 
     /// Whether a pod bound to `node` references the object `r`.
     fn node_uses(&self, node: &str, r: &ResourceAttributes) -> bool {
-        for b in self.pods() {
-            let pod: serde_json::Value = serde_json::from_slice(&b).unwrap_or_default();
-            if pod["spec"]["nodeName"] != node {
-                continue;
-            }
-            let ns = pod["metadata"]["namespace"].as_str().unwrap_or("");
+        for record in self.pods_on_node(node) {
+            let ns = record.namespace();
             if r.resource != "persistentvolumes" && ns != r.namespace {
                 continue;
             }
+            let pod: serde_json::Value = serde_json::from_slice(record.bytes()).unwrap_or_default();
             let refs = pod_references(&pod);
             let hit = match r.resource.as_str() {
                 "secrets" => refs.secrets.contains(&r.name),
