@@ -191,6 +191,9 @@ def main():
             groups[mod] = by_dir[mod.rsplit("/", 1)[0]]
     oa, names = parse_openapi(oa_root)
     overlay = json.load(open(os.path.join(os.path.dirname(out), "overlay.json")))
+    # Go's own view of each field (scripts/gopresence.py over the 1.36 API types): pointer
+    # scalars, and the plain fields gogo's marshalers write even when zero.
+    presence = {k.lower(): v for k, v in json.load(open(os.path.join(os.path.dirname(out), "presence.json"))).items()}
     def overlay_field(f):
         return dict(f, optional_doc=True)
     for name, fields in overlay["messages"].items():
@@ -263,6 +266,12 @@ def main():
                 f["default"] = flag[len("default="):]
             elif flag not in (None, "always"):
                 raise SystemExit(f"{full}.{json_name}: unknown overlay flag {flag}")
+            go = presence.get(full.lower(), {}).get(str(fd["tag"]))
+            if go is not None and not fd.get("repeated") and not fd.get("map"):
+                if go[1] == "pointer" and fd["type"] not in ("message", "bytes"):
+                    f["pointer"] = True
+                elif go[1] == "plain":
+                    f["plain"] = True
             if fd["type"] == "message":
                 f["message"] = index[fd["message"]]
             out_fields.append(f)

@@ -13,6 +13,7 @@ pub mod json;
 pub mod labels;
 pub mod options;
 pub mod resource;
+pub mod scan;
 pub mod status;
 pub mod time;
 pub mod verb;

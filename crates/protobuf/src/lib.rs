@@ -2,11 +2,13 @@
 //! published crates, see docs/protobuf.md) and a transcoder from the protobuf kube-apiserver
 //! stores in etcd to the JSON it serves for the same object.
 
+pub mod encode;
 pub mod from_json;
 pub mod schema;
 pub mod to_json;
 pub mod wire;
 
+pub use encode::ProtoEncoder;
 pub use from_json::ProtoWriter;
 pub use schema::{Field, Kind, Message, MessageId, Schema, Special};
 pub use to_json::JsonWriter;

@@ -80,6 +80,8 @@ pub struct Field {
     pub pointer: bool,
     /// Go's `omitzero` on a struct (`creationTimestamp`): left out when zero.
     pub omitzero: bool,
+    /// A plain (non-pointer, non-slice) Go field: gogo's marshaler writes it even when zero.
+    pub plain: bool,
     /// Items are whole objects whose `kind`/`apiVersion` kube-apiserver fills on read
     /// (StatefulSet `volumeClaimTemplates`).
     pub typemeta: bool,
@@ -97,6 +99,8 @@ pub struct Message {
     /// Fields in field-number order (Go's declaration order, and so its JSON order).
     pub fields: Vec<Field>,
     by_tag: Vec<u16>,
+    /// JSON member name → index into `fields` (inline structs' members not included).
+    by_json: HashMap<Box<[u8]>, u16>,
 }
 
 impl Message {
@@ -106,6 +110,12 @@ impl Message {
             Some(&i) if i > 0 => Some(usize::from(i) - 1),
             _ => None,
         }
+    }
+
+    /// The index into `fields` of the field whose JSON member name is `name` (as written,
+    /// escapes not decoded); members of inline structs are found through the inline field.
+    pub fn json_field(&self, name: &[u8]) -> Option<usize> {
+        self.by_json.get(name).map(|&i| usize::from(i))
     }
 }
 
@@ -169,6 +179,8 @@ struct RawField {
     omitzero: bool,
     #[serde(default)]
     typemeta: bool,
+    #[serde(default)]
+    plain: bool,
     #[serde(default)]
     default: Option<String>,
     #[serde(default)]
@@ -241,6 +253,7 @@ impl Schema {
                     inline: f.inline,
                     pointer: f.pointer,
                     omitzero: f.omitzero,
+                    plain: f.plain,
                     typemeta: f.typemeta,
                     default: f.default.map(Into::into),
                 });
@@ -260,11 +273,18 @@ impl Schema {
             } else {
                 type_meta.push(None);
             }
+            let by_json = fields
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| !f.inline)
+                .map(|(i, f)| (f.json.as_bytes().into(), i as u16))
+                .collect();
             messages.push(Message {
                 name: m.name.into(),
                 special,
                 fields,
                 by_tag,
+                by_json,
             });
         }
         for k in raw.kinds {

@@ -10,7 +10,7 @@
 pub mod event_log;
 pub mod reader;
 pub mod record;
-pub mod scan;
+pub use listwatch_core::scan;
 pub mod snapshot;
 pub mod store;
 
