@@ -7,7 +7,7 @@
 use std::io::BufRead;
 use std::time::Instant;
 
-use listwatch_protobuf::{ProtoWriter, Schema};
+use listwatch_protobuf::{ProtoEncoder, Schema};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -22,7 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Box::new(file)
     };
     let resources = listwatch_core::builtin_resources();
-    let mut writer = ProtoWriter::new(Schema::kubernetes());
+    let mut writer = ProtoEncoder::new(Schema::kubernetes());
     let client = etcd_client::Client::connect([endpoint.as_str()], None).await?;
     let start = Instant::now();
     let (mut n, mut bytes) = (0u64, 0u64);
@@ -42,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let name = obj["metadata"]["name"].as_str().unwrap_or_default();
         let key = format!("{}{}", info.etcd_prefix, info.key(ns, name));
         let value = match encoding.as_str() {
-            "protobuf" => writer.storage_value(&obj)?,
+            "protobuf" => writer.storage_value(&serde_json::to_vec(&obj)?)?,
             _ => serde_json::to_vec(&obj)?,
         };
         n += 1;

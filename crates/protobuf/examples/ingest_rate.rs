@@ -18,7 +18,11 @@ fn main() {
         let key = o["key"].as_str().unwrap_or_default();
         if key.starts_with("/registry/pods/") && o["encoding"] == "protobuf" {
             let b64 = o["value_b64"].as_str().unwrap_or_default();
-            values.push(listwatch_protobuf::from_json::base64_decode(b64).expect("base64"));
+            values.push({
+                let mut v = Vec::new();
+                listwatch_protobuf::encode::base64_into(b64.as_bytes(), &mut v).expect("base64");
+                v
+            });
         }
     }
     let schema = Schema::kubernetes();

@@ -37,7 +37,11 @@ fn main() {
             && o["encoding"] == "protobuf"
         {
             let b64 = o["value_b64"].as_str().unwrap_or_default();
-            pbs.push(listwatch_protobuf::from_json::base64_decode(b64).expect("base64"));
+            pbs.push({
+                let mut v = Vec::new();
+                listwatch_protobuf::encode::base64_into(b64.as_bytes(), &mut v).expect("base64");
+                v
+            });
             jsons.push(o["served"][0]["json"].clone());
         }
     }

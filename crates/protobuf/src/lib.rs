@@ -3,13 +3,11 @@
 //! stores in etcd to the JSON it serves for the same object.
 
 pub mod encode;
-pub mod from_json;
 pub mod schema;
 pub mod to_json;
 pub mod wire;
 
 pub use encode::ProtoEncoder;
-pub use from_json::ProtoWriter;
 pub use schema::{Field, Kind, Message, MessageId, Schema, Special};
 pub use to_json::JsonWriter;
 

@@ -1,0 +1,49 @@
+//! JSON → protobuf rate of [`ProtoEncoder`] over the 40,000-pod data set, one core: what
+//! answering a protobuf LIST by transcoding per request costs (docs/memory.md).
+//! `cargo run --release -p listwatch-protobuf --example encode_rate [path.ndjson.gz]`
+use std::io::BufRead;
+use std::time::Instant;
+
+use listwatch_protobuf::{ProtoEncoder, Schema};
+
+fn main() {
+    let path = std::env::args().nth(1).unwrap_or_else(|| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/data/pods-40k.ndjson.gz"
+        )
+        .into()
+    });
+    let file = std::fs::File::open(&path).expect("data set");
+    let lines: Vec<Vec<u8>> = std::io::BufReader::new(flate2::read::GzDecoder::new(file))
+        .lines()
+        .map(|l| l.expect("line").into_bytes())
+        .collect();
+    let json_bytes: usize = lines.iter().map(Vec::len).sum();
+    let schema = Schema::kubernetes();
+    let id = schema.kind("v1", "Pod").expect("Pod");
+    let mut enc = ProtoEncoder::new(schema);
+    let mut out = Vec::with_capacity(1 << 20);
+    let mut pb_bytes = 0usize;
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        pb_bytes = 0;
+        for l in &lines {
+            out.clear();
+            enc.message(id, l, &mut out).expect("encode");
+            pb_bytes += out.len();
+        }
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    println!(
+        "{} pods, JSON {:.1} MB -> protobuf {:.1} MB ({:.2}x) in {:.3} s: {:.0} pods/s, {:.0} MB/s of JSON read",
+        lines.len(),
+        json_bytes as f64 / 1e6,
+        pb_bytes as f64 / 1e6,
+        pb_bytes as f64 / json_bytes as f64,
+        best,
+        lines.len() as f64 / best,
+        json_bytes as f64 / 1e6 / best
+    );
+}
