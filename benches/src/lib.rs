@@ -29,8 +29,9 @@ pub fn pod_store(n: usize) -> Arc<Store> {
     Store::new(pods(), n as u64 + 1, pod_records(n), StoreConfig::default())
 }
 
-/// A LIST encoder over the whole current snapshot of `store` (no selectors, no limit).
-pub fn list_encoder(store: &Store) -> listwatch_codec::ListEncoder {
+/// A LIST encoder over the whole current snapshot of `store` (no selectors, no limit), in
+/// protobuf when `protobuf`.
+pub fn list_encoder(store: &Store, protobuf: bool) -> listwatch_codec::ListEncoder {
     let info = store.info();
     let reader = listwatch_store::SnapshotReader::new(
         store.current(),
@@ -40,7 +41,9 @@ pub fn list_encoder(store: &Store) -> listwatch_codec::ListEncoder {
     );
     listwatch_codec::ListEncoder::new(
         reader,
-        listwatch_codec::Encoding::Json,
+        protobuf
+            .then(|| listwatch_codec::protobuf::ProtoObjects::new(info, false))
+            .flatten(),
         info.list_kind(),
         info.api_version(),
         String::new(),

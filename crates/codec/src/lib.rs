@@ -13,6 +13,7 @@ use bytes::{Bytes, BytesMut};
 pub mod gzip;
 mod list;
 pub mod printers;
+pub mod protobuf;
 pub mod table;
 pub mod watch;
 
@@ -25,6 +26,9 @@ pub enum Encoding {
     /// `application/json` (objects are stored as JSON and sent as they are).
     #[default]
     Json,
+    /// `application/vnd.kubernetes.protobuf` (transcoded per response, see
+    /// [`protobuf`]).
+    Protobuf,
 }
 pub use table::{IncludeObject, TableFormat};
 

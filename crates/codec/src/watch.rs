@@ -11,6 +11,7 @@ use listwatch_core::json::push_go_string;
 use listwatch_store::record::fmt_u64;
 use listwatch_store::{Event, EventType, Filter, Record, SnapshotReader, WatchCursor};
 
+use crate::protobuf::{PARTIAL_HEAD, ProtoObjects, write_watch_frame};
 use crate::table::TableFormat;
 use crate::{ChunkWriter, Encoding};
 
@@ -103,6 +104,130 @@ pub struct WatchSpec {
     pub encoding: Encoding,
     /// Send each event's object as a one-row Table (kubectl `-w`).
     pub table: Option<TableFormat>,
+    /// Send each event's object as its PartialObjectMetadata.
+    pub metadata_only: bool,
+}
+
+/// How each event's object is written: JSON (whole, PartialObjectMetadata, or a Table
+/// row) or protobuf frames.
+struct EventWriter {
+    table: Option<TableFormat>,
+    metadata_only: bool,
+    proto: Option<ProtoObjects>,
+    /// One event's envelope, then its frame (protobuf only).
+    envelope: Vec<u8>,
+    frame: Vec<u8>,
+}
+
+impl EventWriter {
+    /// One event of `r`; false when it could not be encoded (the watch must end).
+    fn event(
+        &mut self,
+        out: &mut ChunkWriter,
+        kind: EventType,
+        r: &Record,
+        stamp_rv: Option<u64>,
+        now: i64,
+    ) -> bool {
+        if let Some(proto) = &mut self.proto {
+            self.envelope.clear();
+            if let Err(e) = proto.write_envelope(r, stamp_rv, &mut self.envelope) {
+                tracing::error!(error = %e, key = %r.key(), "watch event could not be encoded as protobuf");
+                return false;
+            }
+            self.frame.clear();
+            write_watch_frame(kind.as_str(), &self.envelope, &mut self.frame);
+            out.put_slice(&self.frame);
+            return true;
+        }
+        match &self.table {
+            Some(t) => t.write_event(out, kind.as_str(), r, stamp_rv, now),
+            None if self.metadata_only => {
+                out.put_slice(b"{\"type\":\"");
+                out.put_slice(kind.as_str().as_bytes());
+                out.put_slice(b"\",\"object\":");
+                out.put_slice(PARTIAL_HEAD);
+                let md = r.metadata_range();
+                match stamp_rv {
+                    Some(rv) if rv != r.rv() => {
+                        let at = r.rv_range();
+                        out.put_slice(&r.bytes()[md.start..at.start]);
+                        let mut buf = [0u8; 24];
+                        out.put_slice(fmt_u64(rv, &mut buf));
+                        out.put_slice(&r.bytes()[at.end..md.end]);
+                    }
+                    _ => out.put_bytes(r.metadata()),
+                }
+                out.put_slice(b"}}\n");
+            }
+            None => write_event(out, kind, r, stamp_rv),
+        }
+        true
+    }
+
+    /// A BOOKMARK event (its object the kind's empty object with `rv`).
+    fn bookmark(
+        &mut self,
+        out: &mut ChunkWriter,
+        info: &ResourceInfo,
+        rv: u64,
+        initial_events_end: bool,
+    ) -> bool {
+        let object = if self.metadata_only {
+            partial_bookmark_object(rv, initial_events_end)
+        } else {
+            bookmark_object(info, rv, initial_events_end)
+        };
+        match &mut self.proto {
+            Some(proto) => {
+                self.envelope.clear();
+                if let Err(e) = proto.write_json_envelope(&object, &mut self.envelope) {
+                    tracing::error!(error = %e, "bookmark could not be encoded as protobuf");
+                    return false;
+                }
+                self.frame.clear();
+                write_watch_frame("BOOKMARK", &self.envelope, &mut self.frame);
+                out.put_slice(&self.frame);
+            }
+            None => {
+                out.put_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
+                out.put_slice(&object);
+                out.put_slice(b"}\n");
+            }
+        }
+        true
+    }
+
+    /// An ERROR event carrying the `Status` JSON `status_body`.
+    fn error(&mut self, out: &mut ChunkWriter, status_body: &[u8]) {
+        match &mut self.proto {
+            Some(proto) => {
+                self.envelope.clear();
+                if proto.write_status(status_body, &mut self.envelope).is_ok() {
+                    self.frame.clear();
+                    write_watch_frame("ERROR", &self.envelope, &mut self.frame);
+                    out.put_slice(&self.frame);
+                }
+            }
+            None => write_error(out, status_body),
+        }
+    }
+}
+
+/// PartialObjectMetadata's bookmark object: only `metadata.resourceVersion` (and the
+/// initial-events-end annotation).
+pub fn partial_bookmark_object(rv: u64, initial_events_end: bool) -> Vec<u8> {
+    let mut b = Vec::with_capacity(160);
+    b.extend_from_slice(PARTIAL_HEAD);
+    b.extend_from_slice(b"{\"resourceVersion\":\"");
+    let mut buf = [0u8; 24];
+    b.extend_from_slice(fmt_u64(rv, &mut buf));
+    b.push(b'"');
+    if initial_events_end {
+        b.extend_from_slice(b",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}");
+    }
+    b.extend_from_slice(b"}}");
+    b
 }
 
 /// What a watch has to send next.
@@ -146,6 +271,7 @@ pub struct WatchEncoder {
     scratch: Vec<Arc<Event>>,
     spec: WatchSpec,
     next_bookmark: Option<Instant>,
+    writer: EventWriter,
 }
 
 impl WatchEncoder {
@@ -160,6 +286,18 @@ impl WatchEncoder {
             Some(r) => Phase::Initial(r),
             None => Phase::InitialEnd,
         };
+        // The handler negotiated protobuf only for kinds that have it.
+        let proto = match spec.encoding {
+            Encoding::Protobuf => ProtoObjects::new(cursor.store().info(), spec.metadata_only),
+            Encoding::Json => None,
+        };
+        let writer = EventWriter {
+            table: spec.table.clone(),
+            metadata_only: spec.metadata_only,
+            proto,
+            envelope: Vec::new(),
+            frame: Vec::new(),
+        };
         let mut e = WatchEncoder {
             cursor,
             filter,
@@ -169,6 +307,7 @@ impl WatchEncoder {
             scratch: Vec::new(),
             spec,
             next_bookmark: None,
+            writer,
         };
         e.next_bookmark = e.bookmark_after(now);
         e
@@ -209,13 +348,16 @@ impl WatchEncoder {
                 }
                 Phase::Initial(reader) => {
                     let out = &mut self.out;
-                    let table = &self.spec.table;
+                    let writer = &mut self.writer;
                     let wall = listwatch_core::time::unix_now();
+                    let mut ok = true;
                     let more = reader.next_batch(SCAN_PER_STEP, |r| {
-                        write_one(out, table, EventType::Added, r, None, wall);
-                        !out.is_full()
+                        ok = writer.event(out, EventType::Added, r, None, wall);
+                        ok && !out.is_full()
                     });
-                    if !more {
+                    if !ok {
+                        self.end_with_internal_error();
+                    } else if !more {
                         self.phase = Phase::InitialEnd;
                     }
                 }
@@ -226,7 +368,13 @@ impl WatchEncoder {
                 Phase::InitialEnd => {
                     if self.spec.initial_events_end {
                         let info = self.cursor.store().info();
-                        write_bookmark(&mut self.out, info, self.spec.initial_rv, true);
+                        if !self
+                            .writer
+                            .bookmark(&mut self.out, info, self.spec.initial_rv, true)
+                        {
+                            self.end_with_internal_error();
+                            continue;
+                        }
                     }
                     self.out.flush();
                     self.phase = Phase::Live;
@@ -240,14 +388,24 @@ impl WatchEncoder {
                         continue;
                     }
                     let wall = listwatch_core::time::unix_now();
+                    let mut ok = true;
                     while let Some(e) = self.pending.pop_front() {
                         if let Some(v) = self.filter.view(&e) {
-                            let t = &self.spec.table;
-                            write_one(&mut self.out, t, v.kind, v.object, v.stamp_rv, wall);
+                            ok = self.writer.event(
+                                &mut self.out,
+                                v.kind,
+                                v.object,
+                                v.stamp_rv,
+                                wall,
+                            );
                         }
-                        if self.out.is_full() {
+                        if !ok || self.out.is_full() {
                             break;
                         }
+                    }
+                    if !ok {
+                        self.end_with_internal_error();
+                        continue;
                     }
                     if self.out.buffered() > 0 {
                         self.out.flush();
@@ -258,11 +416,26 @@ impl WatchEncoder {
                     }
                     // Caught up. A due bookmark goes out now: everything logged before it
                     // has been sent, so its RV (the cursor's) covers it.
+                    // kube-apiserver sends a periodic bookmark only once the store has moved
+                    // past the resourceVersion the watch started from.
+                    if let Some(at) = self.next_bookmark
+                        && now >= at
+                        && self.cursor.rv() <= self.spec.initial_rv
+                    {
+                        self.next_bookmark = self.bookmark_after(now);
+                        continue;
+                    }
                     if let Some(at) = self.next_bookmark
                         && now >= at
                     {
                         let info = self.cursor.store().info();
-                        write_bookmark(&mut self.out, info, self.cursor.rv(), false);
+                        if !self
+                            .writer
+                            .bookmark(&mut self.out, info, self.cursor.rv(), false)
+                        {
+                            self.end_with_internal_error();
+                            continue;
+                        }
                         self.out.flush();
                         self.next_bookmark = self.bookmark_after(now);
                         continue;
@@ -282,13 +455,25 @@ impl WatchEncoder {
         self.scratch.clear();
         if let Err(e) = self.cursor.poll(EVENTS_PER_STEP, &mut self.scratch) {
             let status = listwatch_core::ApiError::from(e).to_status();
-            write_error(&mut self.out, &status.body);
+            self.writer.error(&mut self.out, &status.body);
             self.out.flush();
             self.phase = Phase::Done;
             return false;
         }
         self.pending.extend(self.scratch.drain(..));
         true
+    }
+
+    /// Ends the watch with an ERROR event (500): an object could not be encoded, and a
+    /// watcher must relist rather than miss it.
+    fn end_with_internal_error(&mut self) {
+        let status = listwatch_core::ApiError::Internal(
+            "an object could not be encoded in the requested media type".into(),
+        )
+        .to_status();
+        self.writer.error(&mut self.out, &status.body);
+        self.out.flush();
+        self.phase = Phase::Done;
     }
 
     /// kube-apiserver's bookmark schedule: about every `bookmark_every`, and 2 s before
@@ -304,21 +489,6 @@ impl WatchEncoder {
             t = pre;
         }
         (t > now).then_some(t)
-    }
-}
-
-/// One event line, as a plain object or a one-row Table.
-fn write_one(
-    out: &mut ChunkWriter,
-    table: &Option<TableFormat>,
-    kind: EventType,
-    r: &Record,
-    stamp_rv: Option<u64>,
-    now: i64,
-) {
-    match table {
-        Some(t) => t.write_event(out, kind.as_str(), r, stamp_rv, now),
-        None => write_event(out, kind, r, stamp_rv),
     }
 }
 

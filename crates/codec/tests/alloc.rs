@@ -33,7 +33,7 @@ fn list_encoding_allocates_per_chunk_not_per_record() {
     let reader = SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
     let mut enc = ListEncoder::new(
         reader,
-        listwatch_codec::Encoding::Json,
+        None,
         info.list_kind(),
         info.api_version(),
         String::new(),

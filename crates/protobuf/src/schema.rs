@@ -353,6 +353,14 @@ impl Schema {
             .copied()
     }
 
+    /// The message of kind `kind` in exactly `api_version` (no `meta.k8s.io` fallback):
+    /// whether a served resource is a built-in type with a protobuf form.
+    pub fn kind_exact(&self, api_version: &str, kind: &str) -> Option<MessageId> {
+        self.kinds
+            .get(&(api_version.to_string(), kind.to_ascii_lowercase()))
+            .copied()
+    }
+
     /// The (`apiVersion`, `kind`) a message is served as, if it is a top-level kind.
     pub fn type_meta(&self, id: MessageId) -> Option<(&str, &str)> {
         self.type_meta

@@ -7,8 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::BodyExt;
+use listwatch_codec::protobuf::{self as pb, ProtoObjects};
 use listwatch_codec::{
-    ChunkWriter, ListEncoder, ListFormat, WatchEncoder, WatchSpec, watch::error_body,
+    ChunkWriter, Encoding, ListEncoder, ListFormat, WatchEncoder, WatchSpec, watch::error_body,
 };
 use listwatch_core::options::list_prefix;
 use listwatch_core::{ApiError, ContinueToken, ListOptions, ObjectRef, ResourceVersion, RvMatch};
@@ -23,12 +24,21 @@ use crate::request::{ApiRequest, Rendering};
 pub type Answer = Result<Response<ResponseBody>, ApiError>;
 
 fn json_response(code: u16, body: ResponseBody) -> Response<ResponseBody> {
+    typed_response(code, "application/json", body)
+}
+
+/// A response with `Content-Type: content_type` and kube-apiserver's `Cache-Control`.
+fn typed_response(
+    code: u16,
+    content_type: &'static str,
+    body: ResponseBody,
+) -> Response<ResponseBody> {
     let mut r = Response::new(body);
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
+        http::HeaderValue::from_static(content_type),
     );
     h.insert(
         header::CACHE_CONTROL,
@@ -39,10 +49,19 @@ fn json_response(code: u16, body: ResponseBody) -> Response<ResponseBody> {
 
 /// Renders an error as kube-apiserver does: the `Status` body, its code, `Retry-After`.
 pub fn error_response(e: &ApiError) -> Response<ResponseBody> {
+    error_response_in(e, Encoding::Json)
+}
+
+/// [`error_response`] in `encoding` (a protobuf client gets a protobuf `Status`).
+pub fn error_response_in(e: &ApiError, encoding: Encoding) -> Response<ResponseBody> {
     let s = e.to_status();
-    let mut body = s.body;
-    body.push(b'\n');
-    let mut r = json_response(s.code, full(body));
+    let mut r = match encoding {
+        Encoding::Protobuf => match pb::status_to_protobuf(&s.body) {
+            Ok(body) => typed_response(s.code, pb::PROTOBUF, full(body)),
+            Err(_) => json_response(s.code, full(with_newline(Bytes::from(s.body)))),
+        },
+        Encoding::Json => json_response(s.code, full(with_newline(Bytes::from(s.body)))),
+    };
     if let Some(secs) = s.retry_after {
         r.headers_mut()
             .insert(header::RETRY_AFTER, http::HeaderValue::from(secs));
@@ -151,7 +170,23 @@ impl App {
                 let Some(r) = snap.get(&key) else {
                     return Err(ApiError::NotFound(ObjectRef::new(store.info(), &name)));
                 };
+                if render.encoding == Encoding::Protobuf {
+                    let mut proto = protobuf_objects(store.info(), render.metadata_only)?;
+                    let mut body = Vec::with_capacity(r.bytes().len());
+                    proto
+                        .write_envelope(&r, None, &mut body)
+                        .map_err(|e| ApiError::Internal(format!("encoding as protobuf: {e}")))?;
+                    return Ok(typed_response(200, pb::PROTOBUF, full(body)));
+                }
                 match render.table {
+                    None if render.metadata_only => {
+                        let md = r.metadata();
+                        let mut body = Vec::with_capacity(md.len() + 96);
+                        body.extend_from_slice(pb::PARTIAL_HEAD);
+                        body.extend_from_slice(&md);
+                        body.extend_from_slice(b"}\n");
+                        Ok(json_response(200, full(body)))
+                    }
                     None => Ok(json_response(200, full(with_newline(r.bytes().clone())))),
                     Some(t) => {
                         let mut out = ChunkWriter::new(usize::MAX >> 1);
@@ -204,9 +239,14 @@ impl App {
         let Rendering {
             encoding,
             table,
+            metadata_only,
             gzip: gzip_ok,
         } = render;
         let info = store.info().clone();
+        let proto = match encoding {
+            Encoding::Protobuf => Some(protobuf_objects(&info, metadata_only)?),
+            Encoding::Json => None,
+        };
         let prefix = list_prefix(&info, ns);
         let (snap, start) = match &opts.continue_token {
             Some(token) if token.rv > 0 => {
@@ -236,20 +276,25 @@ impl App {
         let reader = SnapshotReader::new(snap, filter, start.as_deref(), limit);
         let encoder = ListEncoder::new(
             reader,
-            encoding,
+            proto,
             info.list_kind(),
             info.api_version(),
             prefix,
             limit.is_some(),
             match table {
                 Some(t) => ListFormat::Table(t, listwatch_core::time::unix_now()),
+                None if metadata_only => ListFormat::Metadata,
                 None => ListFormat::Objects,
             },
             self.config.chunk_bytes,
         );
         let (body, gzip) = StreamedBody::list(encoder, gzip_ok);
+        let content_type = match encoding {
+            Encoding::Protobuf => pb::PROTOBUF,
+            Encoding::Json => "application/json",
+        };
         Ok(encoded(
-            json_response(200, BodyExt::boxed(body)),
+            typed_response(200, content_type, BodyExt::boxed(body)),
             gzip_ok,
             gzip,
         ))
@@ -265,9 +310,18 @@ impl App {
         let Rendering {
             encoding,
             table,
+            metadata_only,
             gzip: gzip_ok,
         } = render;
         let info = store.info().clone();
+        if encoding == Encoding::Protobuf {
+            // Refused before the watch starts when the kind has no protobuf form.
+            protobuf_objects(&info, metadata_only)?;
+        }
+        let content_type = match encoding {
+            Encoding::Protobuf => pb::PROTOBUF_WATCH,
+            Encoding::Json => "application/json",
+        };
         let filter = Arc::new(Filter::new(&info, ns, &opts));
         let timeout = match opts.timeout_seconds {
             Some(s) if s > 0 => Duration::from_secs(s as u64),
@@ -299,7 +353,13 @@ impl App {
                 // kube-apiserver answers 200 and a single ERROR event for a too-old RV.
                 Err(e) => {
                     let status = ApiError::from(e).to_status();
-                    return Ok(json_response(200, full(error_body(&status.body))));
+                    let body = match encoding {
+                        Encoding::Protobuf => pb::watch_error_body(&status.body).map_err(|e| {
+                            ApiError::Internal(format!("encoding as protobuf: {e}"))
+                        })?,
+                        Encoding::Json => error_body(&status.body),
+                    };
+                    return Ok(typed_response(200, content_type, full(body)));
                 }
             }
         };
@@ -314,15 +374,26 @@ impl App {
             chunk: self.config.chunk_bytes,
             encoding,
             table,
+            metadata_only,
         };
         let encoder = WatchEncoder::new(cursor, filter, spec, Instant::now().into_std());
         let body = StreamedBody::watch(encoder, Some(store.drain_signal()), gzip_ok);
         Ok(encoded(
-            json_response(200, BodyExt::boxed(body)),
+            typed_response(200, content_type, BodyExt::boxed(body)),
             gzip_ok,
             gzip_ok,
         ))
     }
+}
+
+/// The protobuf writer of `info`'s objects (or their metadata); 406 for kinds without a
+/// protobuf form (negotiation already steers clients away from it).
+fn protobuf_objects(
+    info: &listwatch_core::ResourceInfo,
+    metadata_only: bool,
+) -> Result<ProtoObjects, ApiError> {
+    ProtoObjects::new(info, metadata_only)
+        .ok_or_else(|| ApiError::NotAcceptable(format!("{} has no protobuf form", info.resource)))
 }
 
 fn with_newline(b: Bytes) -> Bytes {

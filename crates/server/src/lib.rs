@@ -234,12 +234,13 @@ impl App {
         let in_flight = req.in_flight.take();
         let resource = req.resource_label();
         let uri = req.uri();
+        let error_encoding = req.error_encoding;
         // Refused requests go the same way as failed ones: a Status, metered and logged.
         let (admission, answer) = match self.admit(&req, in_flight.as_ref(), uri_len) {
             Err(e) => (None, Err(e)),
             Ok(admission) => (admission, self.route(req).await),
         };
-        let response = answer.unwrap_or_else(|e| handlers::error_response(&e));
+        let response = answer.unwrap_or_else(|e| handlers::error_response_in(&e, error_encoding));
         let (parts, body) = response.into_parts();
         let info = metrics::RequestInfo {
             verb,

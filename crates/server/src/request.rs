@@ -18,6 +18,8 @@ pub struct Rendering {
     pub encoding: Encoding,
     /// A `meta.k8s.io` Table instead of objects.
     pub table: Option<TableFormat>,
+    /// PartialObjectMetadata (`metadata` only) instead of objects.
+    pub metadata_only: bool,
     /// The client accepts gzip.
     pub gzip: bool,
 }
@@ -42,6 +44,9 @@ pub struct ApiRequest {
     pub rendering: Option<Result<Rendering, ApiError>>,
     /// `Accept`, for discovery's own negotiation.
     pub accept: Option<String>,
+    /// The encoding an error `Status` is sent in (protobuf when the client asked for
+    /// plain protobuf, as kube-apiserver answers it).
+    pub error_encoding: Encoding,
     /// `Content-Type` of the body, if any.
     pub content_type: Option<String>,
     /// The authenticated user the connection or host attached, if any.
@@ -98,11 +103,18 @@ impl ApiRequest {
                         o.watch |= legacy_watch;
                         o
                     });
+                let gzip = accepts_gzip(&parts.headers);
                 let rendering =
-                    negotiate(accept.as_deref(), &params, info).map(|table| Rendering {
-                        encoding: Encoding::Json,
-                        table,
-                        gzip: accepts_gzip(&parts.headers),
+                    negotiate(accept.as_deref(), &params, info, verb).map(|(encoding, form)| {
+                        Rendering {
+                            encoding,
+                            metadata_only: matches!(form, Form::Metadata),
+                            table: match form {
+                                Form::Table(t) => Some(t),
+                                _ => None,
+                            },
+                            gzip,
+                        }
                     });
                 (Some(opts), Some(rendering))
             }
@@ -117,6 +129,7 @@ impl ApiRequest {
             params,
             options,
             rendering,
+            error_encoding: error_encoding(accept.as_deref()),
             accept,
             content_type: header(header::CONTENT_TYPE),
             user: parts.extensions.get::<User>().cloned(),
@@ -160,55 +173,125 @@ impl ApiRequest {
     }
 }
 
-/// Picks the representation from `Accept`: a `meta.k8s.io` Table (v1 or v1beta1) when the
-/// client lists one before plain JSON, else JSON; 406 when it accepts neither.
+/// What a read response holds per object.
+pub enum Form {
+    /// The objects.
+    Objects,
+    /// A `meta.k8s.io` Table.
+    Table(TableFormat),
+    /// PartialObjectMetadata.
+    Metadata,
+}
+
+/// One media range of `Accept`.
+struct MediaRange<'a> {
+    media: &'a str,
+    params: Vec<(&'a str, &'a str)>,
+    q: f32,
+}
+
+impl MediaRange<'_> {
+    fn param(&self, k: &str) -> Option<&str> {
+        self.params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v)
+    }
+}
+
+/// `Accept`'s ranges, highest quality first (equal qualities keep their order), without
+/// those of quality 0.
+fn media_ranges(accept: &str) -> Vec<MediaRange<'_>> {
+    let mut ranges: Vec<MediaRange<'_>> = accept
+        .split(',')
+        .filter_map(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().filter(|m| !m.is_empty())?;
+            let mut params = Vec::new();
+            let mut q = 1.0f32;
+            for p in parts {
+                if let Some((k, v)) = p.split_once('=') {
+                    let (k, v) = (k.trim(), v.trim());
+                    if k == "q" {
+                        q = v.parse().unwrap_or(1.0);
+                    } else {
+                        params.push((k, v));
+                    }
+                }
+            }
+            (q > 0.0).then_some(MediaRange { media, params, q })
+        })
+        .collect();
+    ranges.sort_by(|a, b| b.q.total_cmp(&a.q));
+    ranges
+}
+
+/// Picks encoding and form from `Accept` as kube-apiserver does: ranges by quality; JSON
+/// (`application/json`, `application/*`, `*/*`) or protobuf
+/// (`application/vnd.kubernetes.protobuf`, built-in kinds only); `as=Table` (JSON only) or
+/// `as=PartialObjectMetadata` (GET, watch) / `as=PartialObjectMetadataList` (LIST) of
+/// `meta.k8s.io/v1`; 406 when nothing offered can be served.
 pub fn negotiate(
     accept: Option<&str>,
     params: &QueryParams,
     info: &ResourceInfo,
-) -> Result<Option<TableFormat>, ApiError> {
+    verb: Verb,
+) -> Result<(Encoding, Form), ApiError> {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
-        return Ok(None);
+        return Ok((Encoding::Json, Form::Objects));
     };
-    for range in accept.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or("");
-        let media_params: Vec<(&str, &str)> = parts
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (k.trim(), v.trim()))
-            .collect();
-        let param = |k: &str| {
-            media_params
-                .iter()
-                .find(|(pk, _)| *pk == k)
-                .map(|(_, v)| *v)
+    for range in media_ranges(accept) {
+        let encoding = match range.media {
+            "application/json" | "application/*" | "*/*" => Encoding::Json,
+            "application/vnd.kubernetes.protobuf" => Encoding::Protobuf,
+            _ => continue,
         };
-        if !matches!(media, "application/json" | "application/*" | "*/*") {
-            continue;
-        }
-        match param("as") {
-            None => return Ok(None),
+        let meta_v1 = range.param("g") == Some("meta.k8s.io") && range.param("v") == Some("v1");
+        let form = match range.param("as") {
+            None => Form::Objects,
             Some("Table")
-                if param("g") == Some("meta.k8s.io")
-                    && matches!(param("v"), Some("v1" | "v1beta1")) =>
+                if encoding == Encoding::Json
+                    && range.param("g") == Some("meta.k8s.io")
+                    && matches!(range.param("v"), Some("v1" | "v1beta1")) =>
             {
                 let include = match params.include_object.as_deref() {
                     Some("None") => IncludeObject::None,
                     Some("Object") => IncludeObject::Object,
                     _ => IncludeObject::Metadata,
                 };
-                return Ok(Some(TableFormat::new(
+                Form::Table(TableFormat::new(
                     info,
-                    param("v") == Some("v1beta1"),
+                    range.param("v") == Some("v1beta1"),
                     include,
-                )));
+                ))
             }
+            Some("PartialObjectMetadata") if meta_v1 && verb != Verb::List => Form::Metadata,
+            Some("PartialObjectMetadataList") if meta_v1 && verb == Verb::List => Form::Metadata,
             Some(_) => continue,
+        };
+        // Custom resources have no protobuf form; their metadata does.
+        if encoding == Encoding::Protobuf
+            && matches!(form, Form::Objects)
+            && !listwatch_codec::protobuf::has_protobuf(info)
+        {
+            continue;
         }
+        return Ok((encoding, form));
     }
-    Err(ApiError::NotAcceptable(format!(
-        "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (got {accept})"
-    )))
+    Err(ApiError::NotAcceptable(
+        "only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf".to_string(),
+    ))
+}
+
+/// The encoding of an error `Status`: protobuf when the client's preferred range is plain
+/// `application/vnd.kubernetes.protobuf`, JSON otherwise.
+pub fn error_encoding(accept: Option<&str>) -> Encoding {
+    let Some(accept) = accept else {
+        return Encoding::Json;
+    };
+    match media_ranges(accept).first() {
+        Some(r) if r.media == "application/vnd.kubernetes.protobuf" && r.param("as").is_none() => {
+            Encoding::Protobuf
+        }
+        _ => Encoding::Json,
+    }
 }
 
 /// Whether `Accept-Encoding` lists gzip with a non-zero quality.

@@ -2,6 +2,7 @@
 //! and encoding need — and the ingest step that builds it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytes::Bytes;
 use listwatch_core::ResourceInfo;
@@ -31,6 +32,12 @@ pub struct Record {
     name: Range32,
     labels: Box<[(Range32, Range32)]>,
     fields: Box<[Range32]>,
+    /// The `metadata` object (PartialObjectMetadata is this span, projected).
+    metadata: Range32,
+    /// The length of this object's protobuf message, once an encoder has computed it
+    /// (`u32::MAX` until then): a protobuf LIST must state its length before its items,
+    /// and the bytes are immutable, so the length is computed once per record.
+    encoded_len: AtomicU32,
 }
 
 /// Why an object could not be ingested.
@@ -243,6 +250,8 @@ impl Record {
             name,
             labels: labels.into_boxed_slice(),
             fields,
+            metadata: r32(md),
+            encoded_len: AtomicU32::new(u32::MAX),
             bytes,
         })
     }
@@ -316,6 +325,40 @@ impl Record {
             self.bytes.slice(..self.rv_span.0 as usize),
             self.bytes.slice(self.rv_span.1 as usize..),
         )
+    }
+
+    /// The `metadata` object's JSON, shared (PartialObjectMetadata serves it as it is).
+    pub fn metadata(&self) -> Bytes {
+        self.bytes
+            .slice(self.metadata.0 as usize..self.metadata.1 as usize)
+    }
+
+    /// Where `metadata` lies in [`Record::bytes`].
+    pub fn metadata_range(&self) -> std::ops::Range<usize> {
+        self.metadata.0 as usize..self.metadata.1 as usize
+    }
+
+    /// Where `metadata.resourceVersion`'s digits lie in [`Record::bytes`].
+    pub fn rv_range(&self) -> std::ops::Range<usize> {
+        self.rv_span.0 as usize..self.rv_span.1 as usize
+    }
+
+    /// The protobuf message length an encoder memoized for this record, if any.
+    pub fn encoded_len(&self) -> Option<usize> {
+        match self.encoded_len.load(Ordering::Relaxed) {
+            u32::MAX => None,
+            n => Some(n as usize),
+        }
+    }
+
+    /// Memoizes the protobuf message length (the encoder is deterministic, so any
+    /// thread's answer is the answer).
+    pub fn set_encoded_len(&self, len: usize) {
+        if let Ok(n) = u32::try_from(len)
+            && n != u32::MAX
+        {
+            self.encoded_len.store(n, Ordering::Relaxed);
+        }
     }
 
     /// Bytes this record keeps alive (for event-log accounting).

@@ -1,0 +1,316 @@
+//! The protobuf wire (`application/vnd.kubernetes.protobuf`): objects stay JSON in the
+//! store and are transcoded per response by [`ProtoEncoder`] into a bounded scratch buffer
+//! (docs/memory.md says why). Also PartialObjectMetadata, the projection of an object to
+//! its `metadata`, in both encodings.
+
+use listwatch_core::ResourceInfo;
+use listwatch_protobuf::encode::{begin, end, put_bytes, put_type_meta, varint_len};
+use listwatch_protobuf::{MAGIC, MessageId, ProtoEncoder, ProtoError, Schema};
+use listwatch_store::Record;
+use listwatch_store::record::fmt_u64;
+
+/// Protobuf responses' `Content-Type`.
+pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+/// Protobuf watch responses' `Content-Type`.
+pub const PROTOBUF_WATCH: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+/// PartialObjectMetadata's group version.
+pub const META_V1: &str = "meta.k8s.io/v1";
+
+/// Whether `info`'s objects have a protobuf form (built-in kinds do; custom resources
+/// do not, as in kube-apiserver).
+pub fn has_protobuf(info: &ResourceInfo) -> bool {
+    Schema::kubernetes()
+        .kind_exact(&info.api_version(), &info.kind)
+        .is_some()
+}
+
+/// Writes a resource's objects (or their PartialObjectMetadata) as protobuf; one per
+/// response, its scratch buffers reused for every object.
+pub struct ProtoObjects {
+    enc: ProtoEncoder<'static>,
+    /// The resource's own message, `None` when only metadata is served.
+    object: Option<MessageId>,
+    object_meta: MessageId,
+    list_meta: MessageId,
+    status: MessageId,
+    api_version: String,
+    kind: String,
+    /// One object's JSON with a stamped resourceVersion.
+    stamped: Vec<u8>,
+    /// One object's message, when its length must be known before it is written.
+    scratch: Vec<u8>,
+}
+
+impl ProtoObjects {
+    /// A writer of `info`'s objects, or of their PartialObjectMetadata when
+    /// `metadata_only`; `None` when the kind has no protobuf form.
+    pub fn new(info: &ResourceInfo, metadata_only: bool) -> Option<ProtoObjects> {
+        let schema = Schema::kubernetes();
+        let object = if metadata_only {
+            None
+        } else {
+            Some(schema.kind_exact(&info.api_version(), &info.kind)?)
+        };
+        let (api_version, kind) = if metadata_only {
+            (META_V1.to_string(), "PartialObjectMetadata".to_string())
+        } else {
+            (info.api_version(), info.kind.clone())
+        };
+        Some(ProtoObjects {
+            enc: ProtoEncoder::new(schema),
+            object,
+            object_meta: object_meta(schema)?,
+            list_meta: list_meta(schema)?,
+            status: schema.kind(META_V1, "Status")?,
+            api_version,
+            kind,
+            stamped: Vec::new(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// The `typeMeta` each object is sent with.
+    pub fn type_meta(&self) -> (&str, &str) {
+        (&self.api_version, &self.kind)
+    }
+
+    /// The length of `r`'s message as a list item: memoized in the record for whole
+    /// objects; PartialObjectMetadata is measured each time (metadata only).
+    pub fn item_len(&mut self, r: &Record) -> Result<usize, ProtoError> {
+        match self.object {
+            Some(id) => {
+                if let Some(n) = r.encoded_len() {
+                    return Ok(n);
+                }
+                self.scratch.clear();
+                self.enc.message(id, r.bytes(), &mut self.scratch)?;
+                r.set_encoded_len(self.scratch.len());
+                Ok(self.scratch.len())
+            }
+            None => {
+                self.scratch.clear();
+                self.metadata_message(r, None)?;
+                Ok(self.scratch.len())
+            }
+        }
+    }
+
+    /// Appends `r`'s message (its resourceVersion replaced by `stamp_rv` if given).
+    pub fn write_item(
+        &mut self,
+        r: &Record,
+        stamp_rv: Option<u64>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProtoError> {
+        let json = self.json_of(r, stamp_rv);
+        match self.object {
+            Some(id) => {
+                let json = if json {
+                    &self.stamped[..]
+                } else {
+                    &r.bytes()[..]
+                };
+                self.enc.message(id, json, out)
+            }
+            None => {
+                self.scratch.clear();
+                self.metadata_message(r, stamp_rv)?;
+                out.extend_from_slice(&self.scratch);
+                Ok(())
+            }
+        }
+    }
+
+    /// Appends `r` as a whole protobuf body: `k8s\0` + `runtime.Unknown`.
+    pub fn write_envelope(
+        &mut self,
+        r: &Record,
+        stamp_rv: Option<u64>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProtoError> {
+        out.extend_from_slice(MAGIC);
+        put_type_meta(out, &self.api_version, &self.kind);
+        let at = begin(out, 2);
+        self.write_item(r, stamp_rv, out)?;
+        end(out, at);
+        put_bytes(out, 3, b"");
+        put_bytes(out, 4, b"");
+        Ok(())
+    }
+
+    /// Appends the JSON object `json` (a bookmark's empty object) as a whole protobuf
+    /// body of this writer's kind.
+    pub fn write_json_envelope(
+        &mut self,
+        json: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProtoError> {
+        out.extend_from_slice(MAGIC);
+        put_type_meta(out, &self.api_version, &self.kind);
+        let at = begin(out, 2);
+        match self.object {
+            Some(id) => self.enc.message(id, json, out)?,
+            None => {
+                // PartialObjectMetadata{metadata}: the object's `metadata` member.
+                let md = listwatch_core::scan::find_member(json, 0, "metadata")
+                    .ok_or(ProtoError::Malformed("object without metadata"))?;
+                let inner = begin(out, 1);
+                self.enc.message(self.object_meta, &json[md.0..md.1], out)?;
+                end(out, inner);
+            }
+        }
+        end(out, at);
+        put_bytes(out, 3, b"");
+        put_bytes(out, 4, b"");
+        Ok(())
+    }
+
+    /// Appends a `Status` JSON body as a protobuf `Status` body (`v1`, as kube-apiserver
+    /// types it).
+    pub fn write_status(
+        &mut self,
+        status_json: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProtoError> {
+        status_body(&mut self.enc, self.status, status_json, out)
+    }
+
+    /// The `ListMeta` message of a list page.
+    pub fn list_meta(
+        &mut self,
+        rv: u64,
+        continue_token: Option<&str>,
+        remaining: Option<u64>,
+    ) -> Result<Vec<u8>, ProtoError> {
+        let mut json = Vec::with_capacity(128);
+        json.extend_from_slice(b"{\"resourceVersion\":\"");
+        let mut buf = [0u8; 24];
+        json.extend_from_slice(fmt_u64(rv, &mut buf));
+        json.push(b'"');
+        if let Some(t) = continue_token {
+            json.extend_from_slice(b",\"continue\":");
+            listwatch_core::json::push_go_string(&mut json, t);
+        }
+        if let Some(n) = remaining {
+            json.extend_from_slice(b",\"remainingItemCount\":");
+            json.extend_from_slice(fmt_u64(n, &mut buf));
+        }
+        json.push(b'}');
+        let mut out = Vec::with_capacity(json.len());
+        self.enc.message(self.list_meta, &json, &mut out)?;
+        Ok(out)
+    }
+
+    /// Fills `stamped` with `r`'s JSON carrying `stamp_rv` when that differs from its own;
+    /// returns whether it did.
+    fn json_of(&mut self, r: &Record, stamp_rv: Option<u64>) -> bool {
+        match stamp_rv {
+            Some(rv) if rv != r.rv() => {
+                let b = r.bytes();
+                let span = r.rv_range();
+                self.stamped.clear();
+                self.stamped.extend_from_slice(&b[..span.start]);
+                let mut buf = [0u8; 24];
+                self.stamped.extend_from_slice(fmt_u64(rv, &mut buf));
+                self.stamped.extend_from_slice(&b[span.end..]);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `PartialObjectMetadata{metadata}` of `r` into `scratch`.
+    fn metadata_message(&mut self, r: &Record, stamp_rv: Option<u64>) -> Result<(), ProtoError> {
+        let md = r.metadata_range();
+        let stamped = self.json_of(r, stamp_rv);
+        let at = begin(&mut self.scratch, 1);
+        if stamped {
+            // The stamp moved everything after the resourceVersion by the digits' change.
+            let shift = self.stamped.len() as isize - r.bytes().len() as isize;
+            let end_md = (md.end as isize + shift) as usize;
+            let json = std::mem::take(&mut self.stamped);
+            let res =
+                self.enc
+                    .message(self.object_meta, &json[md.start..end_md], &mut self.scratch);
+            self.stamped = json;
+            res?;
+        } else {
+            self.enc
+                .message(self.object_meta, &r.bytes()[md], &mut self.scratch)?;
+        }
+        end(&mut self.scratch, at);
+        Ok(())
+    }
+}
+
+/// A `Status` JSON body as a protobuf body.
+pub fn status_body(
+    enc: &mut ProtoEncoder<'static>,
+    status: MessageId,
+    status_json: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), ProtoError> {
+    enc.envelope("v1", "Status", status, status_json, out)
+}
+
+/// A `Status` JSON body (as `ApiError::to_status` renders it) as a protobuf body.
+pub fn status_to_protobuf(status_json: &[u8]) -> Result<Vec<u8>, ProtoError> {
+    let schema = Schema::kubernetes();
+    let id = schema
+        .kind(META_V1, "Status")
+        .ok_or(ProtoError::Malformed("no Status message"))?;
+    let mut out = Vec::with_capacity(status_json.len());
+    status_body(&mut ProtoEncoder::new(schema), id, status_json, &mut out)?;
+    Ok(out)
+}
+
+/// A whole watch body that is one ERROR event carrying the `Status` JSON `status_json`
+/// (kube-apiserver's answer to a watch from a compacted resourceVersion).
+pub fn watch_error_body(status_json: &[u8]) -> Result<Vec<u8>, ProtoError> {
+    let envelope = status_to_protobuf(status_json)?;
+    let mut out = Vec::with_capacity(envelope.len() + 16);
+    write_watch_frame("ERROR", &envelope, &mut out);
+    Ok(out)
+}
+
+/// Appends one watch frame: the event's length (4 bytes, big-endian), then the
+/// `WatchEvent{type, object: RawExtension{raw: envelope}}` message.
+pub fn write_watch_frame(event_type: &str, envelope: &[u8], out: &mut Vec<u8>) {
+    let raw_len = 1 + varint_len(envelope.len() as u64) + envelope.len();
+    let len = 1
+        + varint_len(event_type.len() as u64)
+        + event_type.len()
+        + 1
+        + varint_len(raw_len as u64)
+        + raw_len;
+    out.extend_from_slice(&(len as u32).to_be_bytes());
+    put_bytes(out, 1, event_type.as_bytes());
+    let at = begin(out, 2);
+    put_bytes(out, 1, envelope);
+    end(out, at);
+}
+
+/// `PartialObjectMetadata`'s JSON head; the object's `metadata` and `}` follow.
+pub const PARTIAL_HEAD: &[u8] =
+    b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":";
+
+fn object_meta(schema: &Schema) -> Option<MessageId> {
+    field_message(schema, schema.kind(META_V1, "PartialObjectMetadata")?, 1)
+}
+
+fn list_meta(schema: &Schema) -> Option<MessageId> {
+    field_message(
+        schema,
+        schema.kind(META_V1, "PartialObjectMetadataList")?,
+        1,
+    )
+}
+
+/// The message of field `tag` of message `id`.
+fn field_message(schema: &Schema, id: MessageId, tag: u32) -> Option<MessageId> {
+    let msg = schema.message(id);
+    match msg.fields.get(msg.field_index(tag)?)?.kind {
+        listwatch_protobuf::Kind::Message(m) => Some(m),
+        _ => None,
+    }
+}
