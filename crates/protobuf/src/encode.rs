@@ -316,15 +316,18 @@ impl<'s> ProtoEncoder<'s> {
             let keys = &mut self.keys;
             let close = scan::for_each_member(b, v, |m| keys.push((m.key, m.value)))
                 .ok_or(ProtoError::Malformed("JSON object"))?;
-            // Go writes map entries sorted by key (compared as decoded text).
-            let mut entries = self.keys.split_off(base);
+            // Go writes map entries sorted by key (compared as decoded text). The entries
+            // stay on the shared stack (nested maps push above them): no allocation.
+            let top = self.keys.len();
+            let entries = &mut self.keys[base..top];
             if entries
                 .windows(2)
                 .any(|w| decoded(b, w[0].0) >= decoded(b, w[1].0))
             {
                 entries.sort_by(|x, y| decoded(b, x.0).cmp(&decoded(b, y.0)));
             }
-            for (k, val) in &entries {
+            for j in base..top {
+                let (k, val) = self.keys[j];
                 let at = begin(out, f.tag);
                 self.string_field(1, b, k.0 - 1, out)?;
                 if b.get(val.0) != Some(&b'n') {
@@ -337,9 +340,7 @@ impl<'s> ProtoEncoder<'s> {
                 }
                 end(out, at);
             }
-            // Keep the grown buffer for the next map.
-            self.keys = entries;
-            self.keys.clear();
+            self.keys.truncate(base);
             return Ok(close);
         }
         if f.repeated {

@@ -125,14 +125,16 @@ async fn pod_table_matches_kube_apiserver_structure() {
     assert_eq!(ev["type"], "ADDED");
     assert_eq!(ev["object"]["kind"], "Table");
     assert_eq!(ev["object"]["rows"].as_array().expect("rows").len(), 1);
-    // A client accepting only protobuf gets 406.
-    let (code, _) = get_with_accept(
+    // Tables have no protobuf form: a client accepting only that gets 406 (in JSON, as
+    // kube-apiserver answers it).
+    let (code, body) = get_with_accept(
         s.addr,
         "/api/v1/pods",
-        "application/vnd.kubernetes.protobuf",
+        "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io",
     )
     .await;
     assert_eq!(code, 406);
+    assert_eq!(json(&body)["reason"], "NotAcceptable");
 }
 
 async fn kubectl(addr: std::net::SocketAddr, args: &[&str]) -> String {
