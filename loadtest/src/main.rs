@@ -83,6 +83,13 @@ struct Args {
     /// Ask for gzip.
     #[arg(long)]
     gzip: bool,
+    /// list / watchlist scenarios: ask for `application/vnd.kubernetes.protobuf`.
+    #[arg(long)]
+    protobuf: bool,
+    /// list / watchlist scenarios: ask for PartialObjectMetadata (what metadata informers,
+    /// the garbage collector and quota ask for).
+    #[arg(long)]
+    metadata_only: bool,
     /// Objects each client must receive (the report's `complete` checks it).
     #[arg(long)]
     expect: Option<u64>,
@@ -159,6 +166,8 @@ struct Report {
     url: String,
     path: String,
     gzip: bool,
+    protobuf: bool,
+    metadata_only: bool,
     idle_rss_kib: Option<u64>,
     peak_rss_kib: Option<u64>,
     peak_minus_idle_kib: Option<u64>,
@@ -251,9 +260,154 @@ impl EventCounter {
     }
 }
 
+/// Reads a protobuf stream without keeping it: varint headers gathered across chunk
+/// boundaries, everything else skipped by count.
+#[derive(Default)]
+struct ProtoScanner {
+    /// Bytes of the header being read (a key and a length, or a frame's length).
+    head: Vec<u8>,
+    /// Bytes still to skip in the current value.
+    skip: u64,
+}
+
+/// Counts the items of a protobuf LIST: `k8s\0`, then `runtime.Unknown` whose field 2
+/// (`raw`) is the list, whose fields 2 are the items.
+#[derive(Default)]
+struct ProtoItemCounter {
+    scan: ProtoScanner,
+    magic_left: usize,
+    /// Inside `raw`: bytes of it left.
+    in_raw: Option<u64>,
+    items: u64,
+}
+
+/// A varint and its length, if `b` holds a whole one.
+fn varint(b: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &c) in b.iter().enumerate().take(10) {
+        v |= u64::from(c & 0x7f) << (7 * i);
+        if c < 0x80 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+impl ProtoItemCounter {
+    fn new() -> Self {
+        ProtoItemCounter {
+            magic_left: 4,
+            ..Default::default()
+        }
+    }
+
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.magic_left > 0 {
+                let n = self.magic_left.min(data.len());
+                self.magic_left -= n;
+                data = &data[n..];
+                continue;
+            }
+            if self.scan.skip > 0 {
+                let n = (self.scan.skip.min(data.len() as u64)) as usize;
+                self.scan.skip -= n as u64;
+                if let Some(left) = self.in_raw.as_mut() {
+                    *left = left.saturating_sub(n as u64);
+                }
+                if self.in_raw == Some(0) {
+                    self.in_raw = None;
+                }
+                data = &data[n..];
+                continue;
+            }
+            // A field header: key varint then length varint (all fields here are
+            // length-delimited).
+            self.scan.head.push(data[0]);
+            data = &data[1..];
+            let Some((key, k)) = varint(&self.scan.head) else {
+                continue;
+            };
+            let Some((len, l)) = varint(&self.scan.head[k..]) else {
+                continue;
+            };
+            let header = (k + l) as u64;
+            self.scan.head.clear();
+            match &mut self.in_raw {
+                None if key >> 3 == 2 => self.in_raw = Some(len),
+                None => self.scan.skip = len,
+                Some(left) => {
+                    *left = left.saturating_sub(header);
+                    if key >> 3 == 2 {
+                        self.items += 1;
+                    }
+                    self.scan.skip = len;
+                }
+            }
+            if self.in_raw == Some(0) {
+                self.in_raw = None;
+            }
+        }
+    }
+}
+
+/// Counts protobuf watch frames until the initial-events-end bookmark: each frame is a
+/// 4-byte length and a `WatchEvent` (type first); small frames (bookmarks) are kept whole
+/// to find the annotation, object frames only their head.
+#[derive(Default)]
+struct ProtoEventCounter {
+    head: Vec<u8>,
+    frame: Vec<u8>,
+    left: usize,
+    added: u64,
+    done: bool,
+}
+
+impl ProtoEventCounter {
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.left == 0 {
+                self.head.push(data[0]);
+                data = &data[1..];
+                if self.head.len() == 4 {
+                    self.left = u32::from_be_bytes([
+                        self.head[0],
+                        self.head[1],
+                        self.head[2],
+                        self.head[3],
+                    ]) as usize;
+                    self.head.clear();
+                    self.frame.clear();
+                }
+                continue;
+            }
+            let n = self.left.min(data.len());
+            if self.frame.len() < 1024 {
+                let keep = n.min(1024 - self.frame.len());
+                self.frame.extend_from_slice(&data[..keep]);
+            }
+            self.left -= n;
+            data = &data[n..];
+            if self.left == 0 {
+                if self.frame.starts_with(b"\x0a\x05ADDED") {
+                    self.added += 1;
+                } else if self
+                    .frame
+                    .windows(25)
+                    .any(|w| w == b"k8s.io/initial-events-end")
+                {
+                    self.done = true;
+                }
+            }
+        }
+    }
+}
+
 enum Sink {
     List(ItemCounter),
     Watch(EventCounter),
+    ProtoList(ProtoItemCounter),
+    ProtoWatch(ProtoEventCounter),
 }
 
 impl Sink {
@@ -261,16 +415,24 @@ impl Sink {
         match self {
             Sink::List(c) => c.feed(d),
             Sink::Watch(c) => c.feed(d),
+            Sink::ProtoList(c) => c.feed(d),
+            Sink::ProtoWatch(c) => c.feed(d),
         }
     }
     fn objects(&self) -> u64 {
         match self {
             Sink::List(c) => c.items,
             Sink::Watch(c) => c.added,
+            Sink::ProtoList(c) => c.items,
+            Sink::ProtoWatch(c) => c.added,
         }
     }
     fn done(&self) -> bool {
-        matches!(self, Sink::Watch(c) if c.done)
+        matches!(
+            self,
+            Sink::Watch(EventCounter { done: true, .. })
+                | Sink::ProtoWatch(ProtoEventCounter { done: true, .. })
+        )
     }
 }
 
@@ -288,7 +450,8 @@ async fn get(
     } else {
         ""
     };
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: listwatch-loadtest\r\n{auth}{enc}Connection: close\r\n\r\n").as_bytes())
+    let accept = accept_header(args, matches!(sink, Sink::Watch(_) | Sink::ProtoWatch(_)));
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: listwatch-loadtest\r\n{auth}{enc}{accept}Connection: close\r\n\r\n").as_bytes())
         .await
         .map_err(|e| e.to_string())?;
     let mut r = BufReader::with_capacity(64 * 1024, s);
@@ -403,6 +566,29 @@ async fn get(
     Ok((wire, body, continue_token(&tail)))
 }
 
+/// The `Accept` line for `--protobuf` / `--metadata-only` (none for plain JSON).
+fn accept_header(args: &Args, watch: bool) -> String {
+    let media = if args.protobuf {
+        "application/vnd.kubernetes.protobuf"
+    } else {
+        "application/json"
+    };
+    let form = match (args.metadata_only, watch) {
+        (false, _) => String::new(),
+        (true, true) => ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1".into(),
+        (true, false) => ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1".into(),
+    };
+    let stream = if watch && args.protobuf {
+        ";stream=watch"
+    } else {
+        ""
+    };
+    if form.is_empty() && !args.protobuf {
+        return String::new();
+    }
+    format!("Accept: {media}{form}{stream}\r\n")
+}
+
 /// Keeps the first 4 KiB of a body (where `metadata.continue` is), nothing more.
 fn keep_tail(head: &mut Vec<u8>, data: &[u8]) {
     if head.len() < 4096 {
@@ -424,9 +610,11 @@ async fn client(args: Arc<Args>, host: String, start: Arc<tokio::sync::Barrier>)
     let mut res = ClientResult::default();
     let base = &args.path;
     let sep = if base.contains('?') { '&' } else { '?' };
-    let mut sink = match args.scenario {
-        Scenario::Watchlist => Sink::Watch(EventCounter::default()),
-        _ => Sink::List(ItemCounter::default()),
+    let mut sink = match (args.scenario, args.protobuf) {
+        (Scenario::Watchlist, false) => Sink::Watch(EventCounter::default()),
+        (Scenario::Watchlist, true) => Sink::ProtoWatch(ProtoEventCounter::default()),
+        (_, false) => Sink::List(ItemCounter::default()),
+        (_, true) => Sink::ProtoList(ProtoItemCounter::new()),
     };
     let mut next = match args.scenario {
         Scenario::List => Some(format!("{base}{sep}resourceVersion=0")),
@@ -447,11 +635,20 @@ async fn client(args: Arc<Args>, host: String, start: Arc<tokio::sync::Barrier>)
     while let Some(path) = next.take() {
         // A paged list restarts item counting per page; keep the running total.
         let before = sink.objects();
-        if let Sink::List(c) = &mut sink {
-            *c = ItemCounter {
-                items: before,
-                ..Default::default()
-            };
+        match &mut sink {
+            Sink::List(c) => {
+                *c = ItemCounter {
+                    items: before,
+                    ..Default::default()
+                }
+            }
+            Sink::ProtoList(c) => {
+                *c = ProtoItemCounter {
+                    items: before,
+                    ..ProtoItemCounter::new()
+                }
+            }
+            _ => {}
         }
         match get(&args, &host, &path, &mut sink).await {
             Ok((wire, body, token)) => {
@@ -1137,6 +1334,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         url: args.url.clone(),
         path: args.path.clone(),
         gzip: args.gzip,
+        protobuf: args.protobuf,
+        metadata_only: args.metadata_only,
         idle_rss_kib: idle,
         peak_rss_kib: peak,
         peak_minus_idle_kib: idle.zip(peak).map(|(i, p)| p.saturating_sub(i)),

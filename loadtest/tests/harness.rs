@@ -101,6 +101,52 @@ async fn list_and_watchlist_scenarios_report_complete_runs() {
     }
 }
 
+/// The protobuf and PartialObjectMetadata forms of the list and watch-list scenarios count
+/// every object (the protobuf counters read the wire format, not JSON).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_and_metadata_only_scenarios_count_every_object() {
+    let url = format!("http://{}", server().await);
+    let pods = PODS.to_string();
+    let mut wire = std::collections::BTreeMap::new();
+    for scenario in ["list", "watchlist"] {
+        for form in [
+            &[][..],
+            &["--protobuf"][..],
+            &["--metadata-only"][..],
+            &["--protobuf", "--metadata-only"][..],
+        ] {
+            let mut args = vec![
+                "--url",
+                &url,
+                "--scenario",
+                scenario,
+                "--clients",
+                "2",
+                "--expect",
+                &pods,
+            ];
+            args.extend_from_slice(form);
+            let report = run(&args).await;
+            assert_eq!(report["complete"], true, "{scenario} {form:?}");
+            assert_eq!(report["protobuf"], form.contains(&"--protobuf"));
+            wire.insert(
+                (scenario, form.join(" ")),
+                report["total_wire_bytes"].as_u64().unwrap_or(0),
+            );
+        }
+    }
+    for scenario in ["list", "watchlist"] {
+        let w = |f: &str| wire[&(scenario, f.to_string())];
+        // Protobuf is smaller than JSON, metadata smaller than whole objects.
+        assert!(w("--protobuf") < w(""), "{scenario}: {wire:?}");
+        assert!(w("--metadata-only") < w(""), "{scenario}: {wire:?}");
+        assert!(
+            w("--protobuf --metadata-only") < w("--metadata-only"),
+            "{scenario}: {wire:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storms_slow_readers_idle_watchers_and_churn() {
     let url = format!("http://{}", server().await);
