@@ -7,6 +7,7 @@ use listwatch_core::ResourceInfo;
 use listwatch_protobuf::encode::{begin, end, put_bytes, put_type_meta, varint_len};
 use listwatch_protobuf::{MAGIC, MessageId, ProtoEncoder, ProtoError, Schema};
 use listwatch_store::Record;
+use listwatch_store::record::EncodedForm;
 use listwatch_store::record::fmt_u64;
 
 /// Protobuf responses' `Content-Type`.
@@ -74,25 +75,22 @@ impl ProtoObjects {
         (&self.api_version, &self.kind)
     }
 
-    /// The length of `r`'s message as a list item: memoized in the record for whole
-    /// objects; PartialObjectMetadata is measured each time (metadata only).
+    /// The length of `r`'s message as a list item, memoized in the record.
     pub fn item_len(&mut self, r: &Record) -> Result<usize, ProtoError> {
-        match self.object {
-            Some(id) => {
-                if let Some(n) = r.encoded_len() {
-                    return Ok(n);
-                }
-                self.scratch.clear();
-                self.enc.message(id, r.bytes(), &mut self.scratch)?;
-                r.set_encoded_len(self.scratch.len());
-                Ok(self.scratch.len())
-            }
-            None => {
-                self.scratch.clear();
-                self.metadata_message(r, None)?;
-                Ok(self.scratch.len())
-            }
+        let form = match self.object {
+            Some(_) => EncodedForm::Object,
+            None => EncodedForm::Metadata,
+        };
+        if let Some(n) = r.encoded_len(form) {
+            return Ok(n);
         }
+        self.scratch.clear();
+        match self.object {
+            Some(id) => self.enc.message(id, r.bytes(), &mut self.scratch)?,
+            None => self.metadata_message(r, None)?,
+        }
+        r.set_encoded_len(form, self.scratch.len());
+        Ok(self.scratch.len())
     }
 
     /// Appends `r`'s message (its resourceVersion replaced by `stamp_rv` if given).

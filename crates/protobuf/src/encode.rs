@@ -153,11 +153,16 @@ impl<'s> ProtoEncoder<'s> {
                     return Err(ProtoError::Malformed("JSON object"));
                 }
                 i = scan::skip_ws(b, i + 1);
-                // Members mostly come in field order: try the next field before the table.
-                let idx = match msg.fields.get(next) {
-                    Some(f) if !f.inline && f.json.as_bytes() == key => Some(next),
-                    _ => msg.json_field(key),
-                };
+                // Members come in Go's declaration order, mostly field order with absent
+                // fields between: look a few fields ahead before asking the table.
+                let idx = msg.fields[next.min(msg.fields.len())..]
+                    .iter()
+                    .take(4)
+                    .position(|f| {
+                        f.json.len() == key.len() && f.json.as_bytes() == key && !f.inline
+                    })
+                    .map(|p| next + p)
+                    .or_else(|| msg.json_field(key));
                 let vend = match idx {
                     Some(fi) if b.get(i) != Some(&b'n') => {
                         let at = out.len();

@@ -34,10 +34,20 @@ pub struct Record {
     fields: Box<[Range32]>,
     /// The `metadata` object (PartialObjectMetadata is this span, projected).
     metadata: Range32,
-    /// The length of this object's protobuf message, once an encoder has computed it
-    /// (`u32::MAX` until then): a protobuf LIST must state its length before its items,
-    /// and the bytes are immutable, so the length is computed once per record.
-    encoded_len: AtomicU32,
+    /// The length of this object's protobuf message and of its PartialObjectMetadata's,
+    /// once an encoder has computed them (`u32::MAX` until then): a protobuf LIST must state
+    /// its length before its items, and the bytes are immutable, so each length is computed
+    /// once per record.
+    encoded_len: [AtomicU32; 2],
+}
+
+/// The protobuf forms whose lengths a record memoizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncodedForm {
+    /// The whole object.
+    Object = 0,
+    /// Its PartialObjectMetadata.
+    Metadata = 1,
 }
 
 /// Why an object could not be ingested.
@@ -251,7 +261,7 @@ impl Record {
             labels: labels.into_boxed_slice(),
             fields,
             metadata: r32(md),
-            encoded_len: AtomicU32::new(u32::MAX),
+            encoded_len: [AtomicU32::new(u32::MAX), AtomicU32::new(u32::MAX)],
             bytes,
         })
     }
@@ -343,9 +353,9 @@ impl Record {
         self.rv_span.0 as usize..self.rv_span.1 as usize
     }
 
-    /// The protobuf message length an encoder memoized for this record, if any.
-    pub fn encoded_len(&self) -> Option<usize> {
-        match self.encoded_len.load(Ordering::Relaxed) {
+    /// The protobuf message length an encoder memoized for this record in `form`, if any.
+    pub fn encoded_len(&self, form: EncodedForm) -> Option<usize> {
+        match self.encoded_len[form as usize].load(Ordering::Relaxed) {
             u32::MAX => None,
             n => Some(n as usize),
         }
@@ -353,11 +363,11 @@ impl Record {
 
     /// Memoizes the protobuf message length (the encoder is deterministic, so any
     /// thread's answer is the answer).
-    pub fn set_encoded_len(&self, len: usize) {
+    pub fn set_encoded_len(&self, form: EncodedForm, len: usize) {
         if let Ok(n) = u32::try_from(len)
             && n != u32::MAX
         {
-            self.encoded_len.store(n, Ordering::Relaxed);
+            self.encoded_len[form as usize].store(n, Ordering::Relaxed);
         }
     }
 
