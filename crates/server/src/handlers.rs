@@ -403,17 +403,19 @@ fn with_newline(b: Bytes) -> Bytes {
     Bytes::from(v)
 }
 
-/// Reads a JSON request body, bounded by `max_body_bytes` (writes, access reviews).
+/// Reads a request body as JSON, bounded by `max_body_bytes` (writes, access reviews). A
+/// protobuf body of a built-in kind (`kubectl auth can-i` posts its review so) is read
+/// through the schema's protobuf → JSON transcoder; other media types get 415.
 pub async fn read_request_body(
     config: &crate::ServerConfig,
     content_type: Option<&str>,
     body: crate::RequestBody,
 ) -> Result<Bytes, ApiError> {
-    // Writes are JSON only (protobuf and CBOR bodies get 415).
     let ct = content_type.unwrap_or("application/json");
     let media = ct.split(';').next().unwrap_or("").trim();
-    if media != "application/json" && !media.is_empty() {
-        return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json".to_string()));
+    let protobuf = media == pb::PROTOBUF;
+    if media != "application/json" && !media.is_empty() && !protobuf {
+        return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf".to_string()));
     }
     let mut body = body;
     let mut buf = bytes::BytesMut::new();
@@ -427,5 +429,28 @@ pub async fn read_request_body(
             buf.extend_from_slice(data);
         }
     }
+    if protobuf {
+        return protobuf_body_as_json(&buf).map(Bytes::from);
+    }
     Ok(buf.freeze())
+}
+
+/// A protobuf request body (`k8s\0` + `runtime.Unknown`) as the JSON of the same object.
+fn protobuf_body_as_json(body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let bad = |e: listwatch_protobuf::ProtoError| {
+        ApiError::BadRequest(format!("the protobuf body could not be decoded: {e}"))
+    };
+    let env = listwatch_protobuf::envelope(body).map_err(bad)?;
+    let schema = listwatch_protobuf::Schema::kubernetes();
+    let id = schema.kind(env.api_version, env.kind).ok_or_else(|| {
+        ApiError::UnsupportedMediaType(format!(
+            "no protobuf form for {}, Kind={}",
+            env.api_version, env.kind
+        ))
+    })?;
+    let mut out = Vec::with_capacity(body.len() * 2);
+    listwatch_protobuf::JsonWriter::new(schema)
+        .write_message(id, env.raw, Some((env.api_version, env.kind)), &mut out)
+        .map_err(bad)?;
+    Ok(out)
 }

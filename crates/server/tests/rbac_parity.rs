@@ -165,6 +165,32 @@ async fn reviews_and_reads_over_http_follow_rbac() {
         (Some(true), Some(false))
     );
 
+    // kubectl posts its review as protobuf: the same answer (the body is what kubectl
+    // sends; our encoder writes kube-apiserver's exact bytes for every type).
+    let pb_review = |ns: &str| {
+        let json = serde_json::json!({"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "metadata": {}, "spec": {"resourceAttributes": {"verb": "get", "resource": "pods", "namespace": ns}}});
+        listwatch_protobuf::ProtoEncoder::new(listwatch_protobuf::Schema::kubernetes())
+            .storage_value(json.to_string().as_bytes())
+            .expect("encode review")
+    };
+    for (ns, allowed) in [("team-a", true), ("team-b", false)] {
+        let r = listwatch_testkit::send(
+            addr,
+            "POST",
+            ssar,
+            &[
+                ("Authorization", "Bearer alice|system:authenticated"),
+                ("Content-Type", "application/vnd.kubernetes.protobuf"),
+            ],
+            Some(&pb_review(ns)),
+        )
+        .await
+        .expect("response");
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        let got: Value = serde_json::from_slice(&r.body).expect("json answer");
+        assert_eq!(got["status"]["allowed"].as_bool(), Some(allowed), "{ns}");
+    }
+
     // The read path: alice lists pods in team-a, and is refused in team-b with
     // kube-apiserver's message.
     let get = |path: &'static str| async move {
