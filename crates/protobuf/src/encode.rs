@@ -615,7 +615,7 @@ pub fn varint_bytes(mut v: u64, buf: &mut [u8; 10]) -> usize {
 
 /// How many bytes `v` takes as a varint.
 pub fn varint_len(v: u64) -> usize {
-    ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Appends `v` as a varint.

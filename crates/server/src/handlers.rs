@@ -174,7 +174,7 @@ impl App {
                     let mut proto = protobuf_objects(store.info(), render.metadata_only)?;
                     let mut body = Vec::with_capacity(r.bytes().len());
                     proto
-                        .write_envelope(&r, None, &mut body)
+                        .write_envelope(r, None, &mut body)
                         .map_err(|e| ApiError::Internal(format!("encoding as protobuf: {e}")))?;
                     return Ok(typed_response(200, pb::PROTOBUF, full(body)));
                 }
