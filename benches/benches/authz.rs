@@ -2,7 +2,9 @@
 //! (system:masters → Node → RBAC) over 1,000 RoleBindings and 1,000 ClusterRoleBindings,
 //! against AlwaysAllow (no authorizer), per request: an allowed namespaced LIST (found by
 //! the last RoleBinding of its namespace), a denied one (every binding visited), and a
-//! whole `App::handle` of a small LIST with and without RBAC.
+//! whole `App::handle` of a small LIST with and without RBAC; and verifying a bearer
+//! service-account token (RS256 legacy, ES256 bound), which every request carrying one
+//! pays.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http_body_util::BodyExt;
@@ -127,5 +129,113 @@ fn authz(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, authz);
+/// A key made by `openssl` (`genpkey` arguments): its PKCS#8 PEM and the file holding it.
+fn openssl_key(dir: &std::path::Path, name: &str, args: &[&str]) -> (String, std::path::PathBuf) {
+    let path = dir.join(name);
+    let ok = std::process::Command::new("openssl")
+        .arg("genpkey")
+        .args(args)
+        .arg("-out")
+        .arg(&path)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "openssl genpkey");
+    (std::fs::read_to_string(&path).expect("key"), path)
+}
+
+fn tokens(c: &mut Criterion) {
+    use listwatch_server::tokens::{ServiceAccountTokens, TokenAuthenticator};
+    let dir = std::env::temp_dir().join(format!("lw-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (rsa, rsa_file) = openssl_key(
+        &dir,
+        "rsa.key",
+        &["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
+    );
+    let (ec, ec_file) = openssl_key(
+        &dir,
+        "ec.key",
+        &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"],
+    );
+    let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let sign = |claims: &serde_json::Value, pem: &str, alg: jsonwebtoken::Algorithm| {
+        let key = match alg {
+            jsonwebtoken::Algorithm::ES256 => {
+                jsonwebtoken::EncodingKey::from_ec_pem(pem.as_bytes())
+            }
+            _ => jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()),
+        }
+        .expect("key");
+        jsonwebtoken::encode(&jsonwebtoken::Header::new(alg), claims, &key).expect("sign")
+    };
+    let legacy = sign(
+        &serde_json::json!({"iss": "kubernetes/serviceaccount",
+            "kubernetes.io/serviceaccount/namespace": "ns", "kubernetes.io/serviceaccount/secret.name": "t",
+            "kubernetes.io/serviceaccount/service-account.name": "sa", "kubernetes.io/serviceaccount/service-account.uid": "u1"}),
+        &rsa,
+        jsonwebtoken::Algorithm::RS256,
+    );
+    let bound = sign(
+        &serde_json::json!({"iss": "https://k8s", "aud": ["https://k8s"], "exp": now + 3600, "iat": now,
+            "kubernetes.io": {"namespace": "ns", "serviceaccount": {"name": "sa", "uid": "u1"}, "pod": {"name": "p", "uid": "u2"}}}),
+        &ec,
+        jsonwebtoken::Algorithm::ES256,
+    );
+    let mut b64 = String::new();
+    for c in legacy.as_bytes().chunks(3) {
+        const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            b64.push(if i <= c.len() {
+                T[((n >> (18 - 6 * i)) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    fill(
+        &registry,
+        "serviceaccounts",
+        vec![serde_json::json!({"metadata": {"name": "sa", "namespace": "ns", "uid": "u1"}})],
+    );
+    fill(
+        &registry,
+        "secrets",
+        vec![
+            serde_json::json!({"metadata": {"name": "t", "namespace": "ns", "uid": "u3"}, "data": {"token": b64}}),
+        ],
+    );
+    fill(
+        &registry,
+        "pods",
+        vec![serde_json::json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u2"}})],
+    );
+    let sa = ServiceAccountTokens::from_key_files(
+        &[&rsa_file, &ec_file],
+        vec!["https://k8s".into()],
+        vec![],
+        registry,
+    )
+    .expect("keys");
+    let mut g = c.benchmark_group("tokens");
+    for (name, token) in [("legacy_rs256", &legacy), ("bound_es256", &bound)] {
+        assert!(
+            matches!(sa.authenticate_token(token), Some(Ok(_))),
+            "{name}"
+        );
+        g.bench_function(name, |b| {
+            b.iter(|| sa.authenticate_token(token).map(|r| r.is_ok()))
+        });
+    }
+    g.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, authz, tokens);
 criterion_main!(benches);

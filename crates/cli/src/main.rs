@@ -97,6 +97,38 @@ struct ServeArgs {
     /// Static bearer tokens in kube-apiserver's CSV format: token,user,uid,"group1,group2".
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// PEM files of the keys service-account tokens are signed with (public keys, or the
+    /// private key file itself; RSA or ECDSA P-256; repeatable, as kube-apiserver's).
+    #[arg(long)]
+    service_account_key_file: Vec<PathBuf>,
+    /// Issuers of bound service-account tokens (`iss`; repeatable). Legacy Secret-based
+    /// tokens (`kubernetes/serviceaccount`) are accepted whenever keys are given.
+    #[arg(long)]
+    service_account_issuer: Vec<String>,
+    /// Audiences a bound token must name one of (default: the issuers).
+    #[arg(long, value_delimiter = ',')]
+    api_audiences: Vec<String>,
+    /// OIDC: the issuer ID tokens must come from (`iss`).
+    #[arg(long, requires_all = ["oidc_client_id", "oidc_jwks_file"])]
+    oidc_issuer_url: Option<String>,
+    /// OIDC: the audience ID tokens must name.
+    #[arg(long)]
+    oidc_client_id: Option<String>,
+    /// OIDC: the issuer's signing keys as a JWKS file (read at start, never fetched).
+    #[arg(long)]
+    oidc_jwks_file: Option<PathBuf>,
+    /// OIDC: the claim that names the user.
+    #[arg(long, default_value = "sub")]
+    oidc_username_claim: String,
+    /// OIDC: prefix of user names (default `<issuer>#`, none for `email`; `-` for none).
+    #[arg(long)]
+    oidc_username_prefix: Option<String>,
+    /// OIDC: the claim that lists the user's groups.
+    #[arg(long)]
+    oidc_groups_claim: Option<String>,
+    /// OIDC: prefix of group names.
+    #[arg(long, default_value = "")]
+    oidc_groups_prefix: String,
     /// With an authenticator configured, let requests without credentials in as
     /// system:anonymous (off by default).
     #[arg(long)]
@@ -185,23 +217,14 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         (Some(c), Some(k)) => Some(tls_config(c, k, args.client_ca_file.as_deref())?),
         _ => None,
     };
-    let authenticator = if args.token_auth_file.is_some() || args.client_ca_file.is_some() {
-        let a = match &args.token_auth_file {
-            Some(p) => Authenticator::from_token_file(p, args.anonymous_auth)?,
-            None => Authenticator::certificates_only(args.anonymous_auth),
-        };
-        Some(Arc::new(a) as Arc<dyn listwatch_server::auth::Authenticate>)
-    } else {
-        None
-    };
-    let options = ServeOptions {
-        tls,
-        authenticator,
-        watch_grace: std::time::Duration::from_secs(args.shutdown_watch_termination_grace_period),
-    };
     let source: Arc<dyn Source> = match args.source {
         SourceKind::Embedded => embedded_source(&args, registry)?,
         SourceKind::Etcd => etcd_source(&args, registry).await?,
+    };
+    let options = ServeOptions {
+        tls,
+        authenticator: authenticator(&args, source.registry())?,
+        watch_grace: std::time::Duration::from_secs(args.shutdown_watch_termination_grace_period),
     };
     let modes: Vec<&str> = args.authorization_mode.iter().map(String::as_str).collect();
     let cluster = modes.iter().any(|m| matches!(*m, "RBAC" | "Node"));
@@ -214,13 +237,9 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         )
         .into());
     }
-    if cluster && authorizer.is_some() {
-        return Err(
-            "--authorization-policy-file (ABAC) cannot be chained with Node,RBAC yet".into(),
-        );
-    }
     let app = if cluster {
-        App::with_cluster_authorization(source.clone(), config)
+        // ABAC (with --authorization-policy-file) chains with Node,RBAC: either may allow.
+        App::with_cluster_authorization_and(source.clone(), config, authorizer)
     } else {
         App::new(source.clone(), config, authorizer)
     };
@@ -228,6 +247,47 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     serve_with(app, listener, options, shutdown_signal()).await?;
     source.close().await;
     Ok(())
+}
+
+/// The authenticator the flags describe: static tokens, service-account and OIDC tokens,
+/// client certificates; `None` (everyone is anonymous) when none is configured.
+fn authenticator(
+    args: &ServeArgs,
+    registry: &Registry,
+) -> Result<Option<Arc<dyn listwatch_server::auth::Authenticate>>, Box<dyn std::error::Error>> {
+    use listwatch_server::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens};
+    let jwt = !args.service_account_key_file.is_empty() || args.oidc_issuer_url.is_some();
+    if args.token_auth_file.is_none() && args.client_ca_file.is_none() && !jwt {
+        return Ok(None);
+    }
+    let mut a = match &args.token_auth_file {
+        Some(p) => Authenticator::from_token_file(p, args.anonymous_auth)?,
+        None => Authenticator::certificates_only(args.anonymous_auth),
+    };
+    if !args.service_account_key_file.is_empty() {
+        a = a.with_token_authenticator(Arc::new(ServiceAccountTokens::from_key_files(
+            &args.service_account_key_file,
+            args.service_account_issuer.clone(),
+            args.api_audiences.clone(),
+            registry.clone(),
+        )?));
+    }
+    if let (Some(issuer), Some(client_id), Some(jwks)) = (
+        &args.oidc_issuer_url,
+        &args.oidc_client_id,
+        &args.oidc_jwks_file,
+    ) {
+        let config = OidcConfig {
+            issuer: issuer.clone(),
+            client_id: client_id.clone(),
+            username_claim: args.oidc_username_claim.clone(),
+            username_prefix: args.oidc_username_prefix.clone(),
+            groups_claim: args.oidc_groups_claim.clone(),
+            groups_prefix: args.oidc_groups_prefix.clone(),
+        };
+        a = a.with_token_authenticator(Arc::new(OidcTokens::new(config, jwks)?));
+    }
+    Ok(Some(Arc::new(a)))
 }
 
 /// The etcd source the flags describe.

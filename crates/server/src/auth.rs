@@ -41,6 +41,38 @@ pub trait Authorizer: Send + Sync + 'static {
     }
 }
 
+/// Authorizers chained as kube-apiserver chains `--authorization-mode` entries: none of
+/// ours denies outright (each allows or has no opinion), so a request is allowed when any
+/// of them allows it.
+pub struct AnyOf(pub Vec<std::sync::Arc<dyn Authorizer>>);
+
+impl Authorizer for AnyOf {
+    fn allowed(
+        &self,
+        user: Option<&User>,
+        verb: &str,
+        resource: &ResourceInfo,
+        namespace: Option<&str>,
+    ) -> bool {
+        self.0
+            .iter()
+            .any(|a| a.allowed(user, verb, resource, namespace))
+    }
+
+    fn allowed_object(
+        &self,
+        user: Option<&User>,
+        verb: &str,
+        resource: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> bool {
+        self.0
+            .iter()
+            .any(|a| a.allowed_object(user, verb, resource, namespace, name))
+    }
+}
+
 /// Turns a request's credentials into a user (or a 401): bearer tokens, the verified
 /// client certificate's user, anonymous. The standalone binary's token-file authenticator
 /// is one; an embedding host usually authenticates itself and attaches the [`User`].
@@ -52,4 +84,33 @@ pub trait Authenticate: Send + Sync + 'static {
         headers: &http::HeaderMap,
         cert_user: Option<&User>,
     ) -> Result<User, listwatch_core::ApiError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Allows one user everything.
+    struct Only(&'static str);
+
+    impl Authorizer for Only {
+        fn allowed(&self, user: Option<&User>, _: &str, _: &ResourceInfo, _: Option<&str>) -> bool {
+            user.is_some_and(|u| u.name == self.0)
+        }
+    }
+
+    #[test]
+    fn a_chain_allows_what_any_member_allows() {
+        let chain = AnyOf(vec![Arc::new(Only("alice")), Arc::new(Only("bob"))]);
+        let info = ResourceInfo::default();
+        let user = |n: &str| User {
+            name: n.into(),
+            groups: vec![],
+        };
+        assert!(chain.allowed(Some(&user("alice")), "list", &info, None));
+        assert!(chain.allowed_object(Some(&user("bob")), "get", &info, Some("ns"), "x"));
+        assert!(!chain.allowed(Some(&user("carol")), "list", &info, None));
+        assert!(!chain.allowed(None, "list", &info, None));
+    }
 }

@@ -31,6 +31,8 @@ pub mod request;
 pub mod routes;
 #[cfg(feature = "standalone")]
 pub mod security;
+#[cfg(feature = "standalone")]
+pub mod tokens;
 
 use body::{ResponseBody, full};
 use request::ApiRequest;
@@ -115,12 +117,27 @@ impl App {
     /// `source`'s caches, which also answers `SubjectAccessReview` and
     /// `SelfSubjectAccessReview` (`kubectl auth can-i`).
     pub fn with_cluster_authorization(source: Arc<dyn Source>, config: ServerConfig) -> Arc<App> {
+        App::with_cluster_authorization_and(source, config, None)
+    }
+
+    /// [`Self::with_cluster_authorization`], chained with `also` (an ABAC policy, say): a
+    /// request either allows is allowed. Access reviews answer for the cluster's own
+    /// authorizers only.
+    pub fn with_cluster_authorization_and(
+        source: Arc<dyn Source>,
+        config: ServerConfig,
+        also: Option<Arc<dyn auth::Authorizer>>,
+    ) -> Arc<App> {
         let authz = Arc::new(rbac::ClusterAuthorizer::new(source.registry()));
+        let authorizer: Arc<dyn auth::Authorizer> = match also {
+            Some(other) => Arc::new(auth::AnyOf(vec![authz.clone(), other])),
+            None => authz.clone(),
+        };
         Arc::new(App {
             registry: source.registry().clone(),
             source,
             metrics: Arc::new(metrics::Metrics::default()),
-            authorizer: Some(authz.clone()),
+            authorizer: Some(authorizer),
             reviewer: Some(authz),
             limits: limits::Limits::new(config.limits.clone()),
             config,

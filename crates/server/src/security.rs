@@ -32,14 +32,16 @@ pub enum ConfigError {
     },
 }
 
-fn invalid(path: &Path, why: impl std::fmt::Display) -> ConfigError {
+/// A [`ConfigError::Invalid`] for `path`.
+pub(crate) fn invalid(path: &Path, why: impl std::fmt::Display) -> ConfigError {
     ConfigError::Invalid {
         path: path.display().to_string(),
         why: why.to_string(),
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, ConfigError> {
+/// Reads a configuration file.
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>, ConfigError> {
     std::fs::read(path).map_err(|source| ConfigError::Io {
         path: path.display().to_string(),
         source,
@@ -103,10 +105,13 @@ pub fn user_from_cert(cert: &CertificateDer<'_>) -> Option<User> {
     Some(User { name, groups })
 }
 
-/// Turns credentials into a user: bearer tokens, client certificates, or anonymous.
+/// Turns credentials into a user: bearer tokens (the static file's, then JWTs —
+/// service-account, OIDC), client certificates, or anonymous.
 #[derive(Default)]
 pub struct Authenticator {
     tokens: HashMap<String, User>,
+    /// Asked in order for a token the static file does not know.
+    token_authenticators: Vec<std::sync::Arc<dyn crate::tokens::TokenAuthenticator>>,
     /// Requests without credentials become `system:anonymous` instead of 401.
     pub anonymous: bool,
 }
@@ -115,9 +120,19 @@ impl Authenticator {
     /// Client certificates only (no tokens).
     pub fn certificates_only(anonymous: bool) -> Self {
         Authenticator {
-            tokens: HashMap::new(),
             anonymous,
+            ..Authenticator::default()
         }
+    }
+
+    /// Also accepts the tokens `a` vouches for (asked after the static tokens and the
+    /// authenticators added before it).
+    pub fn with_token_authenticator(
+        mut self,
+        a: std::sync::Arc<dyn crate::tokens::TokenAuthenticator>,
+    ) -> Self {
+        self.token_authenticators.push(a);
+        self
     }
 
     /// Reads kube-apiserver's static token file: `token,user,uid,"group1,group2"` per line
@@ -157,7 +172,11 @@ impl Authenticator {
                 },
             );
         }
-        Ok(Authenticator { tokens, anonymous })
+        Ok(Authenticator {
+            tokens,
+            anonymous,
+            ..Authenticator::default()
+        })
     }
 }
 
@@ -177,8 +196,15 @@ impl Authenticate for Authenticator {
                 .and_then(|s| s.strip_prefix("Bearer "))
                 .map(str::trim)
                 .ok_or(ApiError::Unauthorized)?;
-            let user = self.tokens.get(token).ok_or(ApiError::Unauthorized)?;
-            return Ok(with_group(user.clone(), "system:authenticated"));
+            if let Some(user) = self.tokens.get(token) {
+                return Ok(with_group(user.clone(), "system:authenticated"));
+            }
+            let user = self
+                .token_authenticators
+                .iter()
+                .find_map(|a| a.authenticate_token(token))
+                .unwrap_or(Err(ApiError::Unauthorized))?;
+            return Ok(with_group(user, "system:authenticated"));
         }
         if let Some(u) = cert_user {
             return Ok(with_group(u.clone(), "system:authenticated"));

@@ -131,6 +131,7 @@ pub fn require(part: &str) {
     let (probe, args, install): (&str, &[&str], &str) = match part {
         "etcd" => ("etcd", &["--version"], "apt-get install etcd-server"),
         "etcdctl" => ("etcdctl", &["version"], "apt-get install etcd-client"),
+        "openssl" => ("openssl", &["version"], "apt-get install openssl"),
         "kubectl" => (
             "kubectl",
             &["version", "--client"],
