@@ -4,8 +4,8 @@
 //! its `metadata`, in both encodings.
 
 use listwatch_core::ResourceInfo;
-use listwatch_protobuf::encode::{begin, end, put_bytes, put_type_meta, varint_len};
-use listwatch_protobuf::{MAGIC, MessageId, ProtoEncoder, ProtoError, Schema};
+use listwatch_protobuf::encode::{begin, end, put_bytes, varint_len, write_envelope};
+use listwatch_protobuf::{MessageId, ProtoEncoder, ProtoError, Schema};
 use listwatch_store::Record;
 use listwatch_store::record::EncodedForm;
 use listwatch_store::record::fmt_u64;
@@ -126,14 +126,16 @@ impl ProtoObjects {
         stamp_rv: Option<u64>,
         out: &mut Vec<u8>,
     ) -> Result<(), ProtoError> {
-        out.extend_from_slice(MAGIC);
-        put_type_meta(out, &self.api_version, &self.kind);
-        let at = begin(out, 2);
-        self.write_item(r, stamp_rv, out)?;
-        end(out, at);
-        put_bytes(out, 3, b"");
-        put_bytes(out, 4, b"");
-        Ok(())
+        // Taken out for the call (no copy), so `write_item` may borrow `self`.
+        let (api_version, kind) = (
+            std::mem::take(&mut self.api_version),
+            std::mem::take(&mut self.kind),
+        );
+        let written = write_envelope(out, &api_version, &kind, |out| {
+            self.write_item(r, stamp_rv, out)
+        });
+        (self.api_version, self.kind) = (api_version, kind);
+        written
     }
 
     /// Appends the JSON object `json` (a bookmark's empty object) as a whole protobuf
@@ -143,24 +145,20 @@ impl ProtoObjects {
         json: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), ProtoError> {
-        out.extend_from_slice(MAGIC);
-        put_type_meta(out, &self.api_version, &self.kind);
-        let at = begin(out, 2);
-        match self.object {
-            Some(id) => self.enc.message(id, json, out)?,
+        let (object, object_meta) = (self.object, self.object_meta);
+        let enc = &mut self.enc;
+        write_envelope(out, &self.api_version, &self.kind, |out| match object {
+            Some(id) => enc.message(id, json, out),
             None => {
                 // PartialObjectMetadata{metadata}: the object's `metadata` member.
                 let md = listwatch_core::scan::find_member(json, 0, "metadata")
                     .ok_or(ProtoError::Malformed("object without metadata"))?;
                 let inner = begin(out, 1);
-                self.enc.message(self.object_meta, &json[md.0..md.1], out)?;
+                enc.message(object_meta, &json[md.0..md.1], out)?;
                 end(out, inner);
+                Ok(())
             }
-        }
-        end(out, at);
-        put_bytes(out, 3, b"");
-        put_bytes(out, 4, b"");
-        Ok(())
+        })
     }
 
     /// Appends a `Status` JSON body as a protobuf `Status` body (`v1`, as kube-apiserver

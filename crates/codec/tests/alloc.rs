@@ -31,53 +31,29 @@ fn list_encoding_allocates_per_chunk_not_per_record() {
         Record::ingest(json.as_bytes(), &info, 1 + i as u64).expect("ingest")
     });
     let store = Store::new(info.clone(), N as u64 + 1, records, StoreConfig::default());
-    let reader = SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
-    let mut enc = ListEncoder::new(
-        reader,
-        None,
-        info.list_kind(),
-        info.api_version(),
-        String::new(),
-        false,
-        listwatch_codec::ListFormat::Objects,
-        CHUNK,
-    );
-
-    let before = dhat::HeapStats::get();
-    let mut total = 0usize;
-    let mut chunks = 0usize;
-    let mut first = None;
-    while let Some(c) = enc.next_chunk() {
-        total += c.len();
-        chunks += 1;
-        if first.is_none() {
-            first = Some(c.slice(..41));
-        }
-    }
-    let after = dhat::HeapStats::get();
-    let blocks = after.total_blocks - before.total_blocks;
-    println!(
-        "{N} records, {total} bytes in {chunks} chunks: {blocks} allocations, max live {} bytes",
-        after.max_bytes
-    );
-    assert!(
-        blocks <= (chunks as u64) * 3 + 64,
-        "{blocks} allocations for {chunks} chunks"
-    );
-    assert_eq!(
-        &first.expect("chunk")[..],
-        br#"{"kind":"ConfigMapList","apiVersion":"v1""#
-    );
-
-    // Protobuf: the first LIST also measures every item (memoized in the records), the
-    // second only transcodes; neither allocates per record.
-    for pass in ["first", "second"] {
+    // (label, protobuf, the body's first bytes): JSON, then protobuf twice — the first
+    // protobuf LIST also measures every item (memoized in the records), the second only
+    // transcodes. None may allocate per record.
+    for (label, protobuf, head) in [
+        (
+            "JSON",
+            false,
+            &br#"{"kind":"ConfigMapList","apiVersion":"v1""#[..],
+        ),
+        ("protobuf, first", true, b"k8s\0\n\x13\n\x02v1\x12\rConfigM"),
+        (
+            "protobuf, second",
+            true,
+            b"k8s\0\n\x13\n\x02v1\x12\rConfigM",
+        ),
+    ] {
         let reader =
             SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
-        let proto = listwatch_codec::protobuf::ProtoObjects::new(&info, false).expect("protobuf");
+        let proto = protobuf
+            .then(|| listwatch_codec::protobuf::ProtoObjects::new(&info, false).expect("protobuf"));
         let mut enc = ListEncoder::new(
             reader,
-            Some(proto),
+            proto,
             info.list_kind(),
             info.api_version(),
             String::new(),
@@ -86,24 +62,24 @@ fn list_encoding_allocates_per_chunk_not_per_record() {
             CHUNK,
         );
         let before = dhat::HeapStats::get();
-        let (mut total, mut chunks, mut head) = (0usize, 0usize, None);
+        let (mut total, mut chunks, mut first) = (0usize, 0usize, None);
         while let Some(c) = enc.next_chunk() {
             total += c.len();
             chunks += 1;
-            if head.is_none() {
-                head = Some(c.slice(..19));
+            if first.is_none() {
+                first = Some(c.slice(..head.len()));
             }
         }
         let after = dhat::HeapStats::get();
         let blocks = after.total_blocks - before.total_blocks;
-        println!("protobuf, {pass} LIST: {total} bytes in {chunks} chunks: {blocks} allocations");
+        println!(
+            "{label}: {N} records, {total} bytes in {chunks} chunks: {blocks} allocations, max live {} bytes",
+            after.max_bytes
+        );
         assert!(
             blocks <= (chunks as u64) * 3 + 64,
-            "{pass} protobuf LIST: {blocks} allocations for {chunks} chunks"
+            "{label}: {blocks} allocations for {chunks} chunks"
         );
-        assert_eq!(
-            &head.expect("chunk")[..],
-            b"k8s\0\n\x13\n\x02v1\x12\rConfigM"
-        );
+        assert_eq!(&first.expect("chunk")[..], head, "{label}");
     }
 }

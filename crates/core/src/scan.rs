@@ -14,7 +14,7 @@ pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// End (exclusive) of the string starting with the quote at `i`.
-fn skip_string(b: &[u8], i: usize) -> Option<usize> {
+pub fn skip_string(b: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
     while j < b.len() {
         match b[j] {

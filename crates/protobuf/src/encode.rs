@@ -54,14 +54,7 @@ impl<'s> ProtoEncoder<'s> {
         json: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), ProtoError> {
-        out.extend_from_slice(crate::MAGIC);
-        put_type_meta(out, api_version, kind);
-        let at = begin(out, 2);
-        self.message(id, json, out)?;
-        end(out, at);
-        put_bytes(out, 3, b"");
-        put_bytes(out, 4, b"");
-        Ok(())
+        write_envelope(out, api_version, kind, |out| self.message(id, json, out))
     }
 
     /// `k8s\0` + `runtime.Unknown` for a whole object, its type read from its own
@@ -146,7 +139,7 @@ impl<'s> ProtoEncoder<'s> {
                 if b.get(i) != Some(&b'"') {
                     return Err(ProtoError::Malformed("JSON object"));
                 }
-                let kend = skip_string(b, i).ok_or(ProtoError::Malformed("JSON string"))?;
+                let kend = scan::skip_string(b, i).ok_or(ProtoError::Malformed("JSON string"))?;
                 let key = &b[i + 1..kend - 1];
                 i = scan::skip_ws(b, kend);
                 if b.get(i) != Some(&b':') {
@@ -550,26 +543,31 @@ impl<'s> ProtoEncoder<'s> {
     }
 }
 
-/// End (exclusive) of the string whose opening quote is at `i`.
-fn skip_string(b: &[u8], i: usize) -> Option<usize> {
-    let mut j = i + 1;
-    while j < b.len() {
-        match b[j] {
-            b'"' => return Some(j + 1),
-            b'\\' => j += 2,
-            _ => j += 1,
-        }
-    }
-    None
-}
-
 /// End of the string, number or literal at `v` (objects and arrays are skipped whole).
 fn scalar_end(b: &[u8], v: usize) -> Result<usize, ProtoError> {
     match b.get(v) {
-        Some(b'"') => skip_string(b, v),
+        Some(b'"') => scan::skip_string(b, v),
         _ => scan::skip_value(b, v),
     }
     .ok_or(ProtoError::Malformed("JSON value"))
+}
+
+/// Appends `k8s\0` + `runtime.Unknown{typeMeta{api_version, kind}, raw, "", ""}` with
+/// `raw` whatever `body` writes: the one place a whole protobuf body is framed.
+pub fn write_envelope<E>(
+    out: &mut Vec<u8>,
+    api_version: &str,
+    kind: &str,
+    body: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<(), E> {
+    out.extend_from_slice(crate::MAGIC);
+    put_type_meta(out, api_version, kind);
+    let at = begin(out, 2);
+    body(out)?;
+    end(out, at);
+    put_bytes(out, 3, b"");
+    put_bytes(out, 4, b"");
+    Ok(())
 }
 
 /// `typeMeta` (field 1 of `runtime.Unknown`).

@@ -11,17 +11,23 @@ fn strip_rv(v: &mut Value) {
     }
 }
 
+/// The fixture files of `dir` ending in `ext`, sorted (round-tripped variants left out).
+fn fixtures(dir: &std::path::Path, ext: &str) -> Vec<String> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .expect("fixture dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(ext) && !n.contains(".after_roundtrip."))
+        .collect();
+    names.sort();
+    names
+}
+
 #[test]
 fn every_fixture_reads_as_its_json() {
     let dir = listwatch_testkit::reference("api-roundtrip-1.36");
     let schema = Schema::kubernetes();
     let mut writer = JsonWriter::new(schema);
-    let mut names: Vec<_> = std::fs::read_dir(&dir)
-        .expect("fixture dir")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".pb") && !n.contains(".after_roundtrip."))
-        .collect();
-    names.sort();
+    let names = fixtures(&dir, ".pb");
     let (mut ok, mut failed) = (0, Vec::new());
     for name in &names {
         let stem = name.trim_end_matches(".pb");
@@ -100,12 +106,7 @@ fn every_fixture_survives_json_to_protobuf_and_back() {
     let schema = Schema::kubernetes();
     let mut reader = JsonWriter::new(schema);
     let mut writer = listwatch_protobuf::ProtoEncoder::new(schema);
-    let mut names: Vec<_> = std::fs::read_dir(&dir)
-        .expect("fixture dir")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".json") && !n.contains(".after_roundtrip."))
-        .collect();
-    names.sort();
+    let names = fixtures(&dir, ".json");
     let (mut ok, mut failed) = (0, Vec::new());
     for name in &names {
         let json: Value =
@@ -146,12 +147,7 @@ fn every_fixture_encodes_to_kube_apiservers_bytes() {
     let dir = listwatch_testkit::reference("api-roundtrip-1.36");
     let schema = Schema::kubernetes();
     let mut encoder = listwatch_protobuf::ProtoEncoder::new(schema);
-    let mut names: Vec<_> = std::fs::read_dir(&dir)
-        .expect("fixture dir")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".json") && !n.contains(".after_roundtrip."))
-        .collect();
-    names.sort();
+    let names = fixtures(&dir, ".json");
     let (mut ok, mut failed) = (0, Vec::new());
     for name in &names {
         // Served objects are compact JSON; the fixtures are indented, and embedded raw JSON

@@ -91,19 +91,7 @@ async fn reviews_and_reads_over_http_follow_rbac() {
         server.source.clone(),
         listwatch_server::ServerConfig::default(),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(listwatch_server::serve_with(
-        app,
-        listener,
-        listwatch_server::ServeOptions {
-            authenticator: Some(std::sync::Arc::new(BearerIsUser)),
-            ..Default::default()
-        },
-        std::future::pending(),
-    ));
+    let addr = common::serve_authenticated(app, std::sync::Arc::new(BearerIsUser)).await;
     let post = |token: &'static str, path: &'static str, body: String| async move {
         let auth = format!("Bearer {token}");
         listwatch_testkit::send(

@@ -169,19 +169,7 @@ async fn service_account_and_oidc_tokens_with_rbac() {
         .expect("tokens")
         .with_token_authenticator(Arc::new(sa))
         .with_token_authenticator(Arc::new(oidc));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(listwatch_server::serve_with(
-        app,
-        listener,
-        listwatch_server::ServeOptions {
-            authenticator: Some(Arc::new(authenticator)),
-            ..Default::default()
-        },
-        std::future::pending(),
-    ));
+    let addr = common::serve_authenticated(app, Arc::new(authenticator)).await;
     let admin = |method: &'static str, path: String, body: Option<Value>| async move {
         let text = body.map(|b| b.to_string());
         let r = listwatch_testkit::send(

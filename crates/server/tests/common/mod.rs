@@ -155,3 +155,25 @@ pub fn require(part: &str) {
         "missing test prerequisite: {part} (install: {install}; or run scripts/test)"
     );
 }
+
+/// Serves `app` on 127.0.0.1 behind `authenticator` (the standalone front door) until the
+/// test ends; returns the address.
+pub async fn serve_authenticated(
+    app: Arc<App>,
+    authenticator: Arc<dyn listwatch_server::auth::Authenticate>,
+) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(listwatch_server::serve_with(
+        app,
+        listener,
+        listwatch_server::ServeOptions {
+            authenticator: Some(authenticator),
+            ..Default::default()
+        },
+        std::future::pending(),
+    ));
+    addr
+}
