@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Heap profiles of the server with dhat: baseline (4,000 demo pods, no requests), 4 LISTs,
-# 4 watch-lists, 4 paged LISTs. Writes profiles/dhat-<name>.json.gz and prints the summary.
+# 4 watch-lists, 4 paged LISTs; 4 LISTs and 4 watch-lists in protobuf, 4 protobuf
+# PartialObjectMetadata LISTs. Writes profiles/dhat-<name>.json.gz and prints the summary.
 # (dhat records a backtrace per allocation, so the 40k-pod data set is impractically slow here.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,4 +21,7 @@ run base
 run list4 --scenario list --clients 4 --expect 4000
 run watchlist4 --scenario watchlist --clients 4 --expect 4000
 run paged4 --scenario list-paged --clients 4 --expect 4000
+run list4-protobuf --scenario list --clients 4 --expect 4000 --protobuf
+run watchlist4-protobuf --scenario watchlist --clients 4 --expect 4000 --protobuf
+run list4-metadata-protobuf --scenario list --clients 4 --expect 4000 --protobuf --metadata-only
 python3 profiles/summarize.py

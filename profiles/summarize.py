@@ -18,7 +18,9 @@ def sites(d):
 base = load("base")
 print(f"baseline peak heap (t-gmax): {base['pps'] and sum(p['gb'] for p in base['pps']):,} bytes")
 base_sites = sites(base)
-for name, what in [("list4", "LIST"), ("watchlist4", "watch-list"), ("paged4", "paged LIST (8 pages)")]:
+for name, what in [("list4", "LIST"), ("watchlist4", "watch-list"), ("paged4", "paged LIST (8 pages)"),
+                   ("list4-protobuf", "protobuf LIST"), ("watchlist4-protobuf", "protobuf watch-list"),
+                   ("list4-metadata-protobuf", "protobuf PartialObjectMetadata LIST")]:
     d = load(name)
     tb = sum(p["tb"] for p in d["pps"]) - sum(p["tb"] for p in base["pps"])
     tbk = sum(p["tbk"] for p in d["pps"]) - sum(p["tbk"] for p in base["pps"])
