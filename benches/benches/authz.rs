@@ -137,6 +137,7 @@ fn openssl_key(dir: &std::path::Path, name: &str, args: &[&str]) -> (String, std
         .args(args)
         .arg("-out")
         .arg(&path)
+        .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     assert!(ok, "openssl genpkey");

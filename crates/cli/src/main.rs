@@ -129,6 +129,15 @@ struct ServeArgs {
     /// OIDC: prefix of group names.
     #[arg(long, default_value = "")]
     oidc_groups_prefix: String,
+    /// A token webhook (`TokenReview` POSTed there) for tokens nothing else knows.
+    #[arg(long)]
+    authentication_token_webhook_url: Option<String>,
+    /// CA bundle (PEM) the https token webhook is verified against.
+    #[arg(long)]
+    authentication_token_webhook_ca_file: Option<PathBuf>,
+    /// Seconds the token webhook's answers are cached (refusals: 10 s).
+    #[arg(long, default_value_t = 120)]
+    authentication_token_webhook_cache_ttl: u64,
     /// With an authenticator configured, let requests without credentials in as
     /// system:anonymous (off by default).
     #[arg(long)]
@@ -250,13 +259,15 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The authenticator the flags describe: static tokens, service-account and OIDC tokens,
-/// client certificates; `None` (everyone is anonymous) when none is configured.
+/// a token webhook, client certificates; `None` (everyone is anonymous) when none is configured.
 fn authenticator(
     args: &ServeArgs,
     registry: &Registry,
 ) -> Result<Option<Arc<dyn listwatch_server::auth::Authenticate>>, Box<dyn std::error::Error>> {
-    use listwatch_server::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens};
-    let jwt = !args.service_account_key_file.is_empty() || args.oidc_issuer_url.is_some();
+    use listwatch_server::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens, WebhookTokens};
+    let jwt = !args.service_account_key_file.is_empty()
+        || args.oidc_issuer_url.is_some()
+        || args.authentication_token_webhook_url.is_some();
     if args.token_auth_file.is_none() && args.client_ca_file.is_none() && !jwt {
         return Ok(None);
     }
@@ -286,6 +297,14 @@ fn authenticator(
             groups_prefix: args.oidc_groups_prefix.clone(),
         };
         a = a.with_token_authenticator(Arc::new(OidcTokens::new(config, jwks)?));
+    }
+    if let Some(url) = &args.authentication_token_webhook_url {
+        a = a.with_webhook(Arc::new(WebhookTokens::new(
+            url,
+            args.authentication_token_webhook_ca_file.as_deref(),
+            args.api_audiences.clone(),
+            std::time::Duration::from_secs(args.authentication_token_webhook_cache_ttl),
+        )?));
     }
     Ok(Some(Arc::new(a)))
 }

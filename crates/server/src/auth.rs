@@ -73,17 +73,23 @@ impl Authorizer for AnyOf {
     }
 }
 
+/// What [`Authenticate::authenticate`] returns: the user, once known (a webhook may have to
+/// be asked).
+pub type AuthFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<User, listwatch_core::ApiError>> + Send + 'a>,
+>;
+
 /// Turns a request's credentials into a user (or a 401): bearer tokens, the verified
-/// client certificate's user, anonymous. The standalone binary's token-file authenticator
-/// is one; an embedding host usually authenticates itself and attaches the [`User`].
+/// client certificate's user, anonymous. The standalone binary's authenticator is one; an
+/// embedding host usually authenticates itself and attaches the [`User`].
 pub trait Authenticate: Send + Sync + 'static {
     /// The user making a request with `headers`, over a connection whose verified client
     /// certificate named `cert_user`.
-    fn authenticate(
-        &self,
-        headers: &http::HeaderMap,
-        cert_user: Option<&User>,
-    ) -> Result<User, listwatch_core::ApiError>;
+    fn authenticate<'a>(
+        &'a self,
+        headers: &'a http::HeaderMap,
+        cert_user: Option<&'a User>,
+    ) -> AuthFuture<'a>;
 }
 
 #[cfg(test)]

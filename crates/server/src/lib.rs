@@ -727,7 +727,7 @@ async fn serve_connection<I>(
             let mut req = req.map(box_body);
             req.extensions_mut().insert(in_flight);
             if let Some(authn) = &authn {
-                match authn.authenticate(req.headers(), cert_user.as_ref()) {
+                match authn.authenticate(req.headers(), cert_user.as_ref()).await {
                     Ok(user) => {
                         req.extensions_mut().insert(user);
                     }

@@ -112,6 +112,8 @@ pub struct Authenticator {
     tokens: HashMap<String, User>,
     /// Asked in order for a token the static file does not know.
     token_authenticators: Vec<std::sync::Arc<dyn crate::tokens::TokenAuthenticator>>,
+    /// Asked last, for a token no other authenticator claims.
+    webhook: Option<std::sync::Arc<crate::tokens::WebhookTokens>>,
     /// Requests without credentials become `system:anonymous` instead of 401.
     pub anonymous: bool,
 }
@@ -123,6 +125,12 @@ impl Authenticator {
             anonymous,
             ..Authenticator::default()
         }
+    }
+
+    /// Asks `w` about tokens nothing else claims (kube-apiserver's token webhook).
+    pub fn with_webhook(mut self, w: std::sync::Arc<crate::tokens::WebhookTokens>) -> Self {
+        self.webhook = Some(w);
+        self
     }
 
     /// Also accepts the tokens `a` vouches for (asked after the static tokens and the
@@ -181,41 +189,50 @@ impl Authenticator {
 }
 
 impl Authenticate for Authenticator {
-    /// The request's user: a bearer token wins, then the client certificate; without
-    /// either, anonymous when enabled. A token that is present but unknown is 401 even
-    /// with anonymous on, as in kube-apiserver.
-    fn authenticate(
-        &self,
-        headers: &http::HeaderMap,
-        cert_user: Option<&User>,
-    ) -> Result<User, ApiError> {
-        if let Some(v) = headers.get(http::header::AUTHORIZATION) {
-            let token = v
-                .to_str()
-                .ok()
-                .and_then(|s| s.strip_prefix("Bearer "))
-                .map(str::trim)
-                .ok_or(ApiError::Unauthorized)?;
-            if let Some(user) = self.tokens.get(token) {
-                return Ok(with_group(user.clone(), "system:authenticated"));
+    /// The request's user: a bearer token wins (the static file, then the JWT
+    /// authenticators whose issuer it names, then the webhook), then the client
+    /// certificate; without either, anonymous when enabled. A token that is present but
+    /// unknown is 401 even with anonymous on, as in kube-apiserver.
+    fn authenticate<'a>(
+        &'a self,
+        headers: &'a http::HeaderMap,
+        cert_user: Option<&'a User>,
+    ) -> crate::auth::AuthFuture<'a> {
+        Box::pin(async move {
+            if let Some(v) = headers.get(http::header::AUTHORIZATION) {
+                let token = v
+                    .to_str()
+                    .ok()
+                    .and_then(|s| s.strip_prefix("Bearer "))
+                    .map(str::trim)
+                    .ok_or(ApiError::Unauthorized)?;
+                if let Some(user) = self.tokens.get(token) {
+                    return Ok(with_group(user.clone(), "system:authenticated"));
+                }
+                let user = match self
+                    .token_authenticators
+                    .iter()
+                    .find_map(|a| a.authenticate_token(token))
+                {
+                    Some(judged) => judged?,
+                    None => match &self.webhook {
+                        Some(w) => w.review(token).await?,
+                        None => return Err(ApiError::Unauthorized),
+                    },
+                };
+                return Ok(with_group(user, "system:authenticated"));
             }
-            let user = self
-                .token_authenticators
-                .iter()
-                .find_map(|a| a.authenticate_token(token))
-                .unwrap_or(Err(ApiError::Unauthorized))?;
-            return Ok(with_group(user, "system:authenticated"));
-        }
-        if let Some(u) = cert_user {
-            return Ok(with_group(u.clone(), "system:authenticated"));
-        }
-        if self.anonymous {
-            return Ok(User {
-                name: "system:anonymous".into(),
-                groups: vec!["system:unauthenticated".into()],
-            });
-        }
-        Err(ApiError::Unauthorized)
+            if let Some(u) = cert_user {
+                return Ok(with_group(u.clone(), "system:authenticated"));
+            }
+            if self.anonymous {
+                return Ok(User {
+                    name: "system:anonymous".into(),
+                    groups: vec!["system:unauthenticated".into()],
+                });
+            }
+            Err(ApiError::Unauthorized)
+        })
     }
 }
 

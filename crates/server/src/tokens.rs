@@ -1,10 +1,12 @@
-//! Bearer tokens that are JWTs, verified here without calling anything: the cluster's
-//! service-account tokens (signed with its key, checked against the objects the cache
-//! follows) and OIDC ID tokens (keys from a JWKS file). Chained after the static token file
+//! Bearer tokens beyond the static file: JWTs verified here without calling anything — the
+//! cluster's service-account tokens (signed with its key, checked against the objects the
+//! cache follows) and OIDC ID tokens (keys from a JWKS file) — and, for clusters that use
+//! one, a token webhook (`TokenReview`, answers cached). Chained after the static token file
 //! by [`crate::security::Authenticator`].
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use listwatch_core::ApiError;
@@ -520,4 +522,207 @@ impl TokenAuthenticator for OidcTokens {
         }
         Some(self.check(token).or_else(refuse))
     }
+}
+
+/// How long a refused token's answer is kept (kube-apiserver's webhook keeps failures
+/// briefly too, so a token being fixed is retried soon).
+const WEBHOOK_FAILURE_TTL: Duration = Duration::from_secs(10);
+/// Answers kept at most (expired ones are dropped first).
+const WEBHOOK_CACHE_ENTRIES: usize = 10_000;
+/// A webhook that does not answer within this is a 401.
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest `TokenReview` answer read.
+const WEBHOOK_MAX_BODY: usize = 1 << 20;
+
+/// A webhook token authenticator (kube-apiserver's `--authentication-token-webhook-*`):
+/// tokens no other authenticator claims are POSTed as a `TokenReview` to a URL; answers are
+/// cached by the token's SHA-256 for `ttl` (refusals for 10 s).
+pub struct WebhookTokens {
+    uri: http::Uri,
+    authority: String,
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+    audiences: Vec<String>,
+    ttl: Duration,
+    cache: parking_lot::Mutex<HashMap<TokenHash, (Instant, Option<User>)>>,
+}
+
+/// A token's SHA-256: the cache never holds the tokens themselves.
+type TokenHash = [u8; 32];
+
+impl WebhookTokens {
+    /// A webhook at `url` (`http://`, or `https://` trusting the CA bundle `ca_file`),
+    /// asking for `audiences`, caching answers for `ttl`.
+    pub fn new(
+        url: &str,
+        ca_file: Option<&Path>,
+        audiences: Vec<String>,
+        ttl: Duration,
+    ) -> Result<Self, ConfigError> {
+        let bad = |why: String| ConfigError::Invalid {
+            path: url.to_string(),
+            why,
+        };
+        let uri: http::Uri = url.parse().map_err(|e| bad(format!("{e}")))?;
+        let host = uri.host().ok_or_else(|| bad("no host".into()))?.to_string();
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return Err(bad("the URL must be http:// or https://".into())),
+        };
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let tls = if https {
+            let ca = ca_file
+                .ok_or_else(|| bad("https needs --authentication-token-webhook-ca-file".into()))?;
+            let mut roots = rustls::RootCertStore::empty();
+            use rustls::pki_types::pem::PemObject;
+            for c in rustls::pki_types::CertificateDer::pem_slice_iter(&read(ca)?) {
+                roots
+                    .add(c.map_err(|e| invalid(ca, e))?)
+                    .map_err(|e| invalid(ca, e))?;
+            }
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| invalid(ca, e))?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            let name = rustls::pki_types::ServerName::try_from(host.clone())
+                .map_err(|e| bad(format!("{e}")))?;
+            Some((
+                tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)),
+                name,
+            ))
+        } else {
+            None
+        };
+        Ok(WebhookTokens {
+            uri,
+            authority: format!("{host}:{port}"),
+            tls,
+            audiences,
+            ttl,
+            cache: parking_lot::Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The user the webhook says `token` is (cached), or 401.
+    pub async fn review(&self, token: &str) -> Result<User, ApiError> {
+        let key: TokenHash = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
+            .as_ref()
+            .try_into()
+            .map_err(|_| ApiError::Unauthorized)?;
+        let now = Instant::now();
+        if let Some((until, answer)) = self.cache.lock().get(&key)
+            && *until > now
+        {
+            return answer.clone().ok_or(ApiError::Unauthorized);
+        }
+        let answer = match tokio::time::timeout(WEBHOOK_TIMEOUT, self.ask(token)).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => {
+                // Not cached: the webhook's trouble is not the token's.
+                tracing::warn!(error = %e, "token webhook failed");
+                return Err(ApiError::Unauthorized);
+            }
+            Err(_) => {
+                tracing::warn!("token webhook timed out");
+                return Err(ApiError::Unauthorized);
+            }
+        };
+        let ttl = if answer.is_some() {
+            self.ttl
+        } else {
+            WEBHOOK_FAILURE_TTL
+        };
+        let mut cache = self.cache.lock();
+        if cache.len() >= WEBHOOK_CACHE_ENTRIES {
+            cache.retain(|_, (until, _)| *until > now);
+            if cache.len() >= WEBHOOK_CACHE_ENTRIES {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (now + ttl, answer.clone()));
+        answer.ok_or(ApiError::Unauthorized)
+    }
+
+    /// One `TokenReview` round trip: `Some(user)` when authenticated.
+    async fn ask(&self, token: &str) -> Result<Option<User>, String> {
+        let review = serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": self.audiences},
+        });
+        let body = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
+        let path = self
+            .uri
+            .path_and_query()
+            .map_or("/", http::uri::PathAndQuery::as_str)
+            .to_string();
+        let req = http::Request::post(path)
+            .header(http::header::HOST, &self.authority)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .map_err(|e| e.to_string())?;
+        let tcp = tokio::net::TcpStream::connect(&self.authority)
+            .await
+            .map_err(|e| e.to_string())?;
+        let response = match &self.tls {
+            Some((connector, name)) => {
+                let tls = connector
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                send(hyper_util::rt::TokioIo::new(tls), req).await?
+            }
+            None => send(hyper_util::rt::TokioIo::new(tcp), req).await?,
+        };
+        let v: Value = serde_json::from_slice(&response).map_err(|e| e.to_string())?;
+        let status = &v["status"];
+        if status["authenticated"] != Value::Bool(true) {
+            return Ok(None);
+        }
+        let name = status["user"]["username"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .ok_or("authenticated without a username")?;
+        let groups = status["user"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect();
+        Ok(Some(User {
+            name: name.to_string(),
+            groups,
+        }))
+    }
+}
+
+/// Sends `req` over `io` (HTTP/1.1) and reads a 2xx answer's body (bounded).
+async fn send<I>(
+    io: I,
+    req: http::Request<http_body_util::Full<bytes::Bytes>>,
+) -> Result<bytes::Bytes, String>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    use http_body_util::BodyExt;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let response = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("HTTP {}", response.status()));
+    }
+    let body = http_body_util::Limited::new(response.into_body(), WEBHOOK_MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(body.to_bytes())
 }

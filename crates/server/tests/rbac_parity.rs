@@ -60,25 +60,28 @@ async fn every_decision_matches_kube_apiserver() {
 struct BearerIsUser;
 
 impl listwatch_server::auth::Authenticate for BearerIsUser {
-    fn authenticate(
-        &self,
-        headers: &http::HeaderMap,
-        _cert_user: Option<&listwatch_server::auth::User>,
-    ) -> Result<listwatch_server::auth::User, listwatch_core::ApiError> {
-        let token = headers
+    fn authenticate<'a>(
+        &'a self,
+        headers: &'a http::HeaderMap,
+        _cert_user: Option<&'a listwatch_server::auth::User>,
+    ) -> listwatch_server::auth::AuthFuture<'a> {
+        let user = headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or(listwatch_core::ApiError::Unauthorized)?;
-        let (name, groups) = token.split_once('|').unwrap_or((token, ""));
-        Ok(listwatch_server::auth::User {
-            name: name.into(),
-            groups: groups
-                .split(',')
-                .filter(|g| !g.is_empty())
-                .map(str::to_string)
-                .collect(),
-        })
+            .ok_or(listwatch_core::ApiError::Unauthorized)
+            .map(|token| {
+                let (name, groups) = token.split_once('|').unwrap_or((token, ""));
+                listwatch_server::auth::User {
+                    name: name.into(),
+                    groups: groups
+                        .split(',')
+                        .filter(|g| !g.is_empty())
+                        .map(str::to_string)
+                        .collect(),
+                }
+            });
+        Box::pin(std::future::ready(user))
     }
 }
 

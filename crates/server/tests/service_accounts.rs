@@ -85,6 +85,7 @@ fn rsa_key(dir: &std::path::Path) -> (String, std::path::PathBuf) {
             "-out",
         ])
         .arg(&private)
+        .stderr(std::process::Stdio::null())
         .status()
         .expect("openssl")
         .success();
