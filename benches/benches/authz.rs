@@ -186,20 +186,13 @@ fn tokens(c: &mut Criterion) {
         &ec,
         jsonwebtoken::Algorithm::ES256,
     );
-    let mut b64 = String::new();
-    for c in legacy.as_bytes().chunks(3) {
-        const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            b64.push(if i <= c.len() {
-                T[((n >> (18 - 6 * i)) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
+    // A Secret's `data.token` is base64, as Go writes `[]byte` (a quoted JSON string).
+    let mut quoted = Vec::new();
+    listwatch_protobuf::to_json::push_base64(&mut quoted, legacy.as_bytes());
+    let b64 = String::from_utf8(quoted)
+        .expect("ascii")
+        .trim_matches('"')
+        .to_string();
     fill(
         &registry,
         "serviceaccounts",

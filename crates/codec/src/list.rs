@@ -89,6 +89,14 @@ impl ListEncoder {
         }
         let mut probe = self.reader.clone();
         while probe.next_batch(usize::MAX, |_| true) {}
+        self.page_metadata_of(&probe)
+    }
+
+    /// [`Self::page_metadata`] from a probe already run to the page's end.
+    fn page_metadata_of(&self, probe: &SnapshotReader) -> (Option<String>, Option<u64>) {
+        if !self.page_limited {
+            return (None, None);
+        }
         let token = probe
             .continue_after()
             .map(|k| ContinueToken::encode(probe.snapshot().rv() as i64, &self.continue_prefix, k));
@@ -107,9 +115,7 @@ impl ListEncoder {
     /// first: memoized per record, so only a record's first protobuf LIST transcodes it
     /// twice) and `ListMeta`.
     fn proto_header(&mut self, proto: &mut ProtoObjects) -> Result<(), ProtoError> {
-        let (token, remaining) = self.page_metadata();
-        let list_meta =
-            proto.list_meta(self.reader.snapshot().rv(), token.as_deref(), remaining)?;
+        // One pass over the page: the items' lengths, and (limited pages) where it ends.
         let mut items = 0usize;
         let mut failed = None;
         let mut probe = self.reader.clone();
@@ -127,6 +133,9 @@ impl ListEncoder {
         if let Some(e) = failed {
             return Err(e);
         }
+        let (token, remaining) = self.page_metadata_of(&probe);
+        let list_meta =
+            proto.list_meta(self.reader.snapshot().rv(), token.as_deref(), remaining)?;
         let (api_version, kind) = self.list_type();
         let mut h = Vec::with_capacity(64 + list_meta.len());
         h.extend_from_slice(MAGIC);

@@ -84,13 +84,18 @@ impl ProtoObjects {
         if let Some(n) = r.encoded_len(form) {
             return Ok(n);
         }
-        self.scratch.clear();
-        match self.object {
-            Some(id) => self.enc.message(id, r.bytes(), &mut self.scratch)?,
-            None => self.metadata_message(r, None)?,
-        }
-        r.set_encoded_len(form, self.scratch.len());
-        Ok(self.scratch.len())
+        // Measured into the scratch buffer (taken out so the writers may borrow `self`).
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let written = match self.object {
+            Some(id) => self.enc.message(id, r.bytes(), &mut scratch),
+            None => self.metadata_message(r, None, &mut scratch),
+        };
+        let n = scratch.len();
+        self.scratch = scratch;
+        written?;
+        r.set_encoded_len(form, n);
+        Ok(n)
     }
 
     /// Appends `r`'s message (its resourceVersion replaced by `stamp_rv` if given).
@@ -110,12 +115,7 @@ impl ProtoObjects {
                 };
                 self.enc.message(id, json, out)
             }
-            None => {
-                self.scratch.clear();
-                self.metadata_message(r, stamp_rv)?;
-                out.extend_from_slice(&self.scratch);
-                Ok(())
-            }
+            None => self.metadata_message(r, stamp_rv, out),
         }
     }
 
@@ -215,26 +215,24 @@ impl ProtoObjects {
         }
     }
 
-    /// `PartialObjectMetadata{metadata}` of `r` into `scratch`.
-    fn metadata_message(&mut self, r: &Record, stamp_rv: Option<u64>) -> Result<(), ProtoError> {
+    /// Appends `PartialObjectMetadata{metadata}` of `r`.
+    fn metadata_message(
+        &mut self,
+        r: &Record,
+        stamp_rv: Option<u64>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProtoError> {
         let md = r.metadata_range();
-        let stamped = self.json_of(r, stamp_rv);
-        let at = begin(&mut self.scratch, 1);
-        if stamped {
+        let json: &[u8] = if self.json_of(r, stamp_rv) {
             // The stamp moved everything after the resourceVersion by the digits' change.
             let shift = self.stamped.len() as isize - r.bytes().len() as isize;
-            let end_md = (md.end as isize + shift) as usize;
-            let json = std::mem::take(&mut self.stamped);
-            let res =
-                self.enc
-                    .message(self.object_meta, &json[md.start..end_md], &mut self.scratch);
-            self.stamped = json;
-            res?;
+            &self.stamped[md.start..(md.end as isize + shift) as usize]
         } else {
-            self.enc
-                .message(self.object_meta, &r.bytes()[md], &mut self.scratch)?;
-        }
-        end(&mut self.scratch, at);
+            &r.bytes()[md]
+        };
+        let at = begin(out, 1);
+        self.enc.message(self.object_meta, json, out)?;
+        end(out, at);
         Ok(())
     }
 }

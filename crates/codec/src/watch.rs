@@ -11,9 +11,9 @@ use listwatch_core::json::push_go_string;
 use listwatch_store::record::fmt_u64;
 use listwatch_store::{Event, EventType, Filter, Record, SnapshotReader, WatchCursor};
 
+use crate::ChunkWriter;
 use crate::protobuf::{PARTIAL_HEAD, ProtoObjects, write_watch_frame};
 use crate::table::TableFormat;
-use crate::{ChunkWriter, Encoding};
 
 /// Writes an event line for `object`; with `stamp_rv` the object is sent with that RV in
 /// place of its own (three shared slices, no copy of the object when large).
@@ -100,8 +100,8 @@ pub struct WatchSpec {
     pub deadline: Instant,
     /// Bytes copied into one chunk at most.
     pub chunk: usize,
-    /// The negotiated wire encoding.
-    pub encoding: Encoding,
+    /// Set for a protobuf body (JSON otherwise).
+    pub proto: Option<ProtoObjects>,
     /// Send each event's object as a one-row Table (kubectl `-w`).
     pub table: Option<TableFormat>,
     /// Send each event's object as its PartialObjectMetadata.
@@ -286,15 +286,10 @@ impl WatchEncoder {
             Some(r) => Phase::Initial(r),
             None => Phase::InitialEnd,
         };
-        // The handler negotiated protobuf only for kinds that have it.
-        let proto = match spec.encoding {
-            Encoding::Protobuf => ProtoObjects::new(cursor.store().info(), spec.metadata_only),
-            Encoding::Json => None,
-        };
         let writer = EventWriter {
-            table: spec.table.clone(),
+            table: spec.table.take(),
             metadata_only: spec.metadata_only,
-            proto,
+            proto: spec.proto.take(),
             envelope: Vec::new(),
             frame: Vec::new(),
         };

@@ -314,10 +314,11 @@ impl App {
             gzip: gzip_ok,
         } = render;
         let info = store.info().clone();
-        if encoding == Encoding::Protobuf {
-            // Refused before the watch starts when the kind has no protobuf form.
-            protobuf_objects(&info, metadata_only)?;
-        }
+        // Refused before the watch starts when the kind has no protobuf form.
+        let proto = match encoding {
+            Encoding::Protobuf => Some(protobuf_objects(&info, metadata_only)?),
+            Encoding::Json => None,
+        };
         let content_type = match encoding {
             Encoding::Protobuf => pb::PROTOBUF_WATCH,
             Encoding::Json => "application/json",
@@ -372,7 +373,7 @@ impl App {
             bookmark_every: self.config.bookmark_interval,
             deadline: deadline.into_std(),
             chunk: self.config.chunk_bytes,
-            encoding,
+            proto,
             table,
             metadata_only,
         };
@@ -440,17 +441,21 @@ fn protobuf_body_as_json(body: &[u8]) -> Result<Vec<u8>, ApiError> {
     let bad = |e: listwatch_protobuf::ProtoError| {
         ApiError::BadRequest(format!("the protobuf body could not be decoded: {e}"))
     };
-    let env = listwatch_protobuf::envelope(body).map_err(bad)?;
     let schema = listwatch_protobuf::Schema::kubernetes();
-    let id = schema.kind(env.api_version, env.kind).ok_or_else(|| {
-        ApiError::UnsupportedMediaType(format!(
-            "no protobuf form for {}, Kind={}",
-            env.api_version, env.kind
-        ))
-    })?;
     let mut out = Vec::with_capacity(body.len() * 2);
-    listwatch_protobuf::JsonWriter::new(schema)
-        .write_message(id, env.raw, Some((env.api_version, env.kind)), &mut out)
-        .map_err(bad)?;
-    Ok(out)
+    // The same reading as a stored value's, without storage's read-time defaults.
+    match listwatch_protobuf::storage_to_json(
+        &mut listwatch_protobuf::JsonWriter::new(schema),
+        schema,
+        body,
+        &mut out,
+    ) {
+        Ok(_) => Ok(out),
+        Err(listwatch_protobuf::ProtoError::UnknownKind { api_version, kind }) => {
+            Err(ApiError::UnsupportedMediaType(format!(
+                "no protobuf form for {api_version}, Kind={kind}"
+            )))
+        }
+        Err(e) => Err(bad(e)),
+    }
 }

@@ -84,6 +84,11 @@ impl ApiRequest {
             Verb::Other
         };
         let accept = header(header::ACCEPT);
+        // Parsed once: for the read's rendering and for an error's encoding.
+        let ranges = accept
+            .as_deref()
+            .filter(|a| !a.trim().is_empty())
+            .map(media_ranges);
         let (options, rendering) = match (&route, verb) {
             (
                 Route::Collection {
@@ -105,7 +110,7 @@ impl ApiRequest {
                     });
                 let gzip = accepts_gzip(&parts.headers);
                 let rendering =
-                    negotiate(accept.as_deref(), &params, info, verb).map(|(encoding, form)| {
+                    negotiate(ranges.as_deref(), &params, info, verb).map(|(encoding, form)| {
                         Rendering {
                             encoding,
                             metadata_only: matches!(form, Form::Metadata),
@@ -120,6 +125,7 @@ impl ApiRequest {
             }
             _ => (None, None),
         };
+        let error_encoding = error_encoding(ranges.as_deref());
         ApiRequest {
             method: parts.method,
             path,
@@ -129,7 +135,7 @@ impl ApiRequest {
             params,
             options,
             rendering,
-            error_encoding: error_encoding(accept.as_deref()),
+            error_encoding,
             accept,
             content_type: header(header::CONTENT_TYPE),
             user: parts.extensions.get::<User>().cloned(),
@@ -184,7 +190,7 @@ pub enum Form {
 }
 
 /// One media range of `Accept`.
-struct MediaRange<'a> {
+pub struct MediaRange<'a> {
     media: &'a str,
     params: Vec<(&'a str, &'a str)>,
     q: f32,
@@ -198,7 +204,7 @@ impl MediaRange<'_> {
 
 /// `Accept`'s ranges, highest quality first (equal qualities keep their order), without
 /// those of quality 0.
-fn media_ranges(accept: &str) -> Vec<MediaRange<'_>> {
+pub fn media_ranges(accept: &str) -> Vec<MediaRange<'_>> {
     let mut ranges: Vec<MediaRange<'_>> = accept
         .split(',')
         .filter_map(|range| {
@@ -223,21 +229,22 @@ fn media_ranges(accept: &str) -> Vec<MediaRange<'_>> {
     ranges
 }
 
-/// Picks encoding and form from `Accept` as kube-apiserver does: ranges by quality; JSON
+/// Picks encoding and form from `Accept`'s ranges (`None`: no `Accept`) as kube-apiserver
+/// does: ranges by quality; JSON
 /// (`application/json`, `application/*`, `*/*`) or protobuf
 /// (`application/vnd.kubernetes.protobuf`, built-in kinds only); `as=Table` (JSON only) or
 /// `as=PartialObjectMetadata` (GET, watch) / `as=PartialObjectMetadataList` (LIST) of
 /// `meta.k8s.io/v1`; 406 when nothing offered can be served.
 pub fn negotiate(
-    accept: Option<&str>,
+    ranges: Option<&[MediaRange<'_>]>,
     params: &QueryParams,
     info: &ResourceInfo,
     verb: Verb,
 ) -> Result<(Encoding, Form), ApiError> {
-    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+    let Some(ranges) = ranges else {
         return Ok((Encoding::Json, Form::Objects));
     };
-    for range in media_ranges(accept) {
+    for range in ranges {
         let encoding = match range.media {
             "application/json" | "application/*" | "*/*" => Encoding::Json,
             "application/vnd.kubernetes.protobuf" => Encoding::Protobuf,
@@ -282,11 +289,8 @@ pub fn negotiate(
 
 /// The encoding of an error `Status`: protobuf when the client's preferred range is plain
 /// `application/vnd.kubernetes.protobuf`, JSON otherwise.
-pub fn error_encoding(accept: Option<&str>) -> Encoding {
-    let Some(accept) = accept else {
-        return Encoding::Json;
-    };
-    match media_ranges(accept).first() {
+pub fn error_encoding(ranges: Option<&[MediaRange<'_>]>) -> Encoding {
+    match ranges.and_then(<[_]>::first) {
         Some(r) if r.media == "application/vnd.kubernetes.protobuf" && r.param("as").is_none() => {
             Encoding::Protobuf
         }

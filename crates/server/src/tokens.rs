@@ -180,16 +180,17 @@ fn der_take(der: &[u8], tag: u8) -> Result<(&[u8], &[u8]), String> {
     Ok((&der[head..end], &der[end..]))
 }
 
-/// Verifies `token` with any of `keys`; the claims when one verifies it.
+/// Verifies `token` with the keys of its algorithm (and of its `kid`, when both the token
+/// and a key name one); the claims when one verifies it.
 fn verify(
     token: &str,
-    keys: &[(DecodingKey, Algorithm)],
+    keys: &[(Option<String>, DecodingKey, Algorithm)],
     validation: &Validation,
 ) -> Result<Value, String> {
     let header = jsonwebtoken::decode_header(token).map_err(|e| e.to_string())?;
     let mut last = String::from("no key for the token's algorithm");
-    for (key, alg) in keys {
-        if *alg != header.alg {
+    for (kid, key, alg) in keys {
+        if *alg != header.alg || (kid.is_some() && header.kid.is_some() && *kid != header.kid) {
             continue;
         }
         let mut v = validation.clone();
@@ -212,7 +213,7 @@ struct Held {
 /// Service-account tokens, checked against the service accounts, secrets, pods and nodes
 /// the cache follows (kube-apiserver's `--service-account-lookup`, always on here).
 pub struct ServiceAccountTokens {
-    keys: Vec<(DecodingKey, Algorithm)>,
+    keys: Vec<(Option<String>, DecodingKey, Algorithm)>,
     issuers: Vec<String>,
     audiences: Vec<String>,
     objects: Registry,
@@ -229,7 +230,12 @@ impl ServiceAccountTokens {
     ) -> Result<Self, ConfigError> {
         let mut keys = Vec::new();
         for f in key_files {
-            keys.extend(keys_from_pem(f.as_ref())?);
+            // PEM keys have no id: any of the token's algorithm may have signed it.
+            keys.extend(
+                keys_from_pem(f.as_ref())?
+                    .into_iter()
+                    .map(|(k, a)| (None, k, a)),
+            );
         }
         let audiences = if audiences.is_empty() {
             issuers.clone()
@@ -479,19 +485,12 @@ impl OidcTokens {
     }
 
     fn check(&self, token: &str) -> Result<User, String> {
-        let header = jsonwebtoken::decode_header(token).map_err(|e| e.to_string())?;
-        let mut v = Validation::new(header.alg);
+        let mut v = Validation::new(Algorithm::RS256);
         v.set_issuer(&[&self.issuer]);
         v.set_audience(&[&self.client_id]);
         v.leeway = LEEWAY;
         v.set_required_spec_claims(&["exp", "iss", "aud"]);
-        let keys: Vec<(DecodingKey, Algorithm)> = self
-            .keys
-            .iter()
-            .filter(|(kid, _, _)| header.kid.is_none() || kid.is_none() || *kid == header.kid)
-            .map(|(_, k, a)| (k.clone(), *a))
-            .collect();
-        let claims = verify(token, &keys, &v)?;
+        let claims = verify(token, &self.keys, &v)?;
         let name = claims[self.username_claim.as_str()]
             .as_str()
             .filter(|s| !s.is_empty())

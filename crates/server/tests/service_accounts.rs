@@ -35,20 +35,12 @@ struct EcKey {
 fn ec_key() -> EcKey {
     let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
     let raw = pair.public_key_raw().to_vec();
+    // base64url without padding, for the JWK.
     let b64 = |b: &[u8]| {
-        use std::fmt::Write;
-        // base64url without padding, for the JWK.
-        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let mut s = String::new();
-        for c in b.chunks(3) {
-            let n = (u32::from(c[0]) << 16)
-                | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-                | u32::from(*c.get(2).unwrap_or(&0));
-            for i in 0..=c.len() {
-                let _ = s.write_char(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            }
-        }
-        s
+        base64(b)
+            .replace('+', "-")
+            .replace('/', "_")
+            .replace('=', "")
     };
     EcKey {
         private_pem: pair.serialize_pem(),
@@ -56,6 +48,16 @@ fn ec_key() -> EcKey {
         x: b64(&raw[1..33]),
         y: b64(&raw[33..65]),
     }
+}
+
+/// Standard base64 with padding, as Go's JSON writes `[]byte`.
+fn base64(data: &[u8]) -> String {
+    let mut quoted = Vec::new();
+    listwatch_protobuf::to_json::push_base64(&mut quoted, data);
+    String::from_utf8(quoted)
+        .expect("ascii")
+        .trim_matches('"')
+        .to_string()
 }
 
 fn sign(claims: &Value, private_pem: &str, alg: jsonwebtoken::Algorithm) -> String {
@@ -220,14 +222,7 @@ async fn service_account_and_oidc_tokens_with_rbac() {
         &rsa_private,
         jsonwebtoken::Algorithm::RS256,
     );
-    let b64 = |s: &str| {
-        let mut out = Vec::new();
-        listwatch_protobuf::to_json::push_base64(&mut out, s.as_bytes());
-        String::from_utf8(out)
-            .expect("ascii")
-            .trim_matches('"')
-            .to_string()
-    };
+    let b64 = |s: &str| base64(s.as_bytes());
     for (path, body) in [
         (
             "/api/v1/namespaces/team-a/secrets",
