@@ -351,12 +351,16 @@ async fn rapid_reset(addr: std::net::SocketAddr) -> (bool, String) {
             tokio::task::yield_now().await;
         }
     }
-    drop(client);
     // Under load the server's GOAWAY may land only after the last reset was sent: the
-    // connection then ends with that error rather than refusing a request.
-    if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_secs(5), conn).await {
+    // connection then ends with that error rather than refusing a request. Wait for it
+    // with the client still holding the connection, so only the server can end it (a
+    // client that let go first would race the GOAWAY, and its own close is no cut-off).
+    let mut conn = conn;
+    if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_secs(5), &mut conn).await {
         refused |= e.is_go_away() || e.is_io();
     }
+    drop(client);
+    conn.abort();
     let gauge = |m: &str| {
         m.lines()
             .filter(|l| l.starts_with("apiserver_longrunning_requests") && l.contains("WATCH"))
