@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::{Context, anyhow, bail};
 use clap::{Parser, Subcommand};
 use listwatch_core::{ResourceInfo, builtin_resources};
 use listwatch_server::limits::LimitConfig;
@@ -172,12 +173,24 @@ struct ServeArgs {
     chunk_bytes: usize,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
     #[cfg(feature = "dhat-heap")]
     let _profiler = dhat::Profiler::new_heap();
     let cli = Cli::parse();
     let Command::Serve(args) = cli.command;
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)?;
+    match serve(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line a person can act on: what (flag, file, address), then why.
+            eprintln!("listwatch: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .map_err(|e| anyhow!("--log-level {:?}: {e}", args.log_level))?;
     if args.log_json {
         tracing_subscriber::fmt()
             .json()
@@ -192,20 +205,50 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?;
+        .build()
+        .context("starting the runtime")?;
     rt.block_on(run(args))
 }
 
-async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+/// Binds `--listen`, with an error that names the address and says what to do.
+async fn listen(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    if !addr.contains(':') {
+        bail!("--listen {addr:?}: expected HOST:PORT, for example 127.0.0.1:{addr}");
+    }
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        use std::io::ErrorKind;
+        let hint = match e.kind() {
+            ErrorKind::AddrInUse => {
+                "; another process listens there: stop it or choose another port with --listen"
+            }
+            ErrorKind::PermissionDenied => {
+                "; ports below 1024 need privileges: choose a higher port with --listen"
+            }
+            ErrorKind::AddrNotAvailable => "; that address is not one of this machine's",
+            _ => "",
+        };
+        anyhow!("--listen {addr}: cannot listen: {e}{hint}")
+    })
+}
+
+async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut resources = builtin_resources();
     if let Some(path) = &args.resources {
-        let extra: Vec<ResourceInfo> = serde_json::from_slice(&std::fs::read(path)?)?;
+        let flag = || format!("--resources {}", path.display());
+        let bytes = std::fs::read(path).with_context(flag)?;
+        let extra: Vec<ResourceInfo> = serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "{}: expected a JSON array of {{group, version, resource, kind, namespaced}}",
+                flag()
+            )
+        })?;
         resources.extend(extra.into_iter().map(ResourceInfo::normalized));
     }
     let registry = Registry::new(resources, 1, &StoreConfig::default());
-    let listener = tokio::net::TcpListener::bind(&args.listen).await?;
+    let listener = listen(&args.listen).await?;
+    let local = listener.local_addr().context("--listen")?;
     let config = ServerConfig {
-        advertise: listener.local_addr()?.to_string(),
+        advertise: local.to_string(),
         bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval.max(1)),
         chunk_bytes: args.chunk_bytes.max(4096),
         limits: LimitConfig {
@@ -219,11 +262,16 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let authorizer: Option<Arc<dyn listwatch_server::auth::Authorizer>> =
         match &args.authorization_policy_file {
-            Some(p) => Some(Arc::new(PolicyAuthorizer::from_file(p)?)),
+            Some(p) => Some(Arc::new(PolicyAuthorizer::from_file(p).map_err(|e| {
+                anyhow!("--authorization-policy-file {}: {e}", p.display())
+            })?)),
             None => None,
         };
     let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(c), Some(k)) => Some(tls_config(c, k, args.client_ca_file.as_deref())?),
+        (Some(c), Some(k)) => Some(
+            tls_config(c, k, args.client_ca_file.as_deref())
+                .map_err(|e| anyhow!("--tls-cert/--tls-key/--client-ca-file: {e}"))?,
+        ),
         _ => None,
     };
     let source: Arc<dyn Source> = match args.source {
@@ -241,10 +289,7 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .find(|m| !matches!(**m, "RBAC" | "Node" | "AlwaysAllow" | "ABAC"))
     {
-        return Err(format!(
-            "unknown --authorization-mode {bad:?} (Node, RBAC, ABAC, AlwaysAllow)"
-        )
-        .into());
+        bail!("--authorization-mode {bad:?}: unknown mode (Node, RBAC, ABAC, AlwaysAllow)");
     }
     let app = if cluster {
         // ABAC (with --authorization-policy-file) chains with Node,RBAC: either may allow.
@@ -252,8 +297,10 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         App::new(source.clone(), config, authorizer)
     };
-    tracing::info!(listen = %listener.local_addr()?, "serving");
-    serve_with(app, listener, options, shutdown_signal()).await?;
+    tracing::info!(listen = %local, "serving");
+    serve_with(app, listener, options, shutdown_signal())
+        .await
+        .context("serving")?;
     source.close().await;
     Ok(())
 }
@@ -263,7 +310,7 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
 fn authenticator(
     args: &ServeArgs,
     registry: &Registry,
-) -> Result<Option<Arc<dyn listwatch_server::auth::Authenticate>>, Box<dyn std::error::Error>> {
+) -> Result<Option<Arc<dyn listwatch_server::auth::Authenticate>>, anyhow::Error> {
     use listwatch_server::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens, WebhookTokens};
     let jwt = !args.service_account_key_file.is_empty()
         || args.oidc_issuer_url.is_some()
@@ -272,16 +319,20 @@ fn authenticator(
         return Ok(None);
     }
     let mut a = match &args.token_auth_file {
-        Some(p) => Authenticator::from_token_file(p, args.anonymous_auth)?,
+        Some(p) => Authenticator::from_token_file(p, args.anonymous_auth)
+            .map_err(|e| anyhow!("--token-auth-file {e}"))?,
         None => Authenticator::certificates_only(args.anonymous_auth),
     };
     if !args.service_account_key_file.is_empty() {
-        a = a.with_token_authenticator(Arc::new(ServiceAccountTokens::from_key_files(
-            &args.service_account_key_file,
-            args.service_account_issuer.clone(),
-            args.api_audiences.clone(),
-            registry.clone(),
-        )?));
+        a = a.with_token_authenticator(Arc::new(
+            ServiceAccountTokens::from_key_files(
+                &args.service_account_key_file,
+                args.service_account_issuer.clone(),
+                args.api_audiences.clone(),
+                registry.clone(),
+            )
+            .map_err(|e| anyhow!("--service-account-key-file {e}"))?,
+        ));
     }
     if let (Some(issuer), Some(client_id), Some(jwks)) = (
         &args.oidc_issuer_url,
@@ -296,15 +347,20 @@ fn authenticator(
             groups_claim: args.oidc_groups_claim.clone(),
             groups_prefix: args.oidc_groups_prefix.clone(),
         };
-        a = a.with_token_authenticator(Arc::new(OidcTokens::new(config, jwks)?));
+        a = a.with_token_authenticator(Arc::new(
+            OidcTokens::new(config, jwks).map_err(|e| anyhow!("--oidc-jwks-file {e}"))?,
+        ));
     }
     if let Some(url) = &args.authentication_token_webhook_url {
-        a = a.with_webhook(Arc::new(WebhookTokens::new(
-            url,
-            args.authentication_token_webhook_ca_file.as_deref(),
-            args.api_audiences.clone(),
-            std::time::Duration::from_secs(args.authentication_token_webhook_cache_ttl),
-        )?));
+        a = a.with_webhook(Arc::new(
+            WebhookTokens::new(
+                url,
+                args.authentication_token_webhook_ca_file.as_deref(),
+                args.api_audiences.clone(),
+                std::time::Duration::from_secs(args.authentication_token_webhook_cache_ttl),
+            )
+            .map_err(|e| anyhow!("--authentication-token-webhook-url {url}: {e}"))?,
+        ));
     }
     Ok(Some(Arc::new(a)))
 }
@@ -314,16 +370,17 @@ fn authenticator(
 async fn etcd_source(
     args: &ServeArgs,
     registry: Registry,
-) -> Result<Arc<dyn Source>, Box<dyn std::error::Error>> {
+) -> Result<Arc<dyn Source>, anyhow::Error> {
     use listwatch_etcd::{Decryptor, EtcdConfig, EtcdSource, ValueDecoder};
     let decryptor = match &args.encryption_provider_config {
-        Some(path) => Some(Decryptor::from_file(path)?),
+        Some(path) => Some(
+            Decryptor::from_file(path).map_err(|e| anyhow!("--encryption-provider-config {e}"))?,
+        ),
         None => None,
     };
     if args.demo_pods > 0 || !args.load.is_empty() {
-        return Err(
+        bail!(
             "--demo-pods and --load fill the embedded store; with etcd, write the objects to etcd"
-                .into(),
         );
     }
     let etcd = EtcdSource::start(
@@ -335,18 +392,18 @@ async fn etcd_source(
             ..EtcdConfig::default()
         },
     )
-    .await?;
+    .await
+    .map_err(|e| anyhow!("--etcd-endpoints {}: {e}", args.etcd_endpoints.join(",")))?;
     tracing::info!(endpoints = ?args.etcd_endpoints, "following etcd");
     Ok(etcd)
 }
 
 /// Without the `etcd` feature: say how to get it.
 #[cfg(not(feature = "etcd"))]
-async fn etcd_source(
-    _: &ServeArgs,
-    _: Registry,
-) -> Result<Arc<dyn Source>, Box<dyn std::error::Error>> {
-    Err("this listwatch was built without etcd support; rebuild with `cargo build --release -p listwatch-cli --features etcd` (needs protoc: `apt-get install protobuf-compiler`)".into())
+async fn etcd_source(_: &ServeArgs, _: Registry) -> Result<Arc<dyn Source>, anyhow::Error> {
+    bail!(
+        "--source etcd: this listwatch was built without etcd support; rebuild with `cargo build --release -p listwatch-cli --features etcd` (needs protoc: `apt-get install protobuf-compiler`)"
+    )
 }
 
 /// SIGTERM (what a kubelet or systemd sends) or Ctrl-C.
@@ -369,15 +426,17 @@ async fn shutdown_signal() {
 fn embedded_source(
     args: &ServeArgs,
     registry: Registry,
-) -> Result<Arc<EmbeddedSource>, Box<dyn std::error::Error>> {
+) -> Result<Arc<EmbeddedSource>, anyhow::Error> {
     let source = EmbeddedSource::new(registry);
     if args.demo_pods > 0 {
         let pods = source
             .registry()
             .get("", "v1", "pods")
-            .ok_or("no pods resource")?
+            .context("--demo-pods: no pods resource is served")?
             .clone();
-        let n = source.seed(&pods, demo::demo_pods(args.demo_pods, args.demo_namespaces))?;
+        let n = source
+            .seed(&pods, demo::demo_pods(args.demo_pods, args.demo_namespaces))
+            .map_err(|e| anyhow!("--demo-pods: {e}"))?;
         tracing::info!(pods = n, rv = source.revision(), "seeded demo pods");
     }
     for path in &args.load {
@@ -390,20 +449,21 @@ fn embedded_source(
         load::read_objects(path, |o| {
             let store = registry.by_kind(&o.api_version, &o.kind).ok_or_else(|| {
                 format!(
-                    "{}: no resource serves {} {}",
-                    path.display(),
-                    o.api_version,
-                    o.kind
+                    "no resource serves {} {} (add it with --resources)",
+                    o.api_version, o.kind
                 )
             })?;
-            let record = source.ingest_for_seed(&store, &o.json)?;
+            let record = source
+                .ingest_for_seed(&store, &o.json)
+                .map_err(|e| e.to_string())?;
             by_store
                 .entry(store.info().resource.clone())
                 .or_insert_with(|| (store.clone(), Vec::new()))
                 .1
                 .push(record);
             Ok(())
-        })?;
+        })
+        .map_err(|e| anyhow!("--load {e}"))?;
         for (resource, (store, records)) in by_store {
             let n = records.len();
             source.install(&store, records);

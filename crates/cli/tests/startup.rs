@@ -1,0 +1,110 @@
+//! Start-up errors a person can act on: the real binary, given a bad flag, file or address,
+//! exits 1 with one line that names it and says why — never a debug dump or a panic.
+
+use std::process::Command;
+
+/// Runs `listwatch serve ARGS` (which must fail at start) and returns its stderr.
+fn fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_listwatch"))
+        .arg("serve")
+        .args(args)
+        .output()
+        .expect("run listwatch");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(
+        stderr.starts_with("listwatch: ") && stderr.trim_end().lines().count() == 1,
+        "{args:?}: not one line: {stderr}"
+    );
+    assert!(
+        !stderr.contains("Os {") && !stderr.contains("kind:") && !stderr.contains("panicked"),
+        "{args:?}: debug dump: {stderr}"
+    );
+    stderr
+}
+
+fn temp_file(name: &str, contents: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("listwatch-startup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, contents).expect("write");
+    path
+}
+
+#[test]
+fn a_port_without_a_host_says_what_to_write() {
+    let e = fails(&["--listen", "8080"]);
+    assert!(
+        e.contains("--listen \"8080\"") && e.contains("HOST:PORT") && e.contains("127.0.0.1:8080"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_address_in_use_is_named_with_what_to_do() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let e = fails(&["--listen", &addr]);
+    assert!(e.contains(&format!("--listen {addr}")), "{e}");
+    assert!(
+        e.contains("in use") && e.contains("choose another port"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_missing_or_malformed_resources_file_is_named() {
+    let e = fails(&["--resources", "/nonexistent/resources.json"]);
+    assert!(
+        e.contains("--resources /nonexistent/resources.json") && e.contains("No such file"),
+        "{e}"
+    );
+    let bad = temp_file("resources.json", "[{\"group\": 1}]");
+    let e = fails(&["--resources", &bad.display().to_string()]);
+    assert!(
+        e.contains(&format!("--resources {}", bad.display())) && e.contains("line 1 column"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_bad_ndjson_line_is_named_by_file_and_line() {
+    let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"x"}}"#;
+    let nameless = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"x"}}"#;
+    let file = temp_file("pods.ndjson", &format!("{pod}\n\n{nameless}\n"));
+    let e = fails(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--load",
+        &file.display().to_string(),
+    ]);
+    assert!(e.contains(&format!("--load {}:3:", file.display())), "{e}");
+    assert!(e.contains("metadata.name"), "{e}");
+    let alien = temp_file(
+        "alien.ndjson",
+        r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"}}"#,
+    );
+    let e = fails(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--load",
+        &alien.display().to_string(),
+    ]);
+    assert!(
+        e.contains(":1: no resource serves example.com/v1 Widget") && e.contains("--resources"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_log_levels_and_credential_files_are_named() {
+    let e = fails(&["--log-level", "foo=bar=baz"]);
+    assert!(e.contains("--log-level \"foo=bar=baz\""), "{e}");
+    let e = fails(&["--token-auth-file", "/nonexistent/tokens.csv"]);
+    assert!(
+        e.contains("--token-auth-file /nonexistent/tokens.csv") && e.contains("No such file"),
+        "{e}"
+    );
+    let e = fails(&["--authorization-mode", "Webhook"]);
+    assert!(e.contains("--authorization-mode \"Webhook\""), "{e}");
+}
