@@ -83,6 +83,11 @@ struct ServeArgs {
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
+    /// Request-log lines at INFO per second (0: one per request). Beyond it requests are
+    /// logged at DEBUG and counted in listwatch_request_log_lines_suppressed_total, and
+    /// the next INFO line says how many were left out.
+    #[arg(long, default_value_t = 20)]
+    request_log_per_second: u32,
     /// Watch bookmark period in seconds.
     #[arg(long, default_value_t = 60)]
     bookmark_interval: u64,
@@ -250,6 +255,7 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = ServerConfig {
         advertise: local.to_string(),
         bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval.max(1)),
+        request_log_per_second: args.request_log_per_second,
         chunk_bytes: args.chunk_bytes.max(4096),
         limits: LimitConfig {
             max_lists: args.max_requests_inflight,

@@ -41,8 +41,14 @@ pub struct Connection {
     shared: Arc<Shared>,
 }
 
+/// The period over which requests a client abandoned are counted (see
+/// `LimitConfig::max_cancelled_requests`).
+pub const CANCEL_WINDOW: Duration = Duration::from_secs(10);
+
 struct Shared {
     opened: Instant,
+    /// Wakes the watchdog when a request is abandoned, so a flood is cut off at once.
+    cancelled: tokio::sync::Notify,
     /// LISTs (and watch-lists) admitted on this connection and still streaming.
     lists: AtomicUsize,
     state: Mutex<State>,
@@ -55,6 +61,9 @@ struct State {
     /// Milliseconds since `opened` of the last request's end (or 0).
     last_end_ms: u64,
     bodies: Vec<std::sync::Weak<BodyProgress>>,
+    /// Requests the client abandoned in the current [`CANCEL_WINDOW`], and when it began.
+    cancels: u64,
+    cancel_window_ms: u64,
 }
 
 /// Whether one response is waiting for its client.
@@ -98,6 +107,7 @@ impl Connection {
         Connection {
             shared: Arc::new(Shared {
                 opened: Instant::now(),
+                cancelled: tokio::sync::Notify::new(),
                 lists: AtomicUsize::new(0),
                 state: Mutex::new(State::default()),
             }),
@@ -120,12 +130,17 @@ impl Connection {
     }
 
     /// Resolves when the connection should be closed, with the reason: idle too long (before
-    /// its first request, or between requests), or a response its client stopped reading.
-    pub async fn watchdog(&self, t: ConnectionTimeouts) -> &'static str {
+    /// its first request, or between requests), a response its client stopped reading, or
+    /// more than `max_cancelled` requests abandoned by the client within [`CANCEL_WINDOW`]
+    /// (0: no cap).
+    pub async fn watchdog(&self, t: ConnectionTimeouts, max_cancelled: usize) -> &'static str {
         loop {
             let now = self.shared.ms_now();
             let (due, reason) = {
                 let s = self.shared.state.lock();
+                if max_cancelled > 0 && s.cancels > max_cancelled as u64 {
+                    return "too many requests abandoned by the client (rapid reset)";
+                }
                 if s.in_flight == 0 {
                     let (limit, reason) = if s.requests == 0 {
                         (t.first_request, "no request after accept")
@@ -152,7 +167,10 @@ impl Connection {
                 return reason;
             }
             let wait = due.saturating_sub(now).clamp(10, 1000);
-            tokio::time::sleep(Duration::from_millis(wait)).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                _ = self.shared.cancelled.notified() => {}
+            }
         }
     }
 
@@ -191,6 +209,21 @@ impl InFlight {
             .progress
             .blocked_since_ms
             .store(self.0.shared.ms_now(), Ordering::Relaxed);
+    }
+
+    /// The client abandoned this request (reset its stream, or closed the connection)
+    /// before its response ended.
+    pub fn cancelled(&self) {
+        let shared = &self.0.shared;
+        let now = shared.ms_now();
+        let mut s = shared.state.lock();
+        if now.saturating_sub(s.cancel_window_ms) >= ms(CANCEL_WINDOW) {
+            s.cancel_window_ms = now;
+            s.cancels = 0;
+        }
+        s.cancels += 1;
+        drop(s);
+        shared.cancelled.notify_one();
     }
 
     /// The client asked for more: not waiting on it any more.

@@ -55,6 +55,9 @@ pub struct ServerConfig {
     pub advertise: String,
     /// Admission limits (in-flight LISTs and watches, per-user watches, buffer budget).
     pub limits: limits::LimitConfig,
+    /// Request-log lines at INFO per second (0: every request); beyond it requests are
+    /// logged at DEBUG and counted in `listwatch_request_log_lines_suppressed_total`.
+    pub request_log_per_second: u32,
 }
 
 impl Default for ServerConfig {
@@ -67,6 +70,7 @@ impl Default for ServerConfig {
             max_body_bytes: 3 << 20,
             advertise: "127.0.0.1:8080".into(),
             limits: limits::LimitConfig::default(),
+            request_log_per_second: metrics::DEFAULT_REQUEST_LOG_PER_SECOND,
         }
     }
 }
@@ -108,7 +112,7 @@ impl App {
         Arc::new(App {
             registry: source.registry().clone(),
             source,
-            metrics: Arc::new(metrics::Metrics::default()),
+            metrics: Arc::new(metrics::Metrics::new(config.request_log_per_second)),
             authorizer,
             reviewer: None,
             limits: limits::Limits::new(config.limits.clone()),
@@ -142,7 +146,7 @@ impl App {
         Arc::new(App {
             registry: source.registry().clone(),
             source,
-            metrics: Arc::new(metrics::Metrics::default()),
+            metrics: Arc::new(metrics::Metrics::new(config.request_log_per_second)),
             authorizer: Some(authorizer),
             reviewer: Some(authz),
             limits: limits::Limits::new(config.limits.clone()),
@@ -699,6 +703,24 @@ pub async fn serve_with(
     Ok(())
 }
 
+/// Counts a request as abandoned by its client unless it was answered (see
+/// `connection::InFlight::cancelled`).
+struct AbandonGuard(Option<connection::InFlight>);
+
+impl AbandonGuard {
+    fn answered(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        if let Some(in_flight) = self.0.take() {
+            in_flight.cancelled();
+        }
+    }
+}
+
 async fn serve_connection<I>(
     app: Arc<App>,
     authn: Option<Arc<dyn auth::Authenticate>>,
@@ -711,6 +733,7 @@ async fn serve_connection<I>(
 {
     let chunk = app.config.chunk_bytes;
     let resets = app.config.limits.max_h2_pending_resets;
+    let max_cancelled = app.config.limits.max_cancelled_requests;
     let timeouts = app.config.limits.connection;
     let connection = connection::Connection::new();
     let on_conn = connection.clone();
@@ -724,6 +747,8 @@ async fn serve_connection<I>(
         // the response streams — most of an idle watch's cost. Boxed, it is freed once the
         // response head is ready and only the body stays (measured with dhat, docs/memory.md).
         Box::pin(async move {
+            // A request dropped before its response is ready was abandoned by the client.
+            let abandoned = AbandonGuard(Some(in_flight.clone()));
             let mut req = req.map(box_body);
             req.extensions_mut().insert(in_flight);
             if let Some(authn) = &authn {
@@ -732,11 +757,14 @@ async fn serve_connection<I>(
                         req.extensions_mut().insert(user);
                     }
                     Err(e) => {
+                        abandoned.answered();
                         return Ok::<_, Infallible>(app.refuse(&e));
                     }
                 }
             }
-            Ok::<_, Infallible>(app.handle(req).await)
+            let response = app.handle(req).await;
+            abandoned.answered();
+            Ok::<_, Infallible>(response)
         })
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -770,6 +798,6 @@ async fn serve_connection<I>(
         }
         // Dropping the connection closes it: idle ones have nothing in flight, and a
         // response its client stopped reading ends with it.
-        why = connection.watchdog(timeouts) => tracing::debug!(%peer, why, "closing connection"),
+        why = connection.watchdog(timeouts, max_cancelled) => tracing::debug!(%peer, why, "closing connection"),
     }
 }

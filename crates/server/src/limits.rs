@@ -34,6 +34,10 @@ pub struct LimitConfig {
     /// HTTP/2 streams a client may reset before the server accepted them, per connection,
     /// before the connection is cut off (rapid reset, CVE-2023-44487); 0 = no cap.
     pub max_h2_pending_resets: usize,
+    /// Requests a client may abandon (reset or close before their response ended) per
+    /// connection within [`crate::connection::CANCEL_WINDOW`] before the connection is cut
+    /// off: the rapid-reset cap counted over time, however the resets are batched; 0 = no cap.
+    pub max_cancelled_requests: usize,
 }
 
 impl Default for LimitConfig {
@@ -45,6 +49,9 @@ impl Default for LimitConfig {
             response_buffer_budget: 256 << 20,
             max_uri_bytes: 16 << 10,
             max_h2_pending_resets: 50,
+            // Far above what informers do (a few cancelled watches a minute), far below a
+            // rapid-reset attack (thousands a second).
+            max_cancelled_requests: 400,
             // A quarter of the slots: one HTTP/2 connection may carry a whole controller's
             // informers starting at once (client-go shares one per host), yet cannot take
             // everything from the rest.

@@ -70,10 +70,23 @@ pub struct Metrics {
     watch_lag: Family<ResourceLabel, Gauge>,
     skipped: Family<SkipLabel, Gauge>,
     rss: Gauge,
+    request_log: RequestLog,
+    log_suppressed: Counter,
 }
+
+/// Request-log lines at INFO per second when the server configures none.
+pub const DEFAULT_REQUEST_LOG_PER_SECOND: u32 = 20;
 
 impl Default for Metrics {
     fn default() -> Self {
+        Self::new(DEFAULT_REQUEST_LOG_PER_SECOND)
+    }
+}
+
+impl Metrics {
+    /// Metrics whose request log writes at most `log_per_second` INFO lines a second (0: every
+    /// request); the rest go to DEBUG and are counted.
+    pub fn new(log_per_second: u32) -> Self {
         let mut registry = PromRegistry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let duration = Family::<VerbResource, Histogram>::new_with_constructor(|| {
@@ -90,6 +103,12 @@ impl Default for Metrics {
         let watch_lag = Family::<ResourceLabel, Gauge>::default();
         let skipped = Family::<SkipLabel, Gauge>::default();
         let rss = Gauge::default();
+        let log_suppressed = Counter::default();
+        registry.register(
+            "listwatch_request_log_lines_suppressed",
+            "Requests logged at DEBUG only because the INFO request log was at its rate limit",
+            log_suppressed.clone(),
+        );
         registry.register(
             "apiserver_request",
             "Requests by verb, resource and HTTP code",
@@ -170,6 +189,51 @@ impl Default for Metrics {
             watch_lag,
             skipped,
             rss,
+            request_log: RequestLog::new(log_per_second),
+            log_suppressed,
+        }
+    }
+}
+
+/// The request log's rate limit: a budget of INFO lines per wall-clock second, so a flood
+/// of requests cannot flood the disk; the requests over budget are counted (and logged at
+/// DEBUG), and the next INFO line says how many were left out before it.
+struct RequestLog {
+    per_second: u32,
+    started: Instant,
+    /// (second since `started`, lines logged in it, lines suppressed since the last one logged)
+    window: parking_lot::Mutex<(u64, u32, u64)>,
+}
+
+impl RequestLog {
+    fn new(per_second: u32) -> Self {
+        RequestLog {
+            per_second,
+            started: Instant::now(),
+            window: parking_lot::Mutex::new((0, 0, 0)),
+        }
+    }
+
+    /// `Some(n)`: log this request at INFO, `n` lines having been suppressed since the last.
+    fn admit(&self) -> Option<u64> {
+        self.admit_at(self.started.elapsed().as_secs())
+    }
+
+    fn admit_at(&self, second: u64) -> Option<u64> {
+        if self.per_second == 0 {
+            return Some(0);
+        }
+        let mut w = self.window.lock();
+        if w.0 != second {
+            w.0 = second;
+            w.1 = 0;
+        }
+        if w.1 < self.per_second {
+            w.1 += 1;
+            Some(std::mem::take(&mut w.2))
+        } else {
+            w.2 += 1;
+            None
         }
     }
 }
@@ -257,6 +321,8 @@ pub struct MeteredBody {
     _admission: Option<crate::limits::Admission>,
     /// The request's place on its connection: told when the body waits for the client.
     in_flight: Option<crate::connection::InFlight>,
+    /// The body handed out its last frame (a body dropped before that was abandoned).
+    finished: bool,
 }
 
 impl MeteredBody {
@@ -289,6 +355,7 @@ impl MeteredBody {
             info,
             sent: 0,
             longrunning,
+            finished: false,
         }
     }
 }
@@ -309,6 +376,11 @@ impl MeteredBody {
 
 impl Drop for MeteredBody {
     fn drop(&mut self) {
+        if !self.finished
+            && let Some(c) = &self.in_flight
+        {
+            c.cancelled();
+        }
         let i = &self.info;
         let verb = i.verb.metric_label();
         let vr = VerbResource {
@@ -337,7 +409,18 @@ impl Drop for MeteredBody {
             .inc();
         self.metrics.duration.get_or_create(&vr).observe(secs);
         self.metrics.bytes.get_or_create(&vr).inc_by(self.sent);
-        tracing::info!(verb, resource = %i.resource, uri = %i.uri, code = i.code, ms = secs * 1e3, bytes = self.sent, "request");
+        match self.metrics.request_log.admit() {
+            Some(0) => {
+                tracing::info!(verb, resource = %i.resource, uri = %i.uri, code = i.code, ms = secs * 1e3, bytes = self.sent, "request");
+            }
+            Some(suppressed) => {
+                tracing::info!(verb, resource = %i.resource, uri = %i.uri, code = i.code, ms = secs * 1e3, bytes = self.sent, suppressed, "request");
+            }
+            None => {
+                self.metrics.log_suppressed.inc();
+                tracing::debug!(verb, resource = %i.resource, uri = %i.uri, code = i.code, ms = secs * 1e3, bytes = self.sent, "request");
+            }
+        }
     }
 }
 
@@ -353,6 +436,9 @@ impl Body for MeteredBody {
             c.polled();
         }
         let p = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(p, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.finished = true;
+        }
         if let Poll::Ready(Some(Ok(f))) = &p
             && let Some(d) = f.data_ref()
         {
@@ -370,5 +456,23 @@ impl Body for MeteredBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RequestLog;
+
+    #[test]
+    fn the_request_log_keeps_to_its_budget_and_counts_the_rest() {
+        let log = RequestLog::new(3);
+        let second0: Vec<_> = (0..10).map(|_| log.admit_at(0)).collect();
+        assert_eq!(&second0[..3], &[Some(0), Some(0), Some(0)]);
+        assert!(second0[3..].iter().all(Option::is_none), "{second0:?}");
+        // The next second's first line reports the 7 left out.
+        assert_eq!(log.admit_at(1), Some(7));
+        assert_eq!(log.admit_at(1), Some(0));
+        let unlimited = RequestLog::new(0);
+        assert!((0..1000).all(|_| unlimited.admit_at(0) == Some(0)));
     }
 }

@@ -290,7 +290,7 @@ async fn http2_rapid_reset_is_cut_off_and_others_are_served() {
         "{m}"
     );
     drop(w);
-    let (refused, open) = rapid_reset(s.addr).await;
+    let (refused, open) = rapid_reset(s.addr, Batches::Burst).await;
     assert!(refused, "the connection was not cut off");
     assert!(
         open.lines().all(|l| l.ends_with(" 0")),
@@ -299,10 +299,12 @@ async fn http2_rapid_reset_is_cut_off_and_others_are_served() {
     still_serving(s.addr, 50).await;
 }
 
-/// The control for the test above: with the reset cap switched off, the same attack is
-/// not cut off (so that test's assertion measures the cap, not the client).
+/// Resets sent in small batches with pauses between them (20 HEADERS+RST_STREAM pairs per
+/// write), with hyper's cap on streams reset before they were accepted switched off: the
+/// cap on requests abandoned over time (`max_cancelled_requests`) cuts the connection off
+/// on its own, however the resets are batched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_reset_cap_rapid_reset_is_not_cut_off() {
+async fn rapid_reset_in_small_paced_batches_is_cut_off() {
     let s = common::start(
         50,
         ServerConfig {
@@ -314,16 +316,49 @@ async fn without_the_reset_cap_rapid_reset_is_not_cut_off() {
         },
     )
     .await;
-    let (refused, _) = rapid_reset(s.addr).await;
-    assert!(!refused, "cut off although the cap is off");
+    let (refused, open) = rapid_reset(s.addr, Batches::Paced(20)).await;
+    assert!(refused, "paced resets were not cut off");
+    assert!(open.lines().all(|l| l.ends_with(" 0")), "{open}");
     still_serving(s.addr, 50).await;
+}
+
+/// The control for the tests above: with both caps switched off, the same attacks are not
+/// cut off (so those tests' assertions measure the caps, not the client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_reset_caps_rapid_reset_is_not_cut_off() {
+    let s = common::start(
+        50,
+        ServerConfig {
+            limits: LimitConfig {
+                max_h2_pending_resets: 0,
+                max_cancelled_requests: 0,
+                ..LimitConfig::default()
+            },
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    for batches in [Batches::Burst, Batches::Paced(20)] {
+        let (refused, _) = rapid_reset(s.addr, batches).await;
+        assert!(!refused, "cut off although the caps are off");
+    }
+    still_serving(s.addr, 50).await;
+}
+
+/// How the resets leave the client.
+#[derive(Clone, Copy)]
+enum Batches {
+    /// As fast as the client can: the server sees many streams reset before it accepted them.
+    Burst,
+    /// This many pairs, then a pause long enough for the server to accept them.
+    Paced(usize),
 }
 
 /// Opens 5,000 h2c watch streams on one connection and resets each at once (CVE-2023-44487):
 /// HEADERS and RST_STREAM leave in the same flush, so the server sees streams reset before
 /// it accepted them. Returns whether the server cut the connection off, and the WATCH
 /// in-flight gauge lines once settled (every watch the resets started must have ended).
-async fn rapid_reset(addr: std::net::SocketAddr) -> (bool, String) {
+async fn rapid_reset(addr: std::net::SocketAddr, batches: Batches) -> (bool, String) {
     let tcp = TcpStream::connect(addr).await.expect("connect");
     let (mut client, conn) = h2::client::handshake(tcp).await.expect("h2c handshake");
     let conn = tokio::spawn(conn);
@@ -346,9 +381,15 @@ async fn rapid_reset(addr: std::net::SocketAddr) -> (bool, String) {
                 break;
             }
         }
-        if i % 100 == 99 {
-            // Let the connection task flush; the server's GOAWAY surfaces on `ready`.
-            tokio::task::yield_now().await;
+        match batches {
+            Batches::Burst if i % 100 == 99 => {
+                // Let the connection task flush; the server's GOAWAY surfaces on `ready`.
+                tokio::task::yield_now().await;
+            }
+            Batches::Paced(n) if i % n == n - 1 => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            _ => {}
         }
     }
     // Under load the server's GOAWAY may land only after the last reset was sent: the
@@ -389,4 +430,36 @@ async fn a_client_that_never_reads_does_not_hold_up_others() {
     for _ in 0..3 {
         still_serving(s.addr, 20_000).await;
     }
+}
+
+/// A flood of requests cannot flood the log: at most `request_log_per_second` INFO lines a
+/// second, the rest counted in `listwatch_request_log_lines_suppressed_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_flood_is_logged_within_its_budget_and_counted() {
+    let s = common::start(
+        10,
+        ServerConfig {
+            request_log_per_second: 5,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    for _ in 0..300 {
+        let r = common::get(s.addr, "/api/v1/namespaces/demo-0/pods?limit=1").await;
+        assert_eq!(r.status, 200);
+    }
+    // At most 5 logged in each second the flood spanned; every other one counted.
+    let seconds = started.elapsed().as_secs() + 1;
+    let floor = 300u64.saturating_sub(5 * seconds);
+    let m = common::get(s.addr, "/metrics").await.body;
+    let suppressed: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("listwatch_request_log_lines_suppressed_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no suppressed counter in {m}"));
+    assert!(
+        suppressed >= floor && suppressed <= 300,
+        "{suppressed} suppressed of 300 in {seconds} s"
+    );
 }
