@@ -173,6 +173,10 @@ struct ServeArgs {
     /// On SIGTERM/SIGINT, end open watches spread over this many seconds.
     #[arg(long, default_value_t = 10)]
     shutdown_watch_termination_grace_period: u64,
+    /// On SIGTERM/SIGINT, seconds LISTs in flight may take to finish before their
+    /// connections are closed (cut responses end without a terminating chunk).
+    #[arg(long, default_value_t = 60)]
+    shutdown_list_grace_period: u64,
     /// Response chunk size in bytes.
     #[arg(long, default_value_t = listwatch_codec::DEFAULT_CHUNK)]
     chunk_bytes: usize,
@@ -256,6 +260,7 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
         advertise: local.to_string(),
         bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval.max(1)),
         request_log_per_second: args.request_log_per_second,
+        shutdown_list_grace: std::time::Duration::from_secs(args.shutdown_list_grace_period),
         chunk_bytes: args.chunk_bytes.max(4096),
         limits: LimitConfig {
             max_lists: args.max_requests_inflight,

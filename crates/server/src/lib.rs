@@ -58,6 +58,10 @@ pub struct ServerConfig {
     /// Request-log lines at INFO per second (0: every request); beyond it requests are
     /// logged at DEBUG and counted in `listwatch_request_log_lines_suppressed_total`.
     pub request_log_per_second: u32,
+    /// On shutdown, how long responses in flight (LISTs) may take to finish before their
+    /// connections are closed (kube-apiserver's HTTP server waits 60 s). A response cut at
+    /// this bound ends without its terminating chunk, so no client takes it for complete.
+    pub shutdown_list_grace: Duration,
 }
 
 impl Default for ServerConfig {
@@ -71,6 +75,7 @@ impl Default for ServerConfig {
             advertise: "127.0.0.1:8080".into(),
             limits: limits::LimitConfig::default(),
             request_log_per_second: metrics::DEFAULT_REQUEST_LOG_PER_SECOND,
+            shutdown_list_grace: Duration::from_secs(60),
         }
     }
 }
@@ -692,12 +697,13 @@ pub async fn serve_with(
     drop(listener);
     tracing::info!(grace = ?options.watch_grace, "draining: LISTs finish, watches end spread over the grace period");
     app.drain(options.watch_grace);
-    let limit = options.watch_grace + Duration::from_secs(10);
+    // Watches end within their grace; LISTs (and other responses) get theirs to finish.
+    let limit = (options.watch_grace + Duration::from_secs(10)).max(app.config.shutdown_list_grace);
     if tokio::time::timeout(limit, graceful.shutdown())
         .await
         .is_err()
     {
-        warn!("connections still open after the grace period; closing");
+        warn!(after = ?limit, "responses still in flight after the shutdown grace; closing their connections");
     }
     maintenance.shutdown().await;
     Ok(())
