@@ -4,7 +4,7 @@
 //! printer here gets Name/Age.
 
 use listwatch_core::time::{human_duration, parse_rfc3339};
-use listwatch_store::scan;
+use listwatch_core::scan;
 
 /// One column: name, OpenAPI type, format, priority (1 = `-o wide`).
 pub type Column = (&'static str, &'static str, &'static str, i32);

@@ -8,7 +8,6 @@ use listwatch_protobuf::encode::{begin, end, put_bytes, varint_len, write_envelo
 use listwatch_protobuf::{MessageId, ProtoEncoder, ProtoError, Schema};
 use listwatch_store::Record;
 use listwatch_store::record::EncodedForm;
-use listwatch_store::record::fmt_u64;
 
 /// Protobuf responses' `Content-Type`.
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -180,8 +179,8 @@ impl ProtoObjects {
     ) -> Result<Vec<u8>, ProtoError> {
         let mut json = Vec::with_capacity(128);
         json.extend_from_slice(b"{\"resourceVersion\":\"");
-        let mut buf = [0u8; 24];
-        json.extend_from_slice(fmt_u64(rv, &mut buf));
+        let mut buf = itoa::Buffer::new();
+        json.extend_from_slice(buf.format(rv).as_bytes());
         json.push(b'"');
         if let Some(t) = continue_token {
             json.extend_from_slice(b",\"continue\":");
@@ -189,7 +188,7 @@ impl ProtoObjects {
         }
         if let Some(n) = remaining {
             json.extend_from_slice(b",\"remainingItemCount\":");
-            json.extend_from_slice(fmt_u64(n, &mut buf));
+            json.extend_from_slice(buf.format(n).as_bytes());
         }
         json.push(b'}');
         let mut out = Vec::with_capacity(json.len());
@@ -206,8 +205,8 @@ impl ProtoObjects {
                 let span = r.rv_range();
                 self.stamped.clear();
                 self.stamped.extend_from_slice(&b[..span.start]);
-                let mut buf = [0u8; 24];
-                self.stamped.extend_from_slice(fmt_u64(rv, &mut buf));
+                let mut buf = itoa::Buffer::new();
+                self.stamped.extend_from_slice(buf.format(rv).as_bytes());
                 self.stamped.extend_from_slice(&b[span.end..]);
                 true
             }

@@ -7,8 +7,7 @@ use listwatch_core::ResourceInfo;
 use listwatch_core::json::push_go_string;
 use listwatch_core::time::{human_duration, parse_rfc3339};
 use listwatch_store::Record;
-use listwatch_store::record::fmt_u64;
-use listwatch_store::scan::{self, Span};
+use listwatch_core::scan::{self, Span};
 
 use crate::ChunkWriter;
 
@@ -254,8 +253,8 @@ impl TableFormat {
         let mut head = Vec::with_capacity(3300);
         self.open(&mut head);
         head.extend_from_slice(b"\"resourceVersion\":\"");
-        let mut buf = [0u8; 24];
-        head.extend_from_slice(fmt_u64(stamp_rv.unwrap_or(r.rv()), &mut buf));
+        let mut buf = itoa::Buffer::new();
+        head.extend_from_slice(buf.format(stamp_rv.unwrap_or(r.rv())).as_bytes());
         head.push(b'"');
         self.columns_and_rows_start(&mut head);
         out.put_slice(&head);
@@ -271,8 +270,8 @@ fn write_with_rv(out: &mut ChunkWriter, r: &Record, stamp_rv: Option<u64>, span:
     match stamp_rv {
         Some(rv) if rv != r.rv() && span.0 <= rv_start && rv_end <= span.1 => {
             out.put_bytes(r.bytes().slice(span.0..rv_start));
-            let mut buf = [0u8; 24];
-            out.put_slice(fmt_u64(rv, &mut buf));
+            let mut buf = itoa::Buffer::new();
+            out.put_slice(buf.format(rv).as_bytes());
             out.put_bytes(r.bytes().slice(rv_end..span.1));
         }
         _ => out.put_bytes(r.bytes().slice(span.0..span.1)),

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use listwatch_core::ResourceInfo;
 use listwatch_core::json::push_go_string;
-use listwatch_store::record::fmt_u64;
 use listwatch_store::{Event, EventType, Filter, Record, SnapshotReader, WatchCursor};
 
 use crate::ChunkWriter;
@@ -25,8 +24,8 @@ pub fn write_event(out: &mut ChunkWriter, kind: EventType, object: &Record, stam
         Some(rv) if rv != object.rv() => {
             let (pre, post) = object.split_at_rv();
             out.put_bytes(pre);
-            let mut buf = [0u8; 24];
-            out.put_slice(fmt_u64(rv, &mut buf));
+            let mut buf = itoa::Buffer::new();
+            out.put_slice(buf.format(rv).as_bytes());
             out.put_bytes(post);
         }
         _ => out.put_bytes(object.bytes().clone()),
@@ -152,8 +151,8 @@ impl EventWriter {
                     Some(rv) if rv != r.rv() => {
                         let at = r.rv_range();
                         out.put_slice(&r.bytes()[md.start..at.start]);
-                        let mut buf = [0u8; 24];
-                        out.put_slice(fmt_u64(rv, &mut buf));
+                        let mut buf = itoa::Buffer::new();
+                        out.put_slice(buf.format(rv).as_bytes());
                         out.put_slice(&r.bytes()[at.end..md.end]);
                     }
                     _ => out.put_bytes(r.metadata()),
@@ -220,8 +219,8 @@ pub fn partial_bookmark_object(rv: u64, initial_events_end: bool) -> Vec<u8> {
     let mut b = Vec::with_capacity(160);
     b.extend_from_slice(PARTIAL_HEAD);
     b.extend_from_slice(b"{\"resourceVersion\":\"");
-    let mut buf = [0u8; 24];
-    b.extend_from_slice(fmt_u64(rv, &mut buf));
+    let mut buf = itoa::Buffer::new();
+    b.extend_from_slice(buf.format(rv).as_bytes());
     b.push(b'"');
     if initial_events_end {
         b.extend_from_slice(b",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}");

@@ -152,7 +152,7 @@ fn emit(
 
 /// Top-level `apiVersion` and `kind` of a JSON object, read with the byte scanner.
 fn type_meta(json: &[u8]) -> Option<(String, String)> {
-    use listwatch_store::scan;
+    use listwatch_core::scan;
     let start = scan::skip_ws(json, 0);
     let text = |key: &str| {
         let v = scan::find_member(json, start, key)?;

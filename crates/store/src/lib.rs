@@ -10,7 +10,6 @@
 pub mod event_log;
 pub mod reader;
 pub mod record;
-pub use listwatch_core::scan;
 pub mod snapshot;
 pub mod store;
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use bytes::Bytes;
 use listwatch_core::ResourceInfo;
 
-use crate::scan::{self, Span};
+use listwatch_core::scan::{self, Span};
 
 /// A compact byte range into [`Record::bytes`].
 type Range32 = (u32, u32);
@@ -400,8 +400,8 @@ fn write_metadata(
             .iter()
             .find_map(|k| members.iter().position(|m| key_of(m) == k.as_bytes()))
     };
-    let mut rv_buf = [0u8; 24];
-    let rv_text = fmt_u64(rv, &mut rv_buf);
+    let mut rv_buf = itoa::Buffer::new();
+    let rv_text = rv_buf.format(rv).as_bytes();
     let write_rv = |out: &mut Vec<u8>| {
         out.extend_from_slice(b"\"resourceVersion\":\"");
         out.extend_from_slice(rv_text);
@@ -434,20 +434,6 @@ fn write_metadata(
     }
     out.push(b'}');
     Ok(())
-}
-
-/// Formats `v` in decimal into `buf`, returning the digits.
-pub fn fmt_u64(mut v: u64, buf: &mut [u8; 24]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    &buf[i..]
 }
 
 #[cfg(test)]
