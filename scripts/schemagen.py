@@ -267,6 +267,19 @@ def main():
             elif flag not in (None, "always"):
                 raise SystemExit(f"{full}.{json_name}: unknown overlay flag {flag}")
             go = presence.get(full.lower(), {}).get(str(fd["tag"]))
+            if go is not None and flag != "always" and not inline:
+                # Go's own json tag decides what its encoder writes for an empty value:
+                # without omitempty/omitzero the field is always there (zero, "", null);
+                # a plain struct is always there whatever its tag (omitempty never omits a
+                # struct; named map types such as ResourceList read as "plain" but are maps).
+                if go[1] == "plain" and fd["type"] == "message" and not fd.get("repeated") and not fd.get("map"):
+                    required = True
+                else:
+                    required = go[2] == ""
+                if required:
+                    f["required"] = True
+                else:
+                    f.pop("required", None)
             if go is not None and not fd.get("repeated") and not fd.get("map"):
                 if go[1] == "pointer" and fd["type"] not in ("message", "bytes"):
                     f["pointer"] = True

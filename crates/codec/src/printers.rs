@@ -3,8 +3,8 @@
 //! scanner. Pods, ConfigMaps and Secrets are in `table.rs`; everything else without a
 //! printer here gets Name/Age.
 
-use listwatch_core::time::{human_duration, parse_rfc3339};
 use listwatch_core::scan;
+use listwatch_core::time::{human_duration, parse_rfc3339};
 
 /// One column: name, OpenAPI type, format, priority (1 = `-o wide`).
 pub type Column = (&'static str, &'static str, &'static str, i32);

@@ -5,9 +5,9 @@
 
 use listwatch_core::ResourceInfo;
 use listwatch_core::json::push_go_string;
+use listwatch_core::scan::{self, Span};
 use listwatch_core::time::{human_duration, parse_rfc3339};
 use listwatch_store::Record;
-use listwatch_core::scan::{self, Span};
 
 use crate::ChunkWriter;
 

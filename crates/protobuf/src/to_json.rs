@@ -269,7 +269,8 @@ impl<'s> JsonWriter<'s> {
     }
 
     fn absent(&self, field: &Field, out: &mut Vec<u8>) {
-        if field.repeated || field.map {
+        // A nil slice, map or pointer: Go's encoder writes null.
+        if field.repeated || field.map || field.pointer {
             out.extend_from_slice(b"null");
         } else {
             zero_value(field.kind, self.schema, out);
