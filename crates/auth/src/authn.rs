@@ -1,119 +1,67 @@
-//! Who may connect and who they are: TLS (rustls, HTTP/2 by ALPN, optional client
-//! certificates), authentication (bearer tokens from kube-apiserver's CSV token file, client
-//! certificate CN/O, anonymous only when enabled) and an ABAC policy file authorizer.
+//! The standalone authenticator: bearer tokens (kube-apiserver's CSV token file, then the
+//! [`TokenAuthenticator`]s — service-account and OIDC JWTs — then a [`TokenReviewer`], the
+//! token webhook), the verified client certificate's user, and anonymous requests (all of
+//! them with `--anonymous-auth`, else GETs of the public health and version paths).
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use listwatch_core::{ApiError, ResourceInfo};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use listwatch_core::ApiError;
 
-use crate::auth::{Authenticate, Authorizer, User};
+use crate::authorizer::{AuthFuture, Authenticate, User};
+use crate::config::{ConfigError, invalid, read};
 
-/// Errors reading security configuration files (startup only).
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// A file could not be read.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A file's contents are wrong.
-    #[error("{path}: {why}")]
-    Invalid {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        why: String,
-    },
+/// One authenticator of a kind of bearer token, judged without waiting (JWTs).
+pub trait TokenAuthenticator: Send + Sync {
+    /// `None` when the token is not this authenticator's to judge (another issuer, not a
+    /// JWT); else the user, or why the token is refused.
+    fn authenticate_token(&self, token: &str) -> Option<Result<User, ApiError>>;
 }
 
-/// A [`ConfigError::Invalid`] for `path`.
-pub(crate) fn invalid(path: &Path, why: impl std::fmt::Display) -> ConfigError {
-    ConfigError::Invalid {
-        path: path.display().to_string(),
-        why: why.to_string(),
-    }
+/// Asked last, and may take a while, about a token nothing else claims (the token webhook).
+pub trait TokenReviewer: Send + Sync {
+    /// The user `token` names, or 401.
+    fn review_token<'a>(&'a self, token: &'a str) -> AuthFuture<'a>;
 }
 
-/// Reads a configuration file.
-pub(crate) fn read(path: &Path) -> Result<Vec<u8>, ConfigError> {
-    std::fs::read(path).map_err(|source| ConfigError::Io {
-        path: path.display().to_string(),
-        source,
-    })
+/// The paths kube-apiserver's `system:public-info-viewer` ClusterRole lets everyone,
+/// `system:unauthenticated` included, GET: what load balancers and kubelet probes read.
+pub const PUBLIC_INFO_PATHS: &[&str] = &["/healthz", "/livez", "/readyz", "/version", "/version/"];
+
+/// Whether `request` is a GET of one of the [`PUBLIC_INFO_PATHS`] (exact paths, as the
+/// ClusterRole's `nonResourceURLs` match; any query).
+pub fn is_public_info(request: &http::request::Parts) -> bool {
+    request.method == http::Method::GET && PUBLIC_INFO_PATHS.contains(&request.uri.path())
 }
 
-/// A rustls server config: `cert`/`key` PEM files, ALPN `h2` then `http/1.1`, and, with
-/// `client_ca`, client certificates verified against it (optional for the client, so
-/// token users can still connect).
-pub fn tls_config(
-    cert: &Path,
-    key: &Path,
-    client_ca: Option<&Path>,
-) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
-        .collect::<Result<_, _>>()
-        .map_err(|e| invalid(cert, e))?;
-    let key_der = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| invalid(key, e))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| invalid(cert, e))?;
-    let builder = match client_ca {
-        None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(&read(ca)?) {
-                roots
-                    .add(c.map_err(|e| invalid(ca, e))?)
-                    .map_err(|e| invalid(ca, e))?;
-            }
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-                    .allow_unauthenticated()
-                    .build()
-                    .map_err(|e| invalid(ca, e))?;
-            builder.with_client_cert_verifier(verifier)
-        }
+/// The bearer token of an `Authorization` header as kube-apiserver's bearer-token
+/// authenticator reads it: the scheme compared case-insensitively, the token up to the
+/// next space. `None` (not a bearer credential: other authenticators and anonymous may
+/// still apply) for another scheme or an empty token; `Err` for a header that is not text.
+fn bearer_token(headers: &http::HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(v) = headers.get(http::header::AUTHORIZATION) else {
+        return Ok(None);
     };
-    let mut config = builder
-        .with_single_cert(certs, key_der)
-        .map_err(|e| invalid(key, e))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
-
-/// The user named by a verified client certificate: CN is the user, each O a group.
-pub fn user_from_cert(cert: &CertificateDer<'_>) -> Option<User> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    let subject = parsed.subject();
-    let name = subject
-        .iter_common_name()
-        .next()?
-        .as_str()
-        .ok()?
-        .to_string();
-    let groups = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_string))
-        .collect();
-    Some(User { name, groups })
+    let auth = v.to_str().map_err(|_| ApiError::Unauthorized)?.trim();
+    let mut parts = auth.splitn(3, ' ');
+    let scheme = parts.next().unwrap_or_default();
+    let token = parts.next().unwrap_or_default();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(token))
 }
 
 /// Turns credentials into a user: bearer tokens (the static file's, then JWTs —
-/// service-account, OIDC), client certificates, or anonymous.
+/// service-account, OIDC — then the webhook), client certificates, or anonymous.
 #[derive(Default)]
 pub struct Authenticator {
     tokens: HashMap<String, User>,
     /// Asked in order for a token the static file does not know.
-    token_authenticators: Vec<std::sync::Arc<dyn crate::tokens::TokenAuthenticator>>,
+    token_authenticators: Vec<Arc<dyn TokenAuthenticator>>,
     /// Asked last, for a token no other authenticator claims.
-    webhook: Option<std::sync::Arc<crate::tokens::WebhookTokens>>,
+    webhook: Option<Arc<dyn TokenReviewer>>,
     /// Requests without credentials become `system:anonymous` instead of 401.
     pub anonymous: bool,
 }
@@ -128,17 +76,14 @@ impl Authenticator {
     }
 
     /// Asks `w` about tokens nothing else claims (kube-apiserver's token webhook).
-    pub fn with_webhook(mut self, w: std::sync::Arc<crate::tokens::WebhookTokens>) -> Self {
+    pub fn with_webhook(mut self, w: Arc<dyn TokenReviewer>) -> Self {
         self.webhook = Some(w);
         self
     }
 
     /// Also accepts the tokens `a` vouches for (asked after the static tokens and the
     /// authenticators added before it).
-    pub fn with_token_authenticator(
-        mut self,
-        a: std::sync::Arc<dyn crate::tokens::TokenAuthenticator>,
-    ) -> Self {
+    pub fn with_token_authenticator(mut self, a: Arc<dyn TokenAuthenticator>) -> Self {
         self.token_authenticators.push(a);
         self
     }
@@ -191,21 +136,16 @@ impl Authenticator {
 impl Authenticate for Authenticator {
     /// The request's user: a bearer token wins (the static file, then the JWT
     /// authenticators whose issuer it names, then the webhook), then the client
-    /// certificate; without either, anonymous when enabled. A token that is present but
-    /// unknown is 401 even with anonymous on, as in kube-apiserver.
+    /// certificate; without either, anonymous when enabled, and for GETs of the public
+    /// health and version paths in any case. A token that is present but unknown is 401
+    /// even with anonymous on, as in kube-apiserver.
     fn authenticate<'a>(
         &'a self,
-        headers: &'a http::HeaderMap,
+        request: &'a http::request::Parts,
         cert_user: Option<&'a User>,
-    ) -> crate::auth::AuthFuture<'a> {
+    ) -> AuthFuture<'a> {
         Box::pin(async move {
-            if let Some(v) = headers.get(http::header::AUTHORIZATION) {
-                let token = v
-                    .to_str()
-                    .ok()
-                    .and_then(|s| s.strip_prefix("Bearer "))
-                    .map(str::trim)
-                    .ok_or(ApiError::Unauthorized)?;
+            if let Some(token) = bearer_token(&request.headers)? {
                 if let Some(user) = self.tokens.get(token) {
                     return Ok(with_group(user.clone(), "system:authenticated"));
                 }
@@ -216,7 +156,7 @@ impl Authenticate for Authenticator {
                 {
                     Some(judged) => judged?,
                     None => match &self.webhook {
-                        Some(w) => w.review(token).await?,
+                        Some(w) => w.review_token(token).await?,
                         None => return Err(ApiError::Unauthorized),
                     },
                 };
@@ -225,11 +165,11 @@ impl Authenticate for Authenticator {
             if let Some(u) = cert_user {
                 return Ok(with_group(u.clone(), "system:authenticated"));
             }
-            if self.anonymous {
-                return Ok(User {
-                    name: "system:anonymous".into(),
-                    groups: vec!["system:unauthenticated".into()],
-                });
+            // kube-apiserver with anonymous requests limited to its probes
+            // (AuthenticationConfiguration `anonymous.conditions`) plus what
+            // system:public-info-viewer grants: a probe needs no credentials.
+            if self.anonymous || is_public_info(request) {
+                return Ok(User::anonymous());
             }
             Err(ApiError::Unauthorized)
         })
@@ -243,85 +183,93 @@ fn with_group(mut u: User, g: &str) -> User {
     u
 }
 
-/// One ABAC rule (kube-apiserver's `--authorization-policy-file` format, one JSON object
-/// per line): `{"apiVersion":"abac.authorization.kubernetes.io/v1beta1","kind":"Policy",
-/// "spec":{"user":"alice","namespace":"team-a","resource":"pods","readonly":true}}`.
-#[derive(Debug, serde::Deserialize)]
-struct Policy {
-    spec: PolicySpec,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PolicySpec {
-    #[serde(default)]
-    user: String,
-    #[serde(default)]
-    group: String,
-    #[serde(default)]
-    readonly: bool,
-    #[serde(default)]
-    api_group: String,
-    #[serde(default)]
-    namespace: String,
-    #[serde(default)]
-    resource: String,
-}
-
-/// Authorizes by an ABAC policy file: a request is allowed when one rule matches its user
-/// (or one of its groups), resource, API group and namespace, and its verb (`readonly`
-/// rules allow get, list and watch only). `*` matches anything. A rule with a namespace
-/// never matches a cluster-wide request, so a user allowed some namespaces gets 403 for a
-/// LIST across all of them, as with RBAC.
-pub struct PolicyAuthorizer {
-    rules: Vec<PolicySpec>,
-}
-
-impl PolicyAuthorizer {
-    /// Reads the policy file (JSON lines; blank lines and `#` comments skipped).
-    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let data = read(path)?;
-        let text = String::from_utf8(data).map_err(|e| invalid(path, e))?;
-        let mut rules = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let p: Policy = serde_json::from_str(line)
-                .map_err(|e| invalid(path, format!("line {}: {e}", i + 1)))?;
-            rules.push(p.spec);
+    fn head(method: &str, path: &str, authorization: Option<&str>) -> http::request::Parts {
+        let mut b = http::Request::builder().method(method).uri(path);
+        if let Some(a) = authorization {
+            b = b.header(http::header::AUTHORIZATION, a);
         }
-        Ok(PolicyAuthorizer { rules })
+        b.body(()).expect("request").into_parts().0
     }
-}
 
-fn matches(pattern: &str, value: &str) -> bool {
-    pattern == "*" || pattern == value
-}
+    fn alice() -> Authenticator {
+        let mut a = Authenticator::default();
+        a.tokens.insert(
+            "t0k3n".into(),
+            User {
+                name: "alice".into(),
+                groups: vec![],
+            },
+        );
+        a
+    }
 
-impl Authorizer for PolicyAuthorizer {
-    fn allowed(
-        &self,
-        user: Option<&User>,
-        verb: &str,
-        resource: &ResourceInfo,
-        namespace: Option<&str>,
-    ) -> bool {
-        let Some(user) = user else { return false };
-        let read = matches!(verb, "get" | "list" | "watch");
-        self.rules.iter().any(|r| {
-            let who = (!r.user.is_empty() && matches(&r.user, &user.name))
-                || (!r.group.is_empty() && user.groups.iter().any(|g| matches(&r.group, g)));
-            let ns_ok = match namespace {
-                Some(ns) => matches(&r.namespace, ns),
-                // Cluster-wide (all namespaces, or a cluster-scoped resource).
-                None => r.namespace == "*" || r.namespace.is_empty(),
-            };
-            who && (read || !r.readonly)
-                && matches(&r.resource, &resource.resource)
-                && matches(&r.api_group, &resource.group)
-                && ns_ok
-        })
+    fn run(a: &Authenticator, h: &http::request::Parts) -> Result<User, ApiError> {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match a.authenticate(h, None).as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(r) => r,
+            std::task::Poll::Pending => panic!("the static token file never waits"),
+        }
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        let a = alice();
+        for auth in [
+            "Bearer t0k3n",
+            "bearer t0k3n",
+            "BEARER t0k3n",
+            "bEaReR t0k3n extra",
+        ] {
+            let u = run(&a, &head("GET", "/api", Some(auth))).expect(auth);
+            assert_eq!(u.name, "alice", "{auth}");
+        }
+        // An unknown token is refused; another scheme or an empty token is no bearer
+        // credential at all (401 here only because anonymous is off).
+        for auth in [
+            "bearer nope",
+            "Basic dTpw",
+            "Bearer ",
+            "Bearer  t0k3n",
+            "t0k3n",
+        ] {
+            assert!(
+                matches!(
+                    run(&a, &head("GET", "/api", Some(auth))),
+                    Err(ApiError::Unauthorized)
+                ),
+                "{auth}"
+            );
+        }
+    }
+
+    #[test]
+    fn probes_need_no_credentials_but_bad_ones_are_refused() {
+        let a = alice();
+        for path in [
+            "/healthz",
+            "/livez",
+            "/readyz?verbose",
+            "/version",
+            "/version/",
+        ] {
+            let u = run(&a, &head("GET", path, None)).expect(path);
+            assert_eq!(u, User::anonymous(), "{path}");
+        }
+        for (method, path) in [
+            ("GET", "/readyz/etcd"),
+            ("GET", "/api"),
+            ("POST", "/healthz"),
+        ] {
+            assert!(
+                run(&a, &head(method, path, None)).is_err(),
+                "{method} {path}"
+            );
+        }
+        assert!(run(&a, &head("GET", "/readyz", Some("Bearer nope"))).is_err());
     }
 }

@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use listwatch_auth::abac::PolicyAuthorizer;
+use listwatch_auth::authn::Authenticator;
+use listwatch_auth::tls::tls_config;
 use listwatch_core::{ResourceInfo, builtin_resources};
 use listwatch_server::limits::LimitConfig;
-use listwatch_server::security::{Authenticator, PolicyAuthorizer, tls_config};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use listwatch_sources::{EmbeddedSource, Registry, Source, demo, load};
 use listwatch_store::StoreConfig;
@@ -217,7 +219,7 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         },
         ..ServerConfig::default()
     };
-    let authorizer: Option<Arc<dyn listwatch_server::auth::Authorizer>> =
+    let authorizer: Option<Arc<dyn listwatch_auth::Authorizer>> =
         match &args.authorization_policy_file {
             Some(p) => Some(Arc::new(PolicyAuthorizer::from_file(p)?)),
             None => None,
@@ -263,8 +265,8 @@ async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
 fn authenticator(
     args: &ServeArgs,
     registry: &Registry,
-) -> Result<Option<Arc<dyn listwatch_server::auth::Authenticate>>, Box<dyn std::error::Error>> {
-    use listwatch_server::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens, WebhookTokens};
+) -> Result<Option<Arc<dyn listwatch_auth::Authenticate>>, Box<dyn std::error::Error>> {
+    use listwatch_auth::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens, WebhookTokens};
     let jwt = !args.service_account_key_file.is_empty()
         || args.oidc_issuer_url.is_some()
         || args.authentication_token_webhook_url.is_some();

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use common::etcd::TempDir;
 use common::tls::{Ca, Https, write};
+use listwatch_auth::abac::PolicyAuthorizer;
+use listwatch_auth::authn::Authenticator;
+use listwatch_auth::tls::tls_config;
 use listwatch_core::builtin_resources;
-use listwatch_server::security::{Authenticator, PolicyAuthorizer, tls_config};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use listwatch_sources::{EmbeddedSource, Registry};
 use listwatch_store::StoreConfig;
