@@ -8,9 +8,9 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http_body_util::BodyExt;
+use listwatch_auth::rbac::ClusterAuthorizer;
+use listwatch_auth::{Attributes, User};
 use listwatch_core::builtin_resources;
-use listwatch_server::auth::User;
-use listwatch_server::rbac::{Attributes, ClusterAuthorizer, ResourceAttributes};
 use listwatch_sources::{EmbeddedSource, Registry};
 use listwatch_store::{Record, StoreConfig};
 
@@ -71,16 +71,13 @@ fn registry() -> Registry {
 fn authz(c: &mut Criterion) {
     let registry = registry();
     let a = ClusterAuthorizer::new(&registry);
-    let ask = |user: &str, ns: &str| Attributes {
-        user: user.into(),
-        groups: vec!["system:authenticated".into()],
-        verb: "list".into(),
-        resource: Some(ResourceAttributes {
-            resource: "pods".into(),
-            namespace: ns.into(),
-            ..ResourceAttributes::default()
-        }),
-        path: String::new(),
+    let pods = registry.get("", "v1", "pods").expect("pods").info().clone();
+    let ask = |user: &str, ns: &str| {
+        let user = User {
+            name: user.into(),
+            groups: vec!["system:authenticated".into()],
+        };
+        Attributes::resource(user, "list", &pods, Some(ns), "")
     };
     // user-999's binding is the last of ns-99's ten.
     let allowed = ask("user-999", "ns-99");
@@ -145,7 +142,7 @@ fn openssl_key(dir: &std::path::Path, name: &str, args: &[&str]) -> (String, std
 }
 
 fn tokens(c: &mut Criterion) {
-    use listwatch_server::tokens::{ServiceAccountTokens, TokenAuthenticator};
+    use listwatch_auth::tokens::{ServiceAccountTokens, TokenAuthenticator};
     let dir = std::env::temp_dir().join(format!("lw-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let (rsa, rsa_file) = openssl_key(

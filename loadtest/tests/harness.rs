@@ -235,10 +235,9 @@ async fn tls_targets_with_a_ca_file_or_skip_verify_and_a_token() {
     let (app, listener) = seeded().await;
     let addr = listener.local_addr().expect("addr");
     let options = listwatch_server::ServeOptions {
-        tls: Some(listwatch_server::security::tls_config(&cert_pem, &key_pem, None).expect("tls")),
+        tls: Some(listwatch_auth::tls::tls_config(&cert_pem, &key_pem, None).expect("tls")),
         authenticator: Some(Arc::new(
-            listwatch_server::security::Authenticator::from_token_file(&tokens, false)
-                .expect("tokens"),
+            listwatch_auth::authn::Authenticator::from_token_file(&tokens, false).expect("tokens"),
         )),
         ..Default::default()
     };

@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
 use clap::{Parser, Subcommand};
+use listwatch_auth::abac::PolicyAuthorizer;
+use listwatch_auth::authn::Authenticator;
+use listwatch_auth::tls::tls_config;
 use listwatch_core::{ResourceInfo, builtin_resources};
 use listwatch_server::limits::LimitConfig;
-use listwatch_server::security::{Authenticator, PolicyAuthorizer, tls_config};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use listwatch_sources::{EmbeddedSource, Registry, Source, demo, load};
 use listwatch_store::StoreConfig;
@@ -271,7 +273,7 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         ..ServerConfig::default()
     };
-    let authorizer: Option<Arc<dyn listwatch_server::auth::Authorizer>> =
+    let authorizer: Option<Arc<dyn listwatch_auth::Authorizer>> =
         match &args.authorization_policy_file {
             Some(p) => Some(Arc::new(PolicyAuthorizer::from_file(p).map_err(|e| {
                 anyhow!("--authorization-policy-file {}: {e}", p.display())
@@ -321,8 +323,8 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
 fn authenticator(
     args: &ServeArgs,
     registry: &Registry,
-) -> Result<Option<Arc<dyn listwatch_server::auth::Authenticate>>, anyhow::Error> {
-    use listwatch_server::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens, WebhookTokens};
+) -> Result<Option<Arc<dyn listwatch_auth::Authenticate>>, anyhow::Error> {
+    use listwatch_auth::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens, WebhookTokens};
     let jwt = !args.service_account_key_file.is_empty()
         || args.oidc_issuer_url.is_some()
         || args.authentication_token_webhook_url.is_some();

@@ -16,7 +16,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch::{
-    Authorizer, Builder, Feed, ListWatch, Outcome, Relisted, ResourceInfo, ResponseBody, User,
+    Attributes, Authorizer, Builder, Decision, Feed, ListWatch, Outcome, Relisted, ResponseBody,
+    User,
 };
 
 /// The host's own storage: RV counter and ConfigMaps by (namespace, name).
@@ -30,16 +31,11 @@ pub struct HostState {
 struct NamespacePolicy;
 
 impl Authorizer for NamespacePolicy {
-    fn allowed(
-        &self,
-        user: Option<&User>,
-        _verb: &str,
-        _resource: &ResourceInfo,
-        namespace: Option<&str>,
-    ) -> bool {
-        match user.map(|u| u.name.as_str()) {
-            Some("alice") => namespace == Some("team-a"),
-            _ => true,
+    fn authorize(&self, a: &Attributes) -> Decision {
+        if a.user.name != "alice" || a.namespace == "team-a" {
+            Decision::allow("")
+        } else {
+            Decision::no_opinion("alice reads only team-a")
         }
     }
 }

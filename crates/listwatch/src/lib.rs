@@ -41,8 +41,8 @@ pub use listwatch_etcd::{EtcdConfig, EtcdError};
 use listwatch_server::App;
 use listwatch_sources::HostFedSource;
 
+pub use listwatch_auth::{Attributes, Authorizer, Decision, User};
 pub use listwatch_core::{ApiError, ResourceInfo, builtin_resources};
-pub use listwatch_server::auth::{Authorizer, User};
 pub use listwatch_server::body::ResponseBody;
 pub use listwatch_server::{Maintenance, ServerConfig};
 pub use listwatch_sources::{
@@ -123,12 +123,15 @@ impl Builder {
         self
     }
 
-    /// Decides every read using the [`User`] the host put into the request's extensions.
+    /// Decides every read on its [`Attributes`], whose user is the [`User`] the host put
+    /// into the request's extensions (`system:anonymous` without one).
     ///
     /// ```
     /// struct AllowAll;
     /// impl listwatch::Authorizer for AllowAll {
-    ///     fn allowed(&self, _: Option<&listwatch::User>, _: &str, _: &listwatch::ResourceInfo, _: Option<&str>) -> bool { true }
+    ///     fn authorize(&self, _: &listwatch::Attributes) -> listwatch::Decision {
+    ///         listwatch::Decision::allow("")
+    ///     }
     /// }
     /// let b = listwatch::Builder::new().authorizer(AllowAll);
     /// ```

@@ -14,25 +14,21 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, Response, header};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use listwatch_auth::review::ReviewKind;
+use listwatch_auth::{Attributes, Authenticate, Authorizer, User};
 use listwatch_core::{ApiError, Verb};
 use listwatch_sources::{Registry, Source};
 use tokio::net::TcpListener;
 use tracing::warn;
 
-pub mod auth;
 pub mod body;
 pub mod connection;
 pub mod discovery;
 pub mod handlers;
 pub mod limits;
 pub mod metrics;
-pub mod rbac;
 pub mod request;
 pub mod routes;
-#[cfg(feature = "standalone")]
-pub mod security;
-#[cfg(feature = "standalone")]
-pub mod tokens;
 
 use body::{ResponseBody, full};
 use request::ApiRequest;
@@ -86,9 +82,8 @@ pub struct App {
     source: Arc<dyn Source>,
     config: ServerConfig,
     metrics: Arc<metrics::Metrics>,
-    authorizer: Option<Arc<dyn auth::Authorizer>>,
-    /// Answers `SubjectAccessReview`s when the cluster's own authorizer is in use.
-    reviewer: Option<Arc<rbac::ClusterAuthorizer>>,
+    /// None: `AlwaysAllow`.
+    authorizer: Option<Arc<dyn Authorizer>>,
     limits: limits::Limits,
 }
 
@@ -109,7 +104,7 @@ impl App {
     pub fn new(
         source: Arc<dyn Source>,
         config: ServerConfig,
-        authorizer: Option<Arc<dyn auth::Authorizer>>,
+        authorizer: Option<Arc<dyn Authorizer>>,
     ) -> Arc<App> {
         // The protobuf schema is parsed here rather than by the first protobuf request
         // (3 ms and 30,000 small allocations, once).
@@ -119,7 +114,6 @@ impl App {
             source,
             metrics: Arc::new(metrics::Metrics::new(config.request_log_per_second)),
             authorizer,
-            reviewer: None,
             limits: limits::Limits::new(config.limits.clone()),
             config,
         })
@@ -133,30 +127,20 @@ impl App {
     }
 
     /// [`Self::with_cluster_authorization`], chained with `also` (an ABAC policy, say): a
-    /// request either allows is allowed. Access reviews answer for the cluster's own
-    /// authorizers only.
+    /// request either allows is allowed, and access reviews answer for the chain.
     pub fn with_cluster_authorization_and(
         source: Arc<dyn Source>,
         config: ServerConfig,
-        also: Option<Arc<dyn auth::Authorizer>>,
+        also: Option<Arc<dyn Authorizer>>,
     ) -> Arc<App> {
-        let authz = Arc::new(rbac::ClusterAuthorizer::new(source.registry()));
-        let authorizer: Arc<dyn auth::Authorizer> = match also {
-            Some(other) => Arc::new(auth::AnyOf(vec![authz.clone(), other])),
-            None => authz.clone(),
+        let authz = Arc::new(listwatch_auth::rbac::ClusterAuthorizer::new(
+            source.registry(),
+        ));
+        let authorizer: Arc<dyn Authorizer> = match also {
+            Some(other) => Arc::new(listwatch_auth::AnyOf(vec![authz, other])),
+            None => authz,
         };
-        // The protobuf schema is parsed here rather than by the first protobuf request
-        // (3 ms and 30,000 small allocations, once).
-        listwatch_protobuf::Schema::kubernetes();
-        Arc::new(App {
-            registry: source.registry().clone(),
-            source,
-            metrics: Arc::new(metrics::Metrics::new(config.request_log_per_second)),
-            authorizer: Some(authorizer),
-            reviewer: Some(authz),
-            limits: limits::Limits::new(config.limits.clone()),
-            config,
-        })
+        App::new(source, config, Some(authorizer))
     }
 
     /// Whether this app answers `method` on `path` (read verbs on served resources): what
@@ -315,44 +299,25 @@ impl App {
                 self.resource(req, store, namespace, Some(name)).await
             }
             Route::Invalid(why) => Err(ApiError::BadRequest(why)),
-            Route::NotFound => match (&self.reviewer, req.method == Method::POST) {
-                (Some(reviewer), true) => {
-                    let kind = match req.path.trim_end_matches('/') {
-                        "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
-                            "SubjectAccessReview"
-                        }
-                        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" => {
-                            "SelfSubjectAccessReview"
-                        }
-                        _ => return Err(ApiError::UnknownPath),
-                    };
-                    self.access_review(reviewer, req, kind).await
-                }
+            Route::NotFound => match ReviewKind::from_path(&req.path) {
+                Some(kind) if req.method == Method::POST => self.access_review(req, kind).await,
                 _ => Err(ApiError::UnknownPath),
             },
         }
     }
 
     /// `POST …/subjectaccessreviews` and `…/selfsubjectaccessreviews`: the decision the
-    /// cluster authorizer makes for the spec (or for the requester), as kube-apiserver
-    /// answers it (201 with `status.allowed` and the reason).
-    async fn access_review(
-        &self,
-        reviewer: &rbac::ClusterAuthorizer,
-        req: ApiRequest,
-        kind: &str,
-    ) -> handlers::Answer {
-        use auth::Authorizer as _;
-        let plural = format!("{}s", kind.to_ascii_lowercase());
-        let info = listwatch_core::ResourceInfo {
-            group: "authorization.k8s.io".into(),
-            version: "v1".into(),
-            resource: plural.clone(),
-            kind: kind.into(),
-            namespaced: false,
-            ..listwatch_core::ResourceInfo::default()
-        };
-        if !reviewer.allowed_object(req.user.as_ref(), "create", &info, None, "") {
+    /// configured authorizer (`AlwaysAllow` without one) makes for the spec (or for the
+    /// requester), as kube-apiserver answers it (201 with `status.allowed` and the reason).
+    async fn access_review(&self, req: ApiRequest, kind: ReviewKind) -> handlers::Answer {
+        let authorizer = self
+            .authorizer
+            .as_deref()
+            .unwrap_or(&listwatch_auth::AlwaysAllow);
+        let info = kind.resource_info();
+        let user = req.user.clone().unwrap_or_else(User::anonymous);
+        let create = Attributes::resource(user.clone(), "create", &info, None, "");
+        if !authorizer.authorize(&create).allowed {
             return Err(ApiError::Forbidden(Box::new(
                 listwatch_core::status::Denied {
                     user: req.user_name().to_string(),
@@ -362,31 +327,11 @@ impl App {
                 },
             )));
         }
-        let user = req.user.clone();
         let body = handlers::read_request_body(&self.config, req.content_type.as_deref(), req.body)
             .await?;
-        let mut review: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| ApiError::BadRequest(format!("invalid {kind}: {e}")))?;
-        let mut attrs = rbac::Attributes::from_review_spec(&review["spec"]);
-        if kind == "SelfSubjectAccessReview" {
-            // Asked for the requester, whatever the spec says.
-            (attrs.user, attrs.groups) = match &user {
-                Some(u) => (u.name.clone(), u.groups.clone()),
-                None => (
-                    "system:anonymous".into(),
-                    vec!["system:unauthenticated".into()],
-                ),
-            };
-        }
-        let d = reviewer.decide(&attrs);
-        let mut status = serde_json::json!({"allowed": d.allowed});
-        if !d.reason.is_empty() {
-            status["reason"] = d.reason.into();
-        }
-        review["kind"] = kind.into();
-        review["apiVersion"] = "authorization.k8s.io/v1".into();
-        review["metadata"] = serde_json::json!({"creationTimestamp": null});
-        review["status"] = status;
+        let review: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadRequest(format!("invalid {}: {e}", kind.kind())))?;
+        let review = listwatch_auth::review::answer(authorizer, kind, &user, review);
         Ok(json_response(http::StatusCode::CREATED, &review))
     }
 
@@ -443,7 +388,10 @@ impl App {
         } else {
             None
         };
-        if authz.allowed_object(req.user.as_ref(), verb, store.info(), ns, name) {
+        // No user (a host that attached none): kube-apiserver's anonymous identity.
+        let user = req.user.clone().unwrap_or_else(User::anonymous);
+        let attributes = Attributes::resource(user, verb, store.info(), ns, name);
+        if authz.authorize(&attributes).allowed {
             return Ok(());
         }
         Err(ApiError::Forbidden(Box::new(
@@ -590,8 +538,8 @@ pub struct ServeOptions {
     #[cfg(feature = "standalone")]
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Authenticates every request; without it requests carry no user (embedding hosts
-    /// put their own [`auth::User`] into the request extensions).
-    pub authenticator: Option<Arc<dyn auth::Authenticate>>,
+    /// put their own [`User`] into the request extensions).
+    pub authenticator: Option<Arc<dyn Authenticate>>,
     /// On shutdown, open watches end spread over this period (0: all at once).
     pub watch_grace: Duration,
 }
@@ -686,7 +634,7 @@ pub async fn serve_with(
                     .1
                     .peer_certificates()
                     .and_then(|c| c.first())
-                    .and_then(security::user_from_cert);
+                    .and_then(listwatch_auth::tls::user_from_cert);
                 let io = TokioIo::new(tls_stream);
                 serve_connection(app, authn, cert_user, io, watcher, peer).await;
                 return;
@@ -729,8 +677,8 @@ impl Drop for AbandonGuard {
 
 async fn serve_connection<I>(
     app: Arc<App>,
-    authn: Option<Arc<dyn auth::Authenticate>>,
-    cert_user: Option<auth::User>,
+    authn: Option<Arc<dyn Authenticate>>,
+    cert_user: Option<User>,
     io: TokioIo<I>,
     watcher: hyper_util::server::graceful::Watcher,
     peer: std::net::SocketAddr,
@@ -755,12 +703,12 @@ async fn serve_connection<I>(
         Box::pin(async move {
             // A request dropped before its response is ready was abandoned by the client.
             let abandoned = AbandonGuard(Some(in_flight.clone()));
-            let mut req = req.map(box_body);
-            req.extensions_mut().insert(in_flight);
+            let (mut head, body) = req.into_parts();
+            head.extensions.insert(in_flight);
             if let Some(authn) = &authn {
-                match authn.authenticate(req.headers(), cert_user.as_ref()).await {
+                match authn.authenticate(&head, cert_user.as_ref()).await {
                     Ok(user) => {
-                        req.extensions_mut().insert(user);
+                        head.extensions.insert(user);
                     }
                     Err(e) => {
                         abandoned.answered();
@@ -768,6 +716,7 @@ async fn serve_connection<I>(
                     }
                 }
             }
+            let req = Request::from_parts(head, box_body(body));
             let response = app.handle(req).await;
             abandoned.answered();
             Ok::<_, Infallible>(response)

@@ -8,8 +8,8 @@ use listwatch_codec::{Encoding, IncludeObject, TableFormat};
 use listwatch_core::{ApiError, ListOptions, QueryParams, ResourceInfo, Verb};
 
 use crate::RequestBody;
-use crate::auth::User;
 use crate::routes::Route;
+use listwatch_auth::User;
 
 /// How a LIST, GET or watch response is rendered.
 #[derive(Clone)]

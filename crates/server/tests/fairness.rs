@@ -186,7 +186,7 @@ async fn without_a_per_connection_share_one_client_starves_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_connection_idle_after_its_handshake_is_closed() {
     use common::tls::{Ca, write};
-    use listwatch_server::security::tls_config;
+    use listwatch_auth::tls::tls_config;
     let dir = common::etcd::TempDir::new("tls-idle");
     let ca = Ca::new("listwatch-idle-ca");
     let leaf = ca.server();

@@ -219,3 +219,26 @@ async fn api_resources_from_aggregated_discovery() {
     );
     let _ = std::fs::remove_dir_all(cache);
 }
+
+/// `kubectl auth can-i` under the default `AlwaysAllow`: kube-apiserver answers yes, for
+/// resources and non-resource paths alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_can_i_is_answered_under_always_allow() {
+    let s = start(0, ServerConfig::default()).await;
+    assert_eq!(
+        run(s.addr, &["auth", "can-i", "list", "pods"]).await,
+        "yes\n"
+    );
+    assert_eq!(
+        run(
+            s.addr,
+            &["auth", "can-i", "delete", "secrets", "-n", "kube-system"]
+        )
+        .await,
+        "yes\n"
+    );
+    assert_eq!(
+        run(s.addr, &["auth", "can-i", "get", "/healthz"]).await,
+        "yes\n"
+    );
+}

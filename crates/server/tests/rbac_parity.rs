@@ -8,7 +8,8 @@ mod common;
 use std::io::BufRead;
 
 use common::etcd::serve_corpus;
-use listwatch_server::rbac::{Attributes, ClusterAuthorizer};
+use listwatch_auth::Attributes;
+use listwatch_auth::rbac::ClusterAuthorizer;
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,20 +60,21 @@ async fn every_decision_matches_kube_apiserver() {
 /// Test authentication: `Authorization: Bearer <user>[|<group>,<group>…]`.
 struct BearerIsUser;
 
-impl listwatch_server::auth::Authenticate for BearerIsUser {
+impl listwatch_auth::Authenticate for BearerIsUser {
     fn authenticate<'a>(
         &'a self,
-        headers: &'a http::HeaderMap,
-        _cert_user: Option<&'a listwatch_server::auth::User>,
-    ) -> listwatch_server::auth::AuthFuture<'a> {
-        let user = headers
+        request: &'a http::request::Parts,
+        _cert_user: Option<&'a listwatch_auth::User>,
+    ) -> listwatch_auth::AuthFuture<'a> {
+        let user = request
+            .headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or(listwatch_core::ApiError::Unauthorized)
             .map(|token| {
                 let (name, groups) = token.split_once('|').unwrap_or((token, ""));
-                listwatch_server::auth::User {
+                listwatch_auth::User {
                     name: name.into(),
                     groups: groups
                         .split(',')

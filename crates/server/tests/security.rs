@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use common::etcd::TempDir;
 use common::tls::{Ca, Https, write};
+use listwatch_auth::abac::PolicyAuthorizer;
+use listwatch_auth::authn::Authenticator;
+use listwatch_auth::tls::tls_config;
 use listwatch_core::builtin_resources;
-use listwatch_server::security::{Authenticator, PolicyAuthorizer, tls_config};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use listwatch_sources::{EmbeddedSource, Registry};
 use listwatch_store::StoreConfig;
@@ -292,4 +294,169 @@ async fn kube_rs_and_kubectl_connect_with_tls_and_a_token() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The token file and ABAC policy over plain HTTP, behind the standalone authenticator
+/// with anonymous requests off (the default).
+async fn start_plain() -> (std::net::SocketAddr, TempDir) {
+    let dir = TempDir::new("plain");
+    let tokens = write(&dir.0, "tokens.csv", TOKENS);
+    let policy = write(&dir.0, "policy.jsonl", POLICY);
+    let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
+    let source = EmbeddedSource::new(registry);
+    let pods = source
+        .registry()
+        .get("", "v1", "pods")
+        .expect("pods")
+        .clone();
+    let body = br#"{"metadata":{"name":"p0"},"spec":{"containers":[]}}"#;
+    source.create(&pods, Some("team-a"), body).expect("create");
+    let app = App::new(
+        source,
+        ServerConfig::default(),
+        Some(Arc::new(
+            PolicyAuthorizer::from_file(&policy).expect("policy"),
+        )),
+    );
+    let authn = Authenticator::from_token_file(&tokens, false).expect("tokens");
+    (common::serve_authenticated(app, Arc::new(authn)).await, dir)
+}
+
+async fn send(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: Option<&str>,
+) -> Plain {
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(a) = authorization {
+        headers.push(("Authorization", a));
+    }
+    let r = listwatch_testkit::send(addr, method, path, &headers, body.map(str::as_bytes))
+        .await
+        .expect("response");
+    Plain {
+        status: r.status,
+        body: String::from_utf8_lossy(&r.body).into_owned(),
+    }
+}
+
+/// A plain-HTTP answer: status and body text.
+struct Plain {
+    status: u16,
+    body: String,
+}
+
+/// kube-apiserver's `system:public-info-viewer` paths answer probes without credentials
+/// even with anonymous requests off; everything else (their sub-paths too) still needs
+/// them, and a bad token is refused there as anywhere.
+#[tokio::test]
+async fn health_and_version_need_no_credentials() {
+    let (addr, _dir) = start_plain().await;
+    for path in [
+        "/healthz",
+        "/livez",
+        "/readyz",
+        "/readyz?verbose",
+        "/version",
+    ] {
+        let r = send(addr, "GET", path, None, None).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+    }
+    let r = send(addr, "GET", "/version", None, None).await;
+    assert!(
+        common::json(&r.body)["gitVersion"].is_string(),
+        "{}",
+        r.body
+    );
+    for path in [
+        "/api",
+        "/api/v1/namespaces/team-a/pods",
+        "/readyz/ping",
+        "/metrics",
+    ] {
+        let r = send(addr, "GET", path, None, None).await;
+        assert_eq!(r.status, 401, "{path}: {}", r.body);
+    }
+    let r = send(addr, "GET", "/healthz", Some("Bearer nope"), None).await;
+    assert_eq!(r.status, 401);
+}
+
+/// The bearer scheme is matched case-insensitively, as kube-apiserver's bearer-token
+/// authenticator does.
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let (addr, _dir) = start_plain().await;
+    for auth in ["Bearer tok-alice", "bearer tok-alice", "BEARER tok-alice"] {
+        let r = send(
+            addr,
+            "GET",
+            "/api/v1/namespaces/team-a/pods",
+            Some(auth),
+            None,
+        )
+        .await;
+        assert_eq!(r.status, 200, "{auth}: {}", r.body);
+        assert_eq!(items(&r.body), 1, "{auth}");
+    }
+    let r = send(
+        addr,
+        "GET",
+        "/api/v1/namespaces/team-a/pods",
+        Some("Basic YTpi"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 401);
+}
+
+/// Under ABAC, access reviews are answered by the policy: the masters group may create
+/// them, and the answer for alice follows her rules (with ABAC's reason when it does not
+/// allow); alice herself has no rule to create reviews.
+#[tokio::test]
+async fn access_reviews_follow_the_abac_policy() {
+    let (addr, _dir) = start_plain().await;
+    let sar = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let review = |ns: &str| {
+        format!(
+            r#"{{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{{"user":"alice","resourceAttributes":{{"verb":"list","resource":"pods","namespace":"{ns}"}}}}}}"#
+        )
+    };
+    let r = send(
+        addr,
+        "POST",
+        sar,
+        Some("Bearer tok-admin"),
+        Some(&review("team-a")),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(
+        common::json(&r.body)["status"]["allowed"],
+        true,
+        "{}",
+        r.body
+    );
+    let r = send(
+        addr,
+        "POST",
+        sar,
+        Some("Bearer tok-admin"),
+        Some(&review("team-b")),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let v = common::json(&r.body);
+    assert_eq!(v["status"]["allowed"], false, "{}", r.body);
+    assert_eq!(v["status"]["reason"], "No policy matched.");
+    let r = send(
+        addr,
+        "POST",
+        sar,
+        Some("Bearer tok-alice"),
+        Some(&review("team-a")),
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.body);
 }

@@ -9,8 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client, Config};
-use listwatch_server::security::Authenticator;
-use listwatch_server::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens};
+use listwatch_auth::authn::Authenticator;
+use listwatch_auth::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens};
 use serde_json::{Value, json};
 
 const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";

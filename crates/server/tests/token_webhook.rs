@@ -9,22 +9,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http_body_util::BodyExt;
-use listwatch_server::auth::{Authorizer, User};
-use listwatch_server::security::Authenticator;
-use listwatch_server::tokens::WebhookTokens;
+use listwatch_auth::authn::Authenticator;
+use listwatch_auth::tokens::WebhookTokens;
+use listwatch_auth::{Attributes, Authorizer, Decision};
 
 /// Allows the webhook's user, in its group, everything.
 struct WebhookUserOnly;
 
 impl Authorizer for WebhookUserOnly {
-    fn allowed(
-        &self,
-        user: Option<&User>,
-        _: &str,
-        _: &listwatch_core::ResourceInfo,
-        _: Option<&str>,
-    ) -> bool {
-        user.is_some_and(|u| u.name == "wh-user" && u.groups.iter().any(|g| g == "wh-devs"))
+    fn authorize(&self, a: &Attributes) -> Decision {
+        let u = &a.user;
+        if u.name == "wh-user" && u.groups.iter().any(|g| g == "wh-devs") {
+            Decision::allow("")
+        } else {
+            Decision::no_opinion("")
+        }
     }
 }
 
@@ -157,7 +156,7 @@ async fn an_https_webhook_is_verified_against_its_ca() {
     let key = common::tls::write(&dir, "wh.key", &leaf.key_pem);
     let ca_file = common::tls::write(&dir, "ca.crt", &ca.cert_pem);
     let other_ca = common::tls::write(&dir, "other.crt", &common::tls::Ca::new("other").cert_pem);
-    let config = listwatch_server::security::tls_config(&cert, &key, None).expect("tls");
+    let config = listwatch_auth::tls::tls_config(&cert, &key, None).expect("tls");
     let (url, calls, _stop) = webhook(Some(tokio_rustls::TlsAcceptor::from(config))).await;
     let s = common::start(1, listwatch_server::ServerConfig::default()).await;
     for (trust, want) in [(&ca_file, 200), (&other_ca, 401)] {

@@ -160,7 +160,7 @@ pub fn require(part: &str) {
 /// test ends; returns the address.
 pub async fn serve_authenticated(
     app: Arc<App>,
-    authenticator: Arc<dyn listwatch_server::auth::Authenticate>,
+    authenticator: Arc<dyn listwatch_auth::Authenticate>,
 ) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -2,12 +2,14 @@
 //! cluster's service-account tokens (signed with its key, checked against the objects the
 //! cache follows) and OIDC ID tokens (keys from a JWKS file) — and, for clusters that use
 //! one, a token webhook (`TokenReview`, answers cached). Chained after the static token file
-//! by [`crate::security::Authenticator`].
+//! by [`crate::authn::Authenticator`].
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use listwatch_core::ApiError;
 use listwatch_core::scan;
@@ -15,22 +17,18 @@ use listwatch_sources::Registry;
 use ring::signature::KeyPair;
 use serde::Deserialize;
 use serde_json::Value;
+use x509_parser::prelude::FromDer as _;
 
-use crate::auth::User;
-use crate::security::{ConfigError, invalid, read};
+pub use crate::authn::TokenAuthenticator;
+use crate::authn::TokenReviewer;
+use crate::authorizer::{AuthFuture, User};
+use crate::config::{ConfigError, invalid, read};
 
 /// Seconds of clock skew tolerated on `exp` / `nbf` / `iat`, as kube-apiserver allows.
 const LEEWAY: u64 = 60;
 
 /// The issuer of legacy (Secret-based) service-account tokens.
 pub const LEGACY_ISSUER: &str = "kubernetes/serviceaccount";
-
-/// One authenticator of a kind of bearer token.
-pub trait TokenAuthenticator: Send + Sync {
-    /// `None` when the token is not this authenticator's to judge (another issuer, not a
-    /// JWT); else the user, or why the token is refused.
-    fn authenticate_token(&self, token: &str) -> Option<Result<User, ApiError>>;
-}
 
 /// Why a token was refused (logged, never sent: the client sees a plain 401).
 fn refuse(why: impl std::fmt::Display) -> Result<User, ApiError> {
@@ -50,19 +48,9 @@ fn issuer(token: &str) -> Option<String> {
     claims["iss"].as_str().map(str::to_string)
 }
 
+/// A JWT segment (base64url; trailing padding tolerated).
 fn base64url(s: &str) -> Option<Vec<u8>> {
-    let std: String = s
-        .trim_end_matches('=')
-        .chars()
-        .map(|c| match c {
-            '-' => '+',
-            '_' => '/',
-            c => c,
-        })
-        .collect();
-    let mut out = Vec::with_capacity(std.len() * 3 / 4);
-    listwatch_protobuf::encode::base64_into(std.as_bytes(), &mut out)?;
-    Some(out)
+    URL_SAFE_NO_PAD.decode(s.trim_end_matches('=')).ok()
 }
 
 fn now() -> u64 {
@@ -132,17 +120,16 @@ fn public_from_spki(der: &[u8], pkcs1: bool) -> Result<(DecodingKey, Algorithm),
     if pkcs1 {
         return Ok((DecodingKey::from_rsa_der(der), Algorithm::RS256));
     }
-    // SPKI: SEQUENCE { SEQUENCE { algorithm OID, params }, BIT STRING key }.
-    const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
-    const EC: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
-    let (alg_id, rest) = der_take(der_inner(der)?, 0x30)?;
-    let (oid, _) = der_take(alg_id, 0x06)?;
-    let (bits, _) = der_take(rest, 0x03)?;
-    let key = bits.get(1..).ok_or("empty key")?;
-    match oid {
-        RSA => Ok((DecodingKey::from_rsa_der(key), Algorithm::RS256)),
-        EC => Ok((DecodingKey::from_ec_der(key), Algorithm::ES256)),
-        _ => Err("public key is neither RSA nor ECDSA".into()),
+    let (_, spki) = x509_parser::x509::SubjectPublicKeyInfo::from_der(der)
+        .map_err(|e| format!("public key: {e}"))?;
+    let key = spki.subject_public_key.data.as_ref();
+    let alg = &spki.algorithm.algorithm;
+    if *alg == x509_parser::oid_registry::OID_PKCS1_RSAENCRYPTION {
+        Ok((DecodingKey::from_rsa_der(key), Algorithm::RS256))
+    } else if *alg == x509_parser::oid_registry::OID_KEY_TYPE_EC_PUBLIC_KEY {
+        Ok((DecodingKey::from_ec_der(key), Algorithm::ES256))
+    } else {
+        Err("public key is neither RSA nor ECDSA".into())
     }
 }
 
@@ -150,34 +137,6 @@ fn public_from_spki(der: &[u8], pkcs1: bool) -> Result<(DecodingKey, Algorithm),
 fn x509_spki(der: &[u8]) -> Result<Vec<u8>, String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| e.to_string())?;
     Ok(cert.tbs_certificate.subject_pki.raw.to_vec())
-}
-
-/// The contents of the DER SEQUENCE `der`.
-fn der_inner(der: &[u8]) -> Result<&[u8], String> {
-    der_take(der, 0x30).map(|(inner, _)| inner)
-}
-
-/// Splits one DER element of `tag` off `der`: (its contents, what follows).
-fn der_take(der: &[u8], tag: u8) -> Result<(&[u8], &[u8]), String> {
-    if der.first() != Some(&tag) {
-        return Err(format!("expected DER tag {tag:#x}"));
-    }
-    let first = *der.get(1).ok_or("truncated DER")?;
-    let (len, head) = if first < 0x80 {
-        (usize::from(first), 2)
-    } else {
-        let n = usize::from(first & 0x7f);
-        let mut len = 0usize;
-        for i in 0..n {
-            len = (len << 8) | usize::from(*der.get(2 + i).ok_or("truncated DER")?);
-        }
-        (len, 2 + n)
-    };
-    let end = head
-        .checked_add(len)
-        .filter(|e| *e <= der.len())
-        .ok_or("truncated DER")?;
-    Ok((&der[head..end], &der[end..]))
 }
 
 /// Verifies `token` with the keys of its algorithm (and of its `kid`, when both the token
@@ -319,10 +278,7 @@ impl ServiceAccountTokens {
         let b = &held.bytes[..];
         let stored = scan::find_path(b, 0, &["data", "token"])
             .and_then(|v| scan::plain_string(b, v))
-            .and_then(|s| {
-                let mut out = Vec::new();
-                listwatch_protobuf::encode::base64_into(&b[s.0..s.1], &mut out).map(|_| out)
-            })
+            .and_then(|s| STANDARD.decode(&b[s.0..s.1]).ok())
             .unwrap_or_default();
         if !same_bytes(&stored, token.as_bytes()) {
             return Err(format!("secret {ns}/{secret} does not hold this token"));
@@ -575,13 +531,7 @@ impl WebhookTokens {
         let tls = if https {
             let ca = ca_file
                 .ok_or_else(|| bad("https needs --authentication-token-webhook-ca-file".into()))?;
-            let mut roots = rustls::RootCertStore::empty();
-            use rustls::pki_types::pem::PemObject;
-            for c in rustls::pki_types::CertificateDer::pem_slice_iter(&read(ca)?) {
-                roots
-                    .add(c.map_err(|e| invalid(ca, e))?)
-                    .map_err(|e| invalid(ca, e))?;
-            }
+            let roots = crate::tls::roots(ca)?;
             let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
             let config = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
@@ -699,6 +649,12 @@ impl WebhookTokens {
             name: name.to_string(),
             groups,
         }))
+    }
+}
+
+impl TokenReviewer for WebhookTokens {
+    fn review_token<'a>(&'a self, token: &'a str) -> AuthFuture<'a> {
+        Box::pin(self.review(token))
     }
 }
 

@@ -15,80 +15,7 @@ use listwatch_store::Store;
 use parking_lot::Mutex;
 use serde::Deserialize;
 
-/// What a request asks (a `SubjectAccessReview`'s attributes).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Attributes {
-    /// User name.
-    pub user: String,
-    /// Groups.
-    pub groups: Vec<String>,
-    /// Verb (`get`, `list`, …; for non-resource requests the lower-case HTTP verb).
-    pub verb: String,
-    /// `Some` for resource requests.
-    pub resource: Option<ResourceAttributes>,
-    /// Path of a non-resource request (`/healthz`, `/apis`).
-    pub path: String,
-}
-
-impl Attributes {
-    /// The attributes of a `SubjectAccessReview` spec (`user`, `groups`, and
-    /// `resourceAttributes` or `nonResourceAttributes`).
-    pub fn from_review_spec(spec: &serde_json::Value) -> Attributes {
-        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-        let groups = spec["groups"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(s)
-            .collect();
-        match spec.get("resourceAttributes") {
-            Some(r) => Attributes {
-                user: s(&spec["user"]),
-                groups,
-                verb: s(&r["verb"]),
-                resource: Some(ResourceAttributes {
-                    group: s(&r["group"]),
-                    resource: s(&r["resource"]),
-                    subresource: s(&r["subresource"]),
-                    namespace: s(&r["namespace"]),
-                    name: s(&r["name"]),
-                }),
-                path: String::new(),
-            },
-            None => Attributes {
-                user: s(&spec["user"]),
-                groups,
-                verb: s(&spec["nonResourceAttributes"]["verb"]),
-                resource: None,
-                path: s(&spec["nonResourceAttributes"]["path"]),
-            },
-        }
-    }
-}
-
-/// The resource part of [`Attributes`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ResourceAttributes {
-    /// API group (`""` for core).
-    pub group: String,
-    /// Plural resource.
-    pub resource: String,
-    /// Subresource (`log`, `scale`), or empty.
-    pub subresource: String,
-    /// Namespace, empty for cluster-wide.
-    pub namespace: String,
-    /// Object name, empty for collections.
-    pub name: String,
-}
-
-/// An authorization decision with kube-apiserver's reason.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decision {
-    /// Allowed.
-    pub allowed: bool,
-    /// Why (the binding that allowed it), or empty.
-    pub reason: String,
-}
+use crate::authorizer::{Attributes, Authorizer, Decision};
 
 #[derive(Deserialize, Clone, Debug, Default)]
 #[serde(rename_all = "camelCase")]
@@ -245,30 +172,24 @@ impl ClusterAuthorizer {
 
     /// The decision for `a`: privileged groups, then the Node authorizer, then RBAC.
     pub fn decide(&self, a: &Attributes) -> Decision {
-        if a.groups.iter().any(|g| g == "system:masters") {
-            return Decision {
-                allowed: true,
-                reason: String::new(),
-            };
+        if a.user.groups.iter().any(|g| g == "system:masters") {
+            return Decision::allow("");
         }
         let ix = self.index();
-        if let Some(node) = a.user.strip_prefix("system:node:")
-            && a.groups.iter().any(|g| g == "system:nodes")
+        if let Some(node) = a.user.name.strip_prefix("system:node:")
+            && a.user.groups.iter().any(|g| g == "system:nodes")
             && self.node_allows(&ix, node, a)
         {
-            return Decision {
-                allowed: true,
-                reason: String::new(),
-            };
+            return Decision::allow("");
         }
         rbac_decide(&ix, a)
     }
 
     /// kube-apiserver's Node authorizer, allow/no-opinion only.
     fn node_allows(&self, ix: &Index, node: &str, a: &Attributes) -> bool {
-        let Some(r) = &a.resource else {
+        if !a.resource_request {
             return false;
-        };
+        }
         let graph_types = [
             ("", "secrets"),
             ("", "configmaps"),
@@ -277,27 +198,27 @@ impl ClusterAuthorizer {
             ("", "serviceaccounts"),
             ("resource.k8s.io", "resourceclaims"),
         ];
-        if graph_types.contains(&(r.group.as_str(), r.resource.as_str())) {
+        if graph_types.contains(&(a.api_group.as_str(), a.resource.as_str())) {
             // Reads of objects a pod bound to this node uses; nothing else.
             if a.verb != "get"
-                || r.name.is_empty()
-                || (r.namespace.is_empty() && r.resource != "persistentvolumes")
+                || a.name.is_empty()
+                || (a.namespace.is_empty() && a.resource != "persistentvolumes")
             {
                 return false;
             }
-            return self.node_uses(node, r);
+            return self.node_uses(node, a);
         }
         let reads = matches!(a.verb.as_str(), "get" | "list" | "watch");
-        if r.group.is_empty() && r.resource == "nodes" && r.subresource.is_empty() && reads {
+        if a.api_group.is_empty() && a.resource == "nodes" && a.subresource.is_empty() && reads {
             // Its own Node only; never all nodes.
-            return r.name == node;
+            return a.name == node;
         }
-        if r.group.is_empty() && r.resource == "pods" && r.subresource.is_empty() && reads {
+        if a.api_group.is_empty() && a.resource == "pods" && a.subresource.is_empty() && reads {
             // A pod bound to it; lists and watches need a spec.nodeName field selector,
             // which a review does not carry.
             return a.verb == "get"
-                && !r.name.is_empty()
-                && self.pod_on_node(&r.namespace, &r.name, node);
+                && !a.name.is_empty()
+                && self.pod_on_node(&a.namespace, &a.name, node);
         }
         // Everything else: the node rules (the system:node ClusterRole's).
         ix.cluster_roles
@@ -334,7 +255,7 @@ impl ClusterAuthorizer {
     }
 
     /// Whether a pod bound to `node` references the object `r`.
-    fn node_uses(&self, node: &str, r: &ResourceAttributes) -> bool {
+    fn node_uses(&self, node: &str, r: &Attributes) -> bool {
         for record in self.pods_on_node(node) {
             let ns = record.namespace();
             if r.resource != "persistentvolumes" && ns != r.namespace {
@@ -449,15 +370,15 @@ fn pod_references(pod: &serde_json::Value) -> PodRefs {
 
 fn subject_matches(s: &Subject, a: &Attributes, binding_ns: &str) -> bool {
     match s.kind.as_str() {
-        "User" => s.name == a.user,
-        "Group" => a.groups.contains(&s.name),
+        "User" => s.name == a.user.name,
+        "Group" => a.user.groups.contains(&s.name),
         "ServiceAccount" => {
             let ns = if s.namespace.is_empty() {
                 binding_ns
             } else {
                 &s.namespace
             };
-            a.user == format!("system:serviceaccount:{ns}:{}", s.name)
+            a.user.name == format!("system:serviceaccount:{ns}:{}", s.name)
         }
         _ => false,
     }
@@ -472,29 +393,27 @@ fn rule_allows(rule: &Rule, a: &Attributes) -> bool {
     if !has(&rule.verbs, &a.verb) {
         return false;
     }
-    match &a.resource {
-        None => rule.non_resource_urls.iter().any(|u| {
+    if !a.resource_request {
+        return rule.non_resource_urls.iter().any(|u| {
             u == "*" || *u == a.path || (u.ends_with('*') && a.path.starts_with(&u[..u.len() - 1]))
-        }),
-        Some(r) => {
-            if !has(&rule.api_groups, &r.group) {
-                return false;
-            }
-            let combined = if r.subresource.is_empty() {
-                r.resource.clone()
-            } else {
-                format!("{}/{}", r.resource, r.subresource)
-            };
-            let resource_ok = rule.resources.iter().any(|x| {
-                x == "*"
-                    || *x == combined
-                    || (!r.subresource.is_empty() && *x == format!("*/{}", r.subresource))
-            });
-            resource_ok
-                && (rule.resource_names.is_empty()
-                    || (!r.name.is_empty() && rule.resource_names.contains(&r.name)))
-        }
+        });
     }
+    if !has(&rule.api_groups, &a.api_group) {
+        return false;
+    }
+    let combined = if a.subresource.is_empty() {
+        a.resource.clone()
+    } else {
+        format!("{}/{}", a.resource, a.subresource)
+    };
+    let resource_ok = rule.resources.iter().any(|x| {
+        x == "*"
+            || *x == combined
+            || (!a.subresource.is_empty() && *x == format!("*/{}", a.subresource))
+    });
+    resource_ok
+        && (rule.resource_names.is_empty()
+            || (!a.name.is_empty() && rule.resource_names.contains(&a.name)))
 }
 
 fn rbac_decide(ix: &Index, a: &Attributes) -> Decision {
@@ -514,17 +433,18 @@ fn rbac_decide(ix: &Index, a: &Attributes) -> Decision {
         if let Some(rules) = ix.cluster_roles.get(&role_ref.name)
             && rules.iter().any(|r| rule_allows(r, a))
         {
-            return Decision {
-                allowed: true,
-                reason: format!(
-                    "RBAC: allowed by ClusterRoleBinding \"{name}\" of ClusterRole \"{}\" to {}",
-                    role_ref.name,
-                    who(s)
-                ),
-            };
+            return Decision::allow(format!(
+                "RBAC: allowed by ClusterRoleBinding \"{name}\" of ClusterRole \"{}\" to {}",
+                role_ref.name,
+                who(s)
+            ));
         }
     }
-    let ns = a.resource.as_ref().map_or("", |r| r.namespace.as_str());
+    let ns = if a.resource_request {
+        a.namespace.as_str()
+    } else {
+        ""
+    };
     if !ns.is_empty() {
         for (name, subjects, role_ref) in ix.bindings.get(ns).into_iter().flatten() {
             let Some(s) = subjects.iter().find(|s| subject_matches(s, a, ns)) else {
@@ -536,64 +456,20 @@ fn rbac_decide(ix: &Index, a: &Attributes) -> Decision {
                 _ => None,
             };
             if rules.is_some_and(|rules| rules.iter().any(|r| rule_allows(r, a))) {
-                return Decision {
-                    allowed: true,
-                    reason: format!(
-                        "RBAC: allowed by RoleBinding \"{name}/{ns}\" of {} \"{}\" to {}",
-                        role_ref.kind,
-                        role_ref.name,
-                        who(s)
-                    ),
-                };
+                return Decision::allow(format!(
+                    "RBAC: allowed by RoleBinding \"{name}/{ns}\" of {} \"{}\" to {}",
+                    role_ref.kind,
+                    role_ref.name,
+                    who(s)
+                ));
             }
         }
     }
-    Decision {
-        allowed: false,
-        reason: String::new(),
-    }
+    Decision::no_opinion("")
 }
 
-impl crate::auth::Authorizer for ClusterAuthorizer {
-    fn allowed(
-        &self,
-        user: Option<&crate::auth::User>,
-        verb: &str,
-        resource: &listwatch_core::ResourceInfo,
-        namespace: Option<&str>,
-    ) -> bool {
-        self.allowed_object(user, verb, resource, namespace, "")
-    }
-
-    fn allowed_object(
-        &self,
-        user: Option<&crate::auth::User>,
-        verb: &str,
-        resource: &listwatch_core::ResourceInfo,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> bool {
-        // No user: kube-apiserver's anonymous identity.
-        let (user, groups) = match user {
-            Some(u) => (u.name.clone(), u.groups.clone()),
-            None => (
-                "system:anonymous".to_string(),
-                vec!["system:unauthenticated".to_string()],
-            ),
-        };
-        self.decide(&Attributes {
-            user,
-            groups,
-            verb: verb.to_string(),
-            resource: Some(ResourceAttributes {
-                group: resource.group.clone(),
-                resource: resource.resource.clone(),
-                subresource: String::new(),
-                namespace: namespace.unwrap_or_default().to_string(),
-                name: name.to_string(),
-            }),
-            path: String::new(),
-        })
-        .allowed
+impl Authorizer for ClusterAuthorizer {
+    fn authorize(&self, a: &Attributes) -> Decision {
+        self.decide(a)
     }
 }

@@ -1,0 +1,275 @@
+//! The standalone authenticator: bearer tokens (kube-apiserver's CSV token file, then the
+//! [`TokenAuthenticator`]s — service-account and OIDC JWTs — then a [`TokenReviewer`], the
+//! token webhook), the verified client certificate's user, and anonymous requests (all of
+//! them with `--anonymous-auth`, else GETs of the public health and version paths).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use listwatch_core::ApiError;
+
+use crate::authorizer::{AuthFuture, Authenticate, User};
+use crate::config::{ConfigError, invalid, read};
+
+/// One authenticator of a kind of bearer token, judged without waiting (JWTs).
+pub trait TokenAuthenticator: Send + Sync {
+    /// `None` when the token is not this authenticator's to judge (another issuer, not a
+    /// JWT); else the user, or why the token is refused.
+    fn authenticate_token(&self, token: &str) -> Option<Result<User, ApiError>>;
+}
+
+/// Asked last, and may take a while, about a token nothing else claims (the token webhook).
+pub trait TokenReviewer: Send + Sync {
+    /// The user `token` names, or 401.
+    fn review_token<'a>(&'a self, token: &'a str) -> AuthFuture<'a>;
+}
+
+/// The paths kube-apiserver's `system:public-info-viewer` ClusterRole lets everyone,
+/// `system:unauthenticated` included, GET: what load balancers and kubelet probes read.
+pub const PUBLIC_INFO_PATHS: &[&str] = &["/healthz", "/livez", "/readyz", "/version", "/version/"];
+
+/// Whether `request` is a GET of one of the [`PUBLIC_INFO_PATHS`] (exact paths, as the
+/// ClusterRole's `nonResourceURLs` match; any query).
+pub fn is_public_info(request: &http::request::Parts) -> bool {
+    request.method == http::Method::GET && PUBLIC_INFO_PATHS.contains(&request.uri.path())
+}
+
+/// The bearer token of an `Authorization` header as kube-apiserver's bearer-token
+/// authenticator reads it: the scheme compared case-insensitively, the token up to the
+/// next space. `None` (not a bearer credential: other authenticators and anonymous may
+/// still apply) for another scheme or an empty token; `Err` for a header that is not text.
+fn bearer_token(headers: &http::HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(v) = headers.get(http::header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let auth = v.to_str().map_err(|_| ApiError::Unauthorized)?.trim();
+    let mut parts = auth.splitn(3, ' ');
+    let scheme = parts.next().unwrap_or_default();
+    let token = parts.next().unwrap_or_default();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(token))
+}
+
+/// Turns credentials into a user: bearer tokens (the static file's, then JWTs —
+/// service-account, OIDC — then the webhook), client certificates, or anonymous.
+#[derive(Default)]
+pub struct Authenticator {
+    tokens: HashMap<String, User>,
+    /// Asked in order for a token the static file does not know.
+    token_authenticators: Vec<Arc<dyn TokenAuthenticator>>,
+    /// Asked last, for a token no other authenticator claims.
+    webhook: Option<Arc<dyn TokenReviewer>>,
+    /// Requests without credentials become `system:anonymous` instead of 401.
+    pub anonymous: bool,
+}
+
+impl Authenticator {
+    /// Client certificates only (no tokens).
+    pub fn certificates_only(anonymous: bool) -> Self {
+        Authenticator {
+            anonymous,
+            ..Authenticator::default()
+        }
+    }
+
+    /// Asks `w` about tokens nothing else claims (kube-apiserver's token webhook).
+    pub fn with_webhook(mut self, w: Arc<dyn TokenReviewer>) -> Self {
+        self.webhook = Some(w);
+        self
+    }
+
+    /// Also accepts the tokens `a` vouches for (asked after the static tokens and the
+    /// authenticators added before it).
+    pub fn with_token_authenticator(mut self, a: Arc<dyn TokenAuthenticator>) -> Self {
+        self.token_authenticators.push(a);
+        self
+    }
+
+    /// Reads kube-apiserver's static token file: `token,user,uid,"group1,group2"` per line
+    /// (groups optional; blank lines and `#` comments skipped).
+    pub fn from_token_file(path: &Path, anonymous: bool) -> Result<Self, ConfigError> {
+        let data = read(path)?;
+        let mut tokens = HashMap::new();
+        let mut rdr = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .comment(Some(b'#'))
+            .trim(csv::Trim::All)
+            .from_reader(data.as_slice());
+        for (i, rec) in rdr.records().enumerate() {
+            let rec = rec.map_err(|e| invalid(path, e))?;
+            if rec.len() < 3 {
+                return Err(invalid(
+                    path,
+                    format!("line {}: want token,user,uid[,\"groups\"]", i + 1),
+                ));
+            }
+            let groups = rec
+                .get(3)
+                .map(|g| {
+                    g.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            tokens.insert(
+                rec[0].to_string(),
+                User {
+                    name: rec[1].to_string(),
+                    groups,
+                },
+            );
+        }
+        Ok(Authenticator {
+            tokens,
+            anonymous,
+            ..Authenticator::default()
+        })
+    }
+}
+
+impl Authenticate for Authenticator {
+    /// The request's user: a bearer token wins (the static file, then the JWT
+    /// authenticators whose issuer it names, then the webhook), then the client
+    /// certificate; without either, anonymous when enabled, and for GETs of the public
+    /// health and version paths in any case. A token that is present but unknown is 401
+    /// even with anonymous on, as in kube-apiserver.
+    fn authenticate<'a>(
+        &'a self,
+        request: &'a http::request::Parts,
+        cert_user: Option<&'a User>,
+    ) -> AuthFuture<'a> {
+        Box::pin(async move {
+            if let Some(token) = bearer_token(&request.headers)? {
+                if let Some(user) = self.tokens.get(token) {
+                    return Ok(with_group(user.clone(), "system:authenticated"));
+                }
+                let user = match self
+                    .token_authenticators
+                    .iter()
+                    .find_map(|a| a.authenticate_token(token))
+                {
+                    Some(judged) => judged?,
+                    None => match &self.webhook {
+                        Some(w) => w.review_token(token).await?,
+                        None => return Err(ApiError::Unauthorized),
+                    },
+                };
+                return Ok(with_group(user, "system:authenticated"));
+            }
+            if let Some(u) = cert_user {
+                return Ok(with_group(u.clone(), "system:authenticated"));
+            }
+            // kube-apiserver with anonymous requests limited to its probes
+            // (AuthenticationConfiguration `anonymous.conditions`) plus what
+            // system:public-info-viewer grants: a probe needs no credentials.
+            if self.anonymous || is_public_info(request) {
+                return Ok(User::anonymous());
+            }
+            Err(ApiError::Unauthorized)
+        })
+    }
+}
+
+fn with_group(mut u: User, g: &str) -> User {
+    if !u.groups.iter().any(|x| x == g) {
+        u.groups.push(g.into());
+    }
+    u
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(method: &str, path: &str, authorization: Option<&str>) -> http::request::Parts {
+        let mut b = http::Request::builder().method(method).uri(path);
+        if let Some(a) = authorization {
+            b = b.header(http::header::AUTHORIZATION, a);
+        }
+        b.body(()).expect("request").into_parts().0
+    }
+
+    fn alice() -> Authenticator {
+        let mut a = Authenticator::default();
+        a.tokens.insert(
+            "t0k3n".into(),
+            User {
+                name: "alice".into(),
+                groups: vec![],
+            },
+        );
+        a
+    }
+
+    fn run(a: &Authenticator, h: &http::request::Parts) -> Result<User, ApiError> {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match a.authenticate(h, None).as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(r) => r,
+            std::task::Poll::Pending => panic!("the static token file never waits"),
+        }
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        let a = alice();
+        for auth in [
+            "Bearer t0k3n",
+            "bearer t0k3n",
+            "BEARER t0k3n",
+            "bEaReR t0k3n extra",
+        ] {
+            let u = run(&a, &head("GET", "/api", Some(auth))).expect(auth);
+            assert_eq!(u.name, "alice", "{auth}");
+        }
+        // An unknown token is refused; another scheme or an empty token is no bearer
+        // credential at all (401 here only because anonymous is off).
+        for auth in [
+            "bearer nope",
+            "Basic dTpw",
+            "Bearer ",
+            "Bearer  t0k3n",
+            "t0k3n",
+        ] {
+            assert!(
+                matches!(
+                    run(&a, &head("GET", "/api", Some(auth))),
+                    Err(ApiError::Unauthorized)
+                ),
+                "{auth}"
+            );
+        }
+    }
+
+    #[test]
+    fn probes_need_no_credentials_but_bad_ones_are_refused() {
+        let a = alice();
+        for path in [
+            "/healthz",
+            "/livez",
+            "/readyz?verbose",
+            "/version",
+            "/version/",
+        ] {
+            let u = run(&a, &head("GET", path, None)).expect(path);
+            assert_eq!(u, User::anonymous(), "{path}");
+        }
+        for (method, path) in [
+            ("GET", "/readyz/etcd"),
+            ("GET", "/api"),
+            ("POST", "/healthz"),
+        ] {
+            assert!(
+                run(&a, &head(method, path, None)).is_err(),
+                "{method} {path}"
+            );
+        }
+        assert!(run(&a, &head("GET", "/readyz", Some("Bearer nope"))).is_err());
+    }
+}

@@ -1,0 +1,292 @@
+//! Who asks and what they ask: the authenticated [`User`], a request's [`Attributes`] in
+//! kube-apiserver's `authorizer.Attributes` shape, the [`Authorizer`] that decides on them
+//! (RBAC, Node, ABAC, an embedding host's own) and the [`Authenticate`] step that finds the
+//! user. A cluster-wide LIST by a user allowed only some namespaces is denied, as in
+//! Kubernetes RBAC: its attributes carry no namespace.
+
+use listwatch_core::ResourceInfo;
+
+/// An authenticated user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    /// User name.
+    pub name: String,
+    /// Group memberships.
+    pub groups: Vec<String>,
+}
+
+impl User {
+    /// kube-apiserver's anonymous identity: `system:anonymous` in `system:unauthenticated`.
+    pub fn anonymous() -> User {
+        User {
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        }
+    }
+}
+
+/// What a request asks, as kube-apiserver's `authorizer.Attributes` describes it: a
+/// resource request (verb on group/version/resource[/subresource], namespace, name) or a
+/// non-resource one (verb on a path).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attributes {
+    /// Who asks.
+    pub user: User,
+    /// `get`, `list`, `watch`, `create`, …; for non-resource requests the lower-case HTTP
+    /// method.
+    pub verb: String,
+    /// A request for a resource (else for [`Self::path`]).
+    pub resource_request: bool,
+    /// Namespace; empty for cluster-scoped resources and requests across all namespaces.
+    pub namespace: String,
+    /// API group (`""` for core).
+    pub api_group: String,
+    /// API version.
+    pub api_version: String,
+    /// Plural resource.
+    pub resource: String,
+    /// Subresource (`log`, `scale`), or empty.
+    pub subresource: String,
+    /// Object name; empty for collections.
+    pub name: String,
+    /// Path of a non-resource request (`/healthz`, `/apis`).
+    pub path: String,
+}
+
+impl Attributes {
+    /// A resource request: `verb` on `resource` in `namespace` (None: all namespaces, or a
+    /// cluster-scoped resource), of the object `name` (empty for collections).
+    pub fn resource(
+        user: User,
+        verb: &str,
+        resource: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Attributes {
+        Attributes {
+            user,
+            verb: verb.into(),
+            resource_request: true,
+            namespace: namespace.unwrap_or_default().into(),
+            api_group: resource.group.clone(),
+            api_version: resource.version.clone(),
+            resource: resource.resource.clone(),
+            subresource: String::new(),
+            name: name.into(),
+            path: String::new(),
+        }
+    }
+
+    /// A non-resource request: `verb` (lower-case HTTP method) on `path`.
+    pub fn non_resource(user: User, verb: &str, path: &str) -> Attributes {
+        Attributes {
+            user,
+            verb: verb.into(),
+            resource_request: false,
+            namespace: String::new(),
+            api_group: String::new(),
+            api_version: String::new(),
+            resource: String::new(),
+            subresource: String::new(),
+            name: String::new(),
+            path: path.into(),
+        }
+    }
+
+    /// The attributes of a `SubjectAccessReview` spec (`user`, `groups`, and
+    /// `resourceAttributes` or `nonResourceAttributes`); missing fields are empty.
+    pub fn from_review_spec(spec: &serde_json::Value) -> Attributes {
+        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let user = User {
+            name: s(&spec["user"]),
+            groups: spec["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(s)
+                .collect(),
+        };
+        match spec.get("resourceAttributes").filter(|r| r.is_object()) {
+            Some(r) => Attributes {
+                user,
+                verb: s(&r["verb"]),
+                resource_request: true,
+                namespace: s(&r["namespace"]),
+                api_group: s(&r["group"]),
+                api_version: s(&r["version"]),
+                resource: s(&r["resource"]),
+                subresource: s(&r["subresource"]),
+                name: s(&r["name"]),
+                path: String::new(),
+            },
+            None => {
+                let n = &spec["nonResourceAttributes"];
+                Attributes::non_resource(user, &s(&n["verb"]), &s(&n["path"]))
+            }
+        }
+    }
+
+    /// Whether the verb only reads (`get`, `list`, `watch`), as ABAC's `readonly` means.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.verb.as_str(), "get" | "list" | "watch")
+    }
+}
+
+/// An authorizer's answer with kube-apiserver's reason (the binding that allowed it; why
+/// not). Ours allow or have no opinion; none denies outright.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Allowed.
+    pub allowed: bool,
+    /// Why, or empty.
+    pub reason: String,
+}
+
+impl Decision {
+    /// Allowed, because of `reason` (may be empty).
+    pub fn allow(reason: impl Into<String>) -> Decision {
+        Decision {
+            allowed: true,
+            reason: reason.into(),
+        }
+    }
+
+    /// No opinion (not allowed by this authorizer), with `reason` (may be empty).
+    pub fn no_opinion(reason: impl Into<String>) -> Decision {
+        Decision {
+            allowed: false,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Decides whether a request may proceed.
+pub trait Authorizer: Send + Sync + 'static {
+    /// The decision for `attributes`.
+    fn authorize(&self, attributes: &Attributes) -> Decision;
+}
+
+/// `--authorization-mode=AlwaysAllow`: everything is allowed (no reason given, as
+/// kube-apiserver answers).
+pub struct AlwaysAllow;
+
+impl Authorizer for AlwaysAllow {
+    fn authorize(&self, _: &Attributes) -> Decision {
+        Decision::allow("")
+    }
+}
+
+/// Authorizers chained as kube-apiserver chains `--authorization-mode` entries: the first
+/// that allows decides; when none does, their reasons are joined by newlines.
+pub struct AnyOf(pub Vec<std::sync::Arc<dyn Authorizer>>);
+
+impl Authorizer for AnyOf {
+    fn authorize(&self, attributes: &Attributes) -> Decision {
+        let mut reasons = Vec::new();
+        for a in &self.0 {
+            let d = a.authorize(attributes);
+            if d.allowed {
+                return d;
+            }
+            if !d.reason.is_empty() {
+                reasons.push(d.reason);
+            }
+        }
+        Decision::no_opinion(reasons.join("\n"))
+    }
+}
+
+/// What [`Authenticate::authenticate`] returns: the user, once known (a webhook may have to
+/// be asked).
+pub type AuthFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<User, listwatch_core::ApiError>> + Send + 'a>,
+>;
+
+/// Turns a request's credentials into a user (or a 401): bearer tokens, the verified
+/// client certificate's user, anonymous. The standalone binary's authenticator is one; an
+/// embedding host usually authenticates itself and attaches the [`User`].
+pub trait Authenticate: Send + Sync + 'static {
+    /// The user making the request with head `request`, over a connection whose verified
+    /// client certificate named `cert_user`.
+    fn authenticate<'a>(
+        &'a self,
+        request: &'a http::request::Parts,
+        cert_user: Option<&'a User>,
+    ) -> AuthFuture<'a>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Allows one user everything; says so when it does not.
+    struct Only(&'static str);
+
+    impl Authorizer for Only {
+        fn authorize(&self, a: &Attributes) -> Decision {
+            if a.user.name == self.0 {
+                Decision::allow(format!("{} may", self.0))
+            } else {
+                Decision::no_opinion(format!("not {}", self.0))
+            }
+        }
+    }
+
+    fn user(n: &str) -> User {
+        User {
+            name: n.into(),
+            groups: vec![],
+        }
+    }
+
+    #[test]
+    fn a_chain_allows_what_any_member_allows() {
+        let chain = AnyOf(vec![Arc::new(Only("alice")), Arc::new(Only("bob"))]);
+        let info = ResourceInfo::default();
+        let list = |u: User| Attributes::resource(u, "list", &info, None, "");
+        assert_eq!(
+            chain.authorize(&list(user("alice"))),
+            Decision::allow("alice may")
+        );
+        assert_eq!(
+            chain.authorize(&Attributes::resource(
+                user("bob"),
+                "get",
+                &info,
+                Some("ns"),
+                "x"
+            )),
+            Decision::allow("bob may")
+        );
+        assert_eq!(
+            chain.authorize(&list(user("carol"))),
+            Decision::no_opinion("not alice\nnot bob")
+        );
+        assert!(!chain.authorize(&list(User::anonymous())).allowed);
+    }
+
+    #[test]
+    fn a_review_spec_becomes_attributes() {
+        let spec = serde_json::json!({
+            "user": "u", "groups": ["g"],
+            "resourceAttributes": {"verb": "get", "group": "apps", "version": "v1",
+                "resource": "deployments", "subresource": "scale", "namespace": "ns", "name": "d"}
+        });
+        let a = Attributes::from_review_spec(&spec);
+        assert!(a.resource_request && a.is_read_only());
+        assert_eq!(
+            (
+                a.api_group.as_str(),
+                a.api_version.as_str(),
+                a.subresource.as_str()
+            ),
+            ("apps", "v1", "scale")
+        );
+        let spec = serde_json::json!({"user": "u",
+            "nonResourceAttributes": {"verb": "get", "path": "/healthz"}});
+        let a = Attributes::from_review_spec(&spec);
+        assert!(!a.resource_request);
+        assert_eq!(a.path, "/healthz");
+    }
+}

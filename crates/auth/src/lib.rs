@@ -1,0 +1,29 @@
+//! listwatch-auth: who a request is and what it may do, as kube-apiserver decides both.
+//!
+//! - [`authorizer`]: the [`User`], the request's [`Attributes`] (kube-apiserver's
+//!   `authorizer.Attributes`), the [`Authorizer`] and [`Authenticate`] traits.
+//! - [`rbac`]: the cluster's RBAC and Node authorizers and access-review answers, evaluated
+//!   from the objects listwatch caches; [`abac`]: the ABAC policy file.
+//! - [`authn`]: the standalone authenticator (static token file, client-certificate user,
+//!   JWTs and webhook, anonymous).
+//! - With the `standalone` feature: [`tls`] (rustls, client certificates) and [`tokens`]
+//!   (service-account and OIDC JWTs, the token webhook).
+//!
+//! It depends on listwatch-core, -store and -sources (the caches the authorizers and the
+//! service-account lookups read), never on the server.
+
+pub mod abac;
+pub mod authn;
+pub mod authorizer;
+pub mod config;
+pub mod rbac;
+pub mod review;
+#[cfg(feature = "standalone")]
+pub mod tls;
+#[cfg(feature = "standalone")]
+pub mod tokens;
+
+pub use authorizer::{
+    AlwaysAllow, AnyOf, Attributes, AuthFuture, Authenticate, Authorizer, Decision, User,
+};
+pub use config::ConfigError;
