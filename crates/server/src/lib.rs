@@ -657,6 +657,12 @@ pub async fn serve_with(
     Ok(())
 }
 
+/// A process-wide request number for the request span (`id`), to find one request's lines.
+fn next_request_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Counts a request as abandoned by its client unless it was answered (see
 /// `connection::InFlight::cancelled`).
 struct AbandonGuard(Option<connection::InFlight>);
@@ -696,31 +702,43 @@ async fn serve_connection<I>(
         let app = app.clone();
         let authn = authn.clone();
         let cert_user = cert_user.clone();
+        // Every log line of this request, its response body included, carries these.
+        let span = tracing::info_span!(
+            "request",
+            id = next_request_id(),
+            method = %req.method(),
+            path = req.uri().path(),
+            user = tracing::field::Empty,
+        );
         // Boxed: the connection (HTTP/1) or stream task (HTTP/2) would otherwise embed the
         // whole handler state machine (~6.6 KB, sized for its largest state) for as long as
         // the response streams — most of an idle watch's cost. Boxed, it is freed once the
         // response head is ready and only the body stays (measured with dhat, docs/memory.md).
-        Box::pin(async move {
-            // A request dropped before its response is ready was abandoned by the client.
-            let abandoned = AbandonGuard(Some(in_flight.clone()));
-            let (mut head, body) = req.into_parts();
-            head.extensions.insert(in_flight);
-            if let Some(authn) = &authn {
-                match authn.authenticate(&head, cert_user.as_ref()).await {
-                    Ok(user) => {
-                        head.extensions.insert(user);
-                    }
-                    Err(e) => {
-                        abandoned.answered();
-                        return Ok::<_, Infallible>(app.refuse(&e));
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                // A request dropped before its response is ready was abandoned by the client.
+                let abandoned = AbandonGuard(Some(in_flight.clone()));
+                let (mut head, body) = req.into_parts();
+                head.extensions.insert(in_flight);
+                if let Some(authn) = &authn {
+                    match authn.authenticate(&head, cert_user.as_ref()).await {
+                        Ok(user) => {
+                            tracing::Span::current().record("user", user.name.as_str());
+                            head.extensions.insert(user);
+                        }
+                        Err(e) => {
+                            abandoned.answered();
+                            return Ok::<_, Infallible>(app.refuse(&e));
+                        }
                     }
                 }
-            }
-            let req = Request::from_parts(head, box_body(body));
-            let response = app.handle(req).await;
-            abandoned.answered();
-            Ok::<_, Infallible>(response)
-        })
+                let req = Request::from_parts(head, box_body(body));
+                let response = app.handle(req).await;
+                abandoned.answered();
+                Ok::<_, Infallible>(response)
+            },
+            span,
+        ))
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     // hyper queues body chunks by reference (writev) until this many bytes are pending,

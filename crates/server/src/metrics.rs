@@ -323,6 +323,9 @@ pub struct MeteredBody {
     in_flight: Option<crate::connection::InFlight>,
     /// The body handed out its last frame (a body dropped before that was abandoned).
     finished: bool,
+    /// The request's span (see `serve_connection`), entered while the body streams so the
+    /// encoder's lines and the request log line are found with the request's.
+    span: tracing::Span,
 }
 
 impl MeteredBody {
@@ -356,6 +359,7 @@ impl MeteredBody {
             sent: 0,
             longrunning,
             finished: false,
+            span: tracing::Span::current(),
         }
     }
 }
@@ -376,6 +380,7 @@ impl MeteredBody {
 
 impl Drop for MeteredBody {
     fn drop(&mut self) {
+        let _span = self.span.clone().entered();
         if !self.finished
             && let Some(c) = &self.in_flight
         {
@@ -429,21 +434,23 @@ impl Body for MeteredBody {
     type Error = std::convert::Infallible;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        if let Some(c) = &self.in_flight {
+        let this = self.get_mut();
+        let _span = this.span.enter();
+        if let Some(c) = &this.in_flight {
             c.polled();
         }
-        let p = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(p, Poll::Ready(None)) || self.inner.is_end_stream() {
-            self.finished = true;
+        let p = Pin::new(&mut this.inner).poll_frame(cx);
+        if matches!(p, Poll::Ready(None)) || this.inner.is_end_stream() {
+            this.finished = true;
         }
         if let Poll::Ready(Some(Ok(f))) = &p
             && let Some(d) = f.data_ref()
         {
-            self.sent += d.len() as u64;
-            if let Some(c) = &self.in_flight {
+            this.sent += d.len() as u64;
+            if let Some(c) = &this.in_flight {
                 c.produced();
             }
         }
