@@ -19,7 +19,19 @@ async fn removing_a_resource_at_runtime_ends_its_watches_spread_out() {
             .await
             .expect("initial pod event");
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every configmap watch registered (the server's own gauge), rather than a fixed wait.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !common::get(s.addr, "/metrics")
+        .await
+        .body
+        .contains("apiserver_registered_watchers{resource=\"configmaps\"} 20")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the 20 configmap watches are not open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let t0 = Instant::now();
     assert!(

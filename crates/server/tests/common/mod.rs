@@ -1,7 +1,6 @@
 //! Test helpers: start a real listwatch server on 127.0.0.1 and talk raw HTTP to it.
 #![allow(dead_code)]
 
-pub mod etcd;
 pub mod tls;
 
 use std::net::SocketAddr;
