@@ -48,24 +48,7 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
     }
     drop(tx);
     // A LIST of 20,000 pods read slowly, so it is still in flight at SIGTERM.
-    let mut list = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    list.write_all(
-        b"GET /api/v1/pods?resourceVersion=0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    )
-    .await
-    .expect("write");
-    let reader = tokio::spawn(async move {
-        let mut body = Vec::new();
-        let mut buf = vec![0u8; 64 << 10];
-        loop {
-            match list.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => body.extend_from_slice(&buf[..n]),
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        body
-    });
+    let reader = tokio::spawn(list_read_slowly(addr, Duration::from_millis(5)));
     // SIGTERM once the 30 watches and the LIST are in flight, by the server's own gauges.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -169,24 +152,12 @@ async fn lists_in_flight_get_their_own_grace_and_a_stalled_one_is_cut_at_it() {
             "--shutdown-list-grace-period",
             &LIST_GRACE_S.to_string(),
         ]));
-    let request =
-        b"GET /api/v1/pods?resourceVersion=0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    let mut slow = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    slow.write_all(request).await.expect("write");
     let slow = tokio::spawn(async move {
-        let mut body = Vec::new();
-        let mut buf = vec![0u8; 64 << 10];
-        loop {
-            match slow.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => body.extend_from_slice(&buf[..n]),
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let body = list_read_slowly(addr, Duration::from_millis(10)).await;
         (body, Instant::now())
     });
     let mut stalled = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    stalled.write_all(request).await.expect("write");
+    stalled.write_all(LIST_PODS).await.expect("write");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !metrics(addr)
         .await
@@ -238,4 +209,25 @@ async fn lists_in_flight_get_their_own_grace_and_a_stalled_one_is_cut_at_it() {
         .expect("join")
         .expect("wait");
     assert!(status.success(), "exit status {status:?}");
+}
+
+/// An HTTP/1.1 LIST of every pod, closing the connection after it.
+const LIST_PODS: &[u8] =
+    b"GET /api/v1/pods?resourceVersion=0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+
+/// Sends [`LIST_PODS`] and reads the raw response 64 KiB at a time with `pause` between
+/// reads, until the server closes the connection.
+async fn list_read_slowly(addr: std::net::SocketAddr, pause: Duration) -> Vec<u8> {
+    let mut list = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    list.write_all(LIST_PODS).await.expect("write");
+    let mut body = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match list.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => body.extend_from_slice(&buf[..n]),
+        }
+        tokio::time::sleep(pause).await;
+    }
+    body
 }
