@@ -56,6 +56,21 @@ struct ServeArgs {
     /// etcd client URLs, comma-separated (with `--source etcd`).
     #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
     etcd_endpoints: Vec<String>,
+    /// CA bundle (PEM) etcd's serving certificate is verified against, host name included
+    /// (kube-apiserver's flag; needed for https:// endpoints).
+    #[arg(long)]
+    etcd_cafile: Option<PathBuf>,
+    /// Client certificate (PEM) presented to etcd (kube-apiserver's flag).
+    #[arg(long, requires = "etcd_keyfile")]
+    etcd_certfile: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, requires = "etcd_certfile")]
+    etcd_keyfile: Option<PathBuf>,
+    /// Accept writes and commit them straight into etcd, BYPASSING kube-apiserver's
+    /// admission, defaulting, validation and encryption at rest. Tests and labs only;
+    /// without it the etcd source is read-only (writes are 405).
+    #[arg(long)]
+    etcd_unsafe_direct_writes: bool,
     /// Seconds between progress requests to etcd (keeps idle resources' RVs fresh).
     #[arg(long, default_value_t = 5)]
     etcd_progress_interval: u64,
@@ -384,7 +399,7 @@ async fn etcd_source(
     args: &ServeArgs,
     registry: Registry,
 ) -> Result<Arc<dyn Source>, anyhow::Error> {
-    use listwatch_etcd::{Decryptor, EtcdConfig, EtcdSource, ValueDecoder};
+    use listwatch_etcd::{Decryptor, EtcdConfig, EtcdSource, EtcdTls, ValueDecoder};
     let decryptor = match &args.encryption_provider_config {
         Some(path) => Some(
             Decryptor::from_file(path).map_err(|e| anyhow!("--encryption-provider-config {e}"))?,
@@ -396,17 +411,50 @@ async fn etcd_source(
             "--demo-pods and --load fill the embedded store; with etcd, write the objects to etcd"
         );
     }
+    let pem = |flag: &str, path: &Option<PathBuf>| -> anyhow::Result<Option<Vec<u8>>> {
+        path.as_ref()
+            .map(|p| std::fs::read(p).with_context(|| format!("--{flag} {}", p.display())))
+            .transpose()
+    };
+    let tls = EtcdTls {
+        ca_pem: pem("etcd-cafile", &args.etcd_cafile)?,
+        cert_pem: pem("etcd-certfile", &args.etcd_certfile)?,
+        key_pem: pem("etcd-keyfile", &args.etcd_keyfile)?,
+    };
+    let https = args
+        .etcd_endpoints
+        .iter()
+        .any(|e| e.starts_with("https://"));
+    if https && tls.ca_pem.is_none() {
+        bail!(
+            "--etcd-endpoints {}: https needs --etcd-cafile (the CA that signed etcd's serving certificate)",
+            args.etcd_endpoints.join(",")
+        );
+    }
     let etcd = EtcdSource::start(
         registry,
         EtcdConfig {
             endpoints: args.etcd_endpoints.clone(),
             progress_interval: std::time::Duration::from_secs(args.etcd_progress_interval.max(1)),
             decoder: ValueDecoder::new(decryptor),
+            unsafe_direct_writes: args.etcd_unsafe_direct_writes,
+            tls: https.then_some(tls),
             ..EtcdConfig::default()
         },
     )
     .await
-    .map_err(|e| anyhow!("--etcd-endpoints {}: {e}", args.etcd_endpoints.join(",")))?;
+    .map_err(|e| {
+        anyhow!(
+            "--etcd-endpoints {}: {e}{}",
+            args.etcd_endpoints.join(","),
+            e.hint()
+        )
+    })?;
+    if args.etcd_unsafe_direct_writes {
+        tracing::warn!(
+            "--etcd-unsafe-direct-writes: writes go straight into etcd, bypassing kube-apiserver's admission, defaulting, validation and encryption at rest"
+        );
+    }
     tracing::info!(endpoints = ?args.etcd_endpoints, "following etcd");
     Ok(etcd)
 }

@@ -169,6 +169,9 @@ pub enum ApiError {
     /// 405 `MethodNotAllowed`.
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// 405 `MethodNotAllowed` with why: the source is read-only (writes belong elsewhere).
+    #[error("{0}")]
+    ReadOnly(String),
     /// 409 `AlreadyExists`.
     #[error("already exists")]
     AlreadyExists(ObjectRef),
@@ -420,6 +423,7 @@ impl ApiError {
                 "MethodNotAllowed",
                 "the server does not allow this method on the requested resource".into(),
             ),
+            ApiError::ReadOnly(why) => simple(405, "MethodNotAllowed", why.clone()),
             ApiError::AlreadyExists(r) => object(
                 409,
                 "AlreadyExists",

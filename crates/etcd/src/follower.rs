@@ -534,12 +534,16 @@ where
     Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
     let deadline = tokio::time::Instant::now() + limit;
+    // Out of time after undeliverable attempts, the cause is what they failed with
+    // ("connection refused", a certificate refused), not a timeout.
+    let mut undelivered: Option<etcd_client::Error> = None;
     loop {
         match tokio::time::timeout_at(deadline, f()).await {
-            Err(_) => return Err(EtcdError::Timeout(limit)),
+            Err(_) => return Err(undelivered.map_or(EtcdError::Timeout(limit), EtcdError::from)),
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) if never_sent(&e) && tokio::time::Instant::now() < deadline => {
                 debug!(error = %e, "etcd member unreachable; retrying");
+                undelivered = Some(e);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Ok(Err(e)) => return Err(e.into()),

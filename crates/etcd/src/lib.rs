@@ -16,15 +16,16 @@ mod source;
 pub use decode::{DecodeError, ValueDecoder};
 pub use encryption::Decryptor;
 pub use follower::{FollowerState, FollowerStats, ProgressOrder};
-pub use source::{CRD_DRAIN, EtcdConfig, EtcdSource};
+pub use source::{CRD_DRAIN, EtcdConfig, EtcdSource, EtcdTls, READ_ONLY};
 
 use listwatch_core::ApiError;
 
 /// What can go wrong talking to etcd.
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
-    /// etcd answered with an error or could not be reached.
-    #[error("etcd: {0}")]
+    /// etcd answered with an error or could not be reached (with every cause in the chain:
+    /// "connection refused", a certificate etcd or we refused…).
+    #[error("etcd: {}", describe(.0))]
     Client(#[from] etcd_client::Error),
     /// etcd did not answer in time.
     #[error("etcd did not answer within {0:?}")]
@@ -32,6 +33,68 @@ pub enum EtcdError {
     /// A response lacked its header (never sent by a real etcd).
     #[error("etcd response without a header")]
     NoHeader,
+}
+
+impl EtcdError {
+    /// What an operator can do about this error, by what it says ("" when nothing
+    /// specific): a CA that does not verify etcd's certificate, a missing client
+    /// certificate, nothing listening.
+    pub fn hint(&self) -> &'static str {
+        let text = self.to_string().to_ascii_lowercase();
+        let has = |s: &str| text.contains(&s.to_ascii_lowercase());
+        if has("NotValidForName") {
+            "; etcd's certificate is not valid for the endpoint's host name: use a name or address it lists"
+        } else if has("UnknownIssuer") || has("invalid peer certificate") {
+            "; etcd's certificate did not verify against --etcd-cafile: give the CA that signed it"
+        } else if has("CertificateRequired")
+            || has("certificate required")
+            || has("BadCertificate")
+            || has("bad certificate")
+        {
+            "; etcd wants a client certificate it trusts: give --etcd-certfile and --etcd-keyfile"
+        } else if has("connection closed") {
+            "; etcd closed the connection: if it requires client certificates (--client-cert-auth), give --etcd-certfile and --etcd-keyfile"
+        } else if has("connection refused") {
+            "; is etcd running at that address?"
+        } else {
+            ""
+        }
+    }
+}
+
+/// One line for an etcd client error: a gRPC status by its message and the causes below it
+/// (its own Display dumps the source's Debug form).
+fn describe(e: &etcd_client::Error) -> String {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            let mut text = s.message().to_string();
+            if let Some(source) = std::error::Error::source(s) {
+                let below = causes(source);
+                if !text.contains(&below) {
+                    text.push_str(": ");
+                    text.push_str(&below);
+                }
+            }
+            text
+        }
+        other => causes(other),
+    }
+}
+
+/// `e` and its sources in one line, each once (transport errors hide their cause below a
+/// generic "transport error").
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+        next = cause.source();
+    }
+    text
 }
 
 impl From<EtcdError> for ApiError {

@@ -41,6 +41,35 @@ pub struct EtcdConfig {
     pub fault_early_progress: bool,
     /// Reads stored values: JSON, protobuf, and encrypted ones with the configured keys.
     pub decoder: ValueDecoder,
+    /// Accept writes and commit them to etcd directly, bypassing kube-apiserver's
+    /// admission, defaulting, validation and encryption at rest: tests and labs only.
+    /// Off: every write is 405 with [`READ_ONLY`].
+    pub unsafe_direct_writes: bool,
+    /// TLS to etcd (for `https://` endpoints): the CA etcd's certificate is verified
+    /// against, host names included, and the client certificate etcd asks for.
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS material for etcd, as PEM: kube-apiserver's `--etcd-cafile`, `--etcd-certfile`,
+/// `--etcd-keyfile`.
+#[derive(Clone, Default)]
+pub struct EtcdTls {
+    /// CA bundle that signed etcd's serving certificate.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate (chain) presented to etcd.
+    pub cert_pem: Option<Vec<u8>>,
+    /// The client certificate's private key.
+    pub key_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("EtcdTls")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.cert_pem.is_some())
+            .finish()
+    }
 }
 
 impl Default for EtcdConfig {
@@ -55,9 +84,14 @@ impl Default for EtcdConfig {
             progress_order: ProgressOrder::Ordered,
             fault_early_progress: false,
             decoder: ValueDecoder::default(),
+            unsafe_direct_writes: false,
+            tls: None,
         }
     }
 }
+
+/// Why a write to the etcd source is refused.
+pub const READ_ONLY: &str = "listwatch serves reads from the cluster's etcd; writes belong to kube-apiserver (its admission, defaulting, validation and encryption at rest): send them there (--etcd-unsafe-direct-writes writes into etcd directly, for tests and labs only)";
 
 /// How long a custom resource's open watches take to end once its CRD stops serving it.
 pub const CRD_DRAIN: Duration = Duration::from_secs(5);
@@ -114,7 +148,7 @@ impl EtcdSource {
     /// Connects to etcd and starts a follower for every resource of `registry` (on the
     /// current tokio runtime). Stores stay unready until their first list completes.
     pub async fn start(registry: Registry, config: EtcdConfig) -> Result<Arc<Self>, EtcdError> {
-        let options = ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(3))
             // Detects a dead member under an open watch (no TCP reset when it is killed -9
             // behind a proxy, or frozen) and lets the balanced channel move on.
@@ -122,15 +156,27 @@ impl EtcdSource {
             .with_keep_alive_while_idle(true)
             // A member cut off from the quorum would otherwise keep our watch open silently.
             .with_require_leader(true);
+        if let Some(tls) = &config.tls {
+            let mut t = etcd_client::TlsOptions::new();
+            if let Some(ca) = &tls.ca_pem {
+                t = t.ca_certificate(etcd_client::Certificate::from_pem(ca));
+            }
+            if let (Some(cert), Some(key)) = (&tls.cert_pem, &tls.key_pem) {
+                t = t.identity(etcd_client::Identity::from_pem(cert, key));
+            }
+            options = options.with_tls(t);
+        }
         let client = Client::connect(&config.endpoints, Some(options)).await?;
         let mut config = config;
-        let version = match client.clone().status().await {
-            Ok(s) => s.version().to_string(),
-            Err(e) => {
-                tracing::warn!(error = %e, "etcd version unknown; assuming it reorders progress notifications");
-                String::new()
-            }
-        };
+        // The first answer proves etcd reachable (address, TLS, credentials): a start-up
+        // that cannot reach etcd fails here with the cause rather than serving nothing.
+        let version = call(config.request_timeout.min(Duration::from_secs(5)), || {
+            let mut c = client.clone();
+            async move { c.status().await }
+        })
+        .await?
+        .version()
+        .to_string();
         if progress_may_overtake_events(&version) {
             tracing::warn!(%version, "etcd before 3.4.31/3.5.13 may send requested progress notifications ahead of events (etcd#15220, etcd#17507): only its periodic notifications advance idle resources, so consistent reads of a resource without writes wait for them; run etcd with --experimental-watch-progress-notify-interval=100ms (or upgrade) for prompt consistent reads");
             config.progress_order = ProgressOrder::OwnWatchOnly;
@@ -416,7 +462,15 @@ impl Source for EtcdSource {
     }
 
     fn writer(&self) -> Option<&dyn SourceWriter> {
-        Some(self)
+        // Writes into the cluster's etcd would bypass kube-apiserver's admission,
+        // defaulting, validation and encryption at rest: only when a lab asks for it.
+        self.config
+            .unsafe_direct_writes
+            .then_some(self as &dyn SourceWriter)
+    }
+
+    fn refuse_write(&self) -> ApiError {
+        ApiError::ReadOnly(READ_ONLY.into())
     }
 
     fn skipped_values(&self) -> Vec<(String, &'static str, u64)> {

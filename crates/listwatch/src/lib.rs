@@ -37,7 +37,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Request, Response};
 #[cfg(feature = "etcd")]
-pub use listwatch_etcd::{EtcdConfig, EtcdError};
+pub use listwatch_etcd::{EtcdConfig, EtcdError, EtcdTls};
 use listwatch_server::App;
 use listwatch_sources::HostFedSource;
 
@@ -173,11 +173,21 @@ impl Builder {
     /// current revision (docs/etcd.md). Must run inside a tokio runtime. Needs the `etcd`
     /// feature (which compiles a gRPC client; its build needs `protoc`).
     ///
+    /// Read-only: writes are 405 (they belong to the host's own write path), unless
+    /// `unsafe_direct_writes` is set. A production etcd is reached over mutual TLS, with
+    /// kube-apiserver's `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile` as PEM:
+    ///
     /// ```no_run
-    /// # async fn f() -> Result<(), listwatch::EtcdError> {
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pem = |p: &str| std::fs::read(p).map(Some);
     /// let lw = listwatch::Builder::new()
     ///     .etcd(listwatch::EtcdConfig {
-    ///         endpoints: vec!["http://127.0.0.1:2379".into()],
+    ///         endpoints: vec!["https://127.0.0.1:2379".into()],
+    ///         tls: Some(listwatch::EtcdTls {
+    ///             ca_pem: pem("/etc/kubernetes/pki/etcd/ca.crt")?,
+    ///             cert_pem: pem("/etc/kubernetes/pki/apiserver-etcd-client.crt")?,
+    ///             key_pem: pem("/etc/kubernetes/pki/apiserver-etcd-client.key")?,
+    ///         }),
     ///         ..Default::default()
     ///     })
     ///     .await?;

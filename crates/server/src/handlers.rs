@@ -197,7 +197,10 @@ impl App {
                 }
             }
             (verb, name) => {
-                let writer = self.source.writer().ok_or(ApiError::MethodNotAllowed)?;
+                let writer = self
+                    .source
+                    .writer()
+                    .ok_or_else(|| self.source.refuse_write())?;
                 let w = match (verb, name.as_deref()) {
                     (listwatch_core::Verb::Create, None) => {
                         let bytes = self

@@ -54,6 +54,11 @@ pub trait Source: Send + Sync + 'static {
         None
     }
 
+    /// The answer to a write when [`Self::writer`] is `None`: why this source takes none.
+    fn refuse_write(&self) -> ApiError {
+        ApiError::MethodNotAllowed
+    }
+
     /// Stops the source's background work and waits for it to end (etcd's
     /// `watchableStore.Close()`): after this, the stores no longer change.
     fn close(&self) -> BoxFuture<'_, ()> {

@@ -307,6 +307,8 @@ async fn replica(endpoints: Vec<String>, early_progress: bool) -> EtcdServer {
         progress_interval: Duration::from_millis(500),
         page_size: 100,
         fault_early_progress: early_progress,
+        // The checker's clients write through the replicas.
+        unsafe_direct_writes: true,
         ..EtcdConfig::default()
     })
     .await

@@ -326,6 +326,8 @@ impl EtcdServer {
             endpoints,
             progress_interval: progress,
             page_size: 100,
+            // These tests write through listwatch to check what etcd then holds.
+            unsafe_direct_writes: true,
             ..EtcdConfig::default()
         })
         .await

@@ -1,0 +1,253 @@
+//! etcd as production clusters run it: client URLs over TLS with client-certificate
+//! authentication (kubeadm, k3s, OpenShift). listwatch follows it with kube-apiserver's
+//! `--etcd-cafile/--etcd-certfile/--etcd-keyfile` material, refuses to start — saying why —
+//! with a CA that does not verify etcd or without a client certificate, and is read-only
+//! over etcd unless a lab asks otherwise.
+
+mod common;
+
+use std::time::Duration;
+
+use common::etcd::{EtcdServer, TempDir, free_port};
+use common::tls::{Ca, Leaf};
+use listwatch_etcd::{EtcdConfig, EtcdSource, EtcdTls};
+use listwatch_sources::Registry;
+
+/// One etcd member serving clients over https with `--client-cert-auth`; killed on drop.
+struct TlsEtcd {
+    url: String,
+    ca: Ca,
+    client: Leaf,
+    _child: tokio::process::Child,
+    _dir: TempDir,
+}
+
+impl TlsEtcd {
+    async fn start() -> TlsEtcd {
+        common::require("etcd");
+        let dir = TempDir::new("etcd-tls");
+        let ca = Ca::new("etcd-ca");
+        let server = ca.server();
+        let client = ca.client("kube-apiserver-etcd-client", &[]);
+        let file = |name: &str, text: &str| {
+            let p = dir.0.join(name);
+            std::fs::write(&p, text).expect("write");
+            p
+        };
+        let (cert, key, ca_file) = (
+            file("server.crt", &server.cert_pem),
+            file("server.key", &server.key_pem),
+            file("ca.crt", &ca.cert_pem),
+        );
+        let (client_port, peer_port) = (free_port(), free_port());
+        let url = format!("https://127.0.0.1:{client_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let child = tokio::process::Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.0.join("data"))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .arg("--initial-cluster")
+            .arg(format!("default={peer}"))
+            .arg("--cert-file")
+            .arg(&cert)
+            .arg("--key-file")
+            .arg(&key)
+            .arg("--trusted-ca-file")
+            .arg(&ca_file)
+            .arg("--client-cert-auth")
+            .arg("--experimental-watch-progress-notify-interval=100ms")
+            .env("ETCD_UNSUPPORTED_ARCH", "")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("etcd on PATH (Debian: etcd-server)");
+        let etcd = TlsEtcd {
+            url,
+            ca,
+            client,
+            _child: child,
+            _dir: dir,
+        };
+        // Healthy once a client with the right certificate can write.
+        let ok = common::poll_until(
+            Duration::from_secs(20),
+            || async {
+                etcd.put("/registry/configmaps/default/before", "before")
+                    .await
+            },
+            |ok| *ok,
+        )
+        .await;
+        assert!(ok, "TLS etcd did not come up");
+        etcd
+    }
+
+    fn tls(&self) -> EtcdTls {
+        EtcdTls {
+            ca_pem: Some(self.ca.cert_pem.clone().into_bytes()),
+            cert_pem: Some(self.client.cert_pem.clone().into_bytes()),
+            key_pem: Some(self.client.key_pem.clone().into_bytes()),
+        }
+    }
+
+    /// Writes a ConfigMap named `name` under `key` with an etcd client over mutual TLS.
+    async fn put(&self, key: &str, name: &str) -> bool {
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(&self.ca.cert_pem))
+                    .identity(etcd_client::Identity::from_pem(
+                        &self.client.cert_pem,
+                        &self.client.key_pem,
+                    )),
+            );
+        let Ok(mut c) = etcd_client::Client::connect([self.url.as_str()], Some(options)).await
+        else {
+            return false;
+        };
+        let value = format!(
+            r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"default","uid":"u-{name}","creationTimestamp":"2026-01-01T00:00:00Z"}},"data":{{"k":"v"}}}}"#
+        );
+        tokio::time::timeout(Duration::from_secs(2), c.put(key, value, None))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+fn registry() -> Registry {
+    Registry::new(
+        listwatch_core::builtin_resources(),
+        1,
+        &listwatch_store::StoreConfig::default(),
+    )
+}
+
+/// Starts an etcd source with `tls`, expecting a refusal; returns its message and hint.
+async fn refused(url: &str, tls: EtcdTls) -> String {
+    let started = EtcdSource::start(
+        registry(),
+        EtcdConfig {
+            endpoints: vec![url.to_string()],
+            tls: Some(tls),
+            ..EtcdConfig::default()
+        },
+    )
+    .await;
+    match started {
+        Ok(_) => panic!("started against TLS etcd with the wrong credentials"),
+        Err(e) => {
+            let said = format!("{e}{}", e.hint());
+            eprintln!("refused: {said}");
+            said
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_etcd_over_mutual_tls_and_says_why_it_cannot() {
+    let etcd = TlsEtcd::start().await;
+    let server = EtcdServer::start_with(EtcdConfig {
+        endpoints: vec![etcd.url.clone()],
+        tls: Some(etcd.tls()),
+        ..EtcdConfig::default()
+    })
+    .await;
+    let list = common::get(server.addr, "/api/v1/namespaces/default/configmaps").await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(list.body.contains(r#""name":"before""#), "{}", list.body);
+    // A watch sees what is written to etcd after it started.
+    let mut watch = common::stream_lines(
+        server.addr,
+        "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=0",
+    )
+    .await;
+    assert!(
+        common::next_line(&mut watch, 10).await.is_some(),
+        "initial ADDED"
+    );
+    assert!(
+        etcd.put("/registry/configmaps/default/after", "after")
+            .await
+    );
+    let event = common::next_line(&mut watch, 10).await.expect("an event");
+    assert!(
+        event.contains(r#""type":"ADDED""#) && event.contains(r#""name":"after""#),
+        "{event}"
+    );
+
+    // Read-only by default: a write is 405 saying where writes belong, and etcd is untouched.
+    let post = common::request(
+        server.addr,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"written"}}"#),
+    )
+    .await;
+    assert_eq!(post.status, 405, "{}", post.body);
+    let status = common::json(&post.body);
+    assert_eq!(status["reason"], "MethodNotAllowed");
+    assert_eq!(status["message"], listwatch_etcd::READ_ONLY);
+    let del = common::request(
+        server.addr,
+        "DELETE",
+        "/api/v1/namespaces/default/configmaps/before",
+        None,
+    )
+    .await;
+    assert_eq!(del.status, 405, "{}", del.body);
+    let after = common::get(server.addr, "/api/v1/namespaces/default/configmaps/before").await;
+    assert_eq!(after.status, 200, "the refused DELETE removed the object");
+
+    // With the lab opt-in the same write lands.
+    let lab = EtcdServer::start_with(EtcdConfig {
+        endpoints: vec![etcd.url.clone()],
+        tls: Some(etcd.tls()),
+        unsafe_direct_writes: true,
+        ..EtcdConfig::default()
+    })
+    .await;
+    let post = common::request(
+        lab.addr,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"written"}}"#),
+    )
+    .await;
+    assert_eq!(post.status, 201, "{}", post.body);
+
+    // A CA that did not sign etcd's certificate.
+    let other = Ca::new("not-etcd-ca");
+    let e = refused(
+        &etcd.url,
+        EtcdTls {
+            ca_pem: Some(other.cert_pem.clone().into_bytes()),
+            ..etcd.tls()
+        },
+    )
+    .await;
+    assert!(e.contains("did not verify against --etcd-cafile"), "{e}");
+    // No client certificate: etcd refuses the handshake.
+    let e = refused(
+        &etcd.url,
+        EtcdTls {
+            cert_pem: None,
+            key_pem: None,
+            ..etcd.tls()
+        },
+    )
+    .await;
+    assert!(e.contains("give --etcd-certfile and --etcd-keyfile"), "{e}");
+}
