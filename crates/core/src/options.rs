@@ -104,6 +104,8 @@ pub struct QueryParams {
     pub timeout_seconds: Option<String>,
     /// `includeObject` (Tables: `None`, `Metadata`, `Object`).
     pub include_object: Option<String>,
+    /// Every `dryRun` value, in order (the one parameter a write repeats).
+    pub dry_run: Vec<String>,
 }
 
 impl QueryParams {
@@ -112,6 +114,10 @@ impl QueryParams {
         let mut p = QueryParams::default();
         let mut seen = std::collections::HashSet::new();
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+            if k == "dryRun" {
+                p.dry_run.push(v.into_owned());
+                continue;
+            }
             if !seen.insert(k.clone()) {
                 continue;
             }
@@ -131,6 +137,62 @@ impl QueryParams {
             }
         }
         p
+    }
+}
+
+/// What a write may ask for besides its body (kube-apiserver's `CreateOptions`,
+/// `UpdateOptions`, `DeleteOptions`, as far as listwatch honours them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// `dryRun=All`: validate and answer as the write would, commit nothing.
+    pub dry_run: bool,
+}
+
+impl WriteOptions {
+    /// The options of a `verb` write from its query, validated as kube-apiserver's
+    /// `ValidateDryRun` does: every value must be `All` (else 422 on `<Verb>Options`).
+    pub fn from_params(params: &QueryParams, verb: crate::Verb) -> Result<Self, ApiError> {
+        Self::from_dry_run(&params.dry_run, verb)
+    }
+
+    /// The options of a DELETE, whose `DeleteOptions` may come in the body as well as the
+    /// query (kubectl sends them in the body): `body` is its JSON, if any.
+    pub fn for_delete(params: &QueryParams, body: &[u8]) -> Result<Self, ApiError> {
+        let mut dry_run = params.dry_run.clone();
+        if !body.trim_ascii().is_empty() {
+            let options: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+                ApiError::BadRequest(format!(
+                    "the body of the request could not be read as DeleteOptions: {e}"
+                ))
+            })?;
+            if let Some(values) = options.get("dryRun").and_then(serde_json::Value::as_array) {
+                dry_run.extend(values.iter().map(|v| v.as_str().unwrap_or("").to_string()));
+            }
+        }
+        Self::from_dry_run(&dry_run, crate::Verb::Delete)
+    }
+
+    fn from_dry_run(dry_run: &[String], verb: crate::Verb) -> Result<Self, ApiError> {
+        if dry_run.iter().any(|v| v != "All") {
+            let kind = match verb {
+                crate::Verb::Delete => "DeleteOptions",
+                crate::Verb::Update => "UpdateOptions",
+                _ => "CreateOptions",
+            };
+            // Go prints the bad value as the []string it is.
+            let values: Vec<String> = dry_run.iter().map(|v| crate::json::go_string(v)).collect();
+            let mut error = crate::FieldError::not_supported("dryRun", "", &["All"]);
+            error.detail = format!("[]string{{{}}}", values.join(", "));
+            return Err(ApiError::InvalidObject {
+                kind: kind.into(),
+                group: "meta.k8s.io".into(),
+                name: String::new(),
+                causes: vec![error],
+            });
+        }
+        Ok(WriteOptions {
+            dry_run: !dry_run.is_empty(),
+        })
     }
 }
 

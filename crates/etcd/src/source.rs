@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
-use listwatch_core::{ApiError, ObjectRef, ResourceInfo};
+use listwatch_core::{ApiError, ObjectRef, ResourceInfo, WriteOptions};
 use listwatch_sources::{BoxFuture, Registry, Source, SourceWriter, WriteResult, objects};
 use listwatch_store::{Record, Store};
 
@@ -338,10 +338,20 @@ impl EtcdSource {
         store: &Arc<Store>,
         namespace: Option<&str>,
         body: &[u8],
+        options: WriteOptions,
     ) -> Result<WriteResult, ApiError> {
         let info = store.info();
         let new = objects::prepare_create(info, namespace, body)?;
         let key = etcd_key(info, &new.key);
+        if options.dry_run {
+            if self.read(&key).await?.is_some() {
+                return Err(ApiError::AlreadyExists(ObjectRef::new(info, &new.name)));
+            }
+            return Ok(WriteResult {
+                code: 201,
+                body: new.json.into(),
+            });
+        }
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key, new.json.clone(), None)]);
@@ -365,6 +375,7 @@ impl EtcdSource {
         namespace: Option<&str>,
         name: &str,
         body: &[u8],
+        options: WriteOptions,
     ) -> Result<WriteResult, ApiError> {
         let info = store.info();
         let replacement = objects::prepare_update(info, namespace, name, body)?;
@@ -374,6 +385,12 @@ impl EtcdSource {
                 return Err(ApiError::NotFound(ObjectRef::new(info, name)));
             };
             let json = replacement.merge(info, &value, u64::try_from(mod_rev).unwrap_or(0))?;
+            if options.dry_run {
+                return Ok(WriteResult {
+                    code: 200,
+                    body: with_rv(info, &json, mod_rev)?,
+                });
+            }
             let txn = Txn::new()
                 .when([Compare::mod_revision(
                     key.clone(),
@@ -399,6 +416,7 @@ impl EtcdSource {
         store: &Arc<Store>,
         namespace: Option<&str>,
         name: &str,
+        options: WriteOptions,
     ) -> Result<WriteResult, ApiError> {
         let info = store.info();
         let key = etcd_key(info, &info.key(namespace.unwrap_or(""), name));
@@ -406,6 +424,12 @@ impl EtcdSource {
             let Some((value, mod_rev)) = self.read(&key).await? else {
                 return Err(ApiError::NotFound(ObjectRef::new(info, name)));
             };
+            if options.dry_run {
+                return Ok(WriteResult {
+                    code: 200,
+                    body: objects::delete_status(info, name, &value),
+                });
+            }
             let txn = Txn::new()
                 .when([Compare::mod_revision(
                     key.clone(),
@@ -501,8 +525,9 @@ impl SourceWriter for EtcdSource {
         store: &'a Arc<Store>,
         namespace: Option<&'a str>,
         body: &'a [u8],
+        options: WriteOptions,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        Box::pin(EtcdSource::create(self, store, namespace, body))
+        Box::pin(EtcdSource::create(self, store, namespace, body, options))
     }
 
     fn update<'a>(
@@ -511,8 +536,11 @@ impl SourceWriter for EtcdSource {
         namespace: Option<&'a str>,
         name: &'a str,
         body: &'a [u8],
+        options: WriteOptions,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        Box::pin(EtcdSource::update(self, store, namespace, name, body))
+        Box::pin(EtcdSource::update(
+            self, store, namespace, name, body, options,
+        ))
     }
 
     fn delete<'a>(
@@ -520,8 +548,9 @@ impl SourceWriter for EtcdSource {
         store: &'a Arc<Store>,
         namespace: Option<&'a str>,
         name: &'a str,
+        options: WriteOptions,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        Box::pin(EtcdSource::delete(self, store, namespace, name))
+        Box::pin(EtcdSource::delete(self, store, namespace, name, options))
     }
 }
 

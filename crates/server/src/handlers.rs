@@ -201,21 +201,27 @@ impl App {
                     .source
                     .writer()
                     .ok_or_else(|| self.source.refuse_write())?;
+                let options = listwatch_core::WriteOptions::from_params(&req.params, verb)?;
                 let w = match (verb, name.as_deref()) {
                     (listwatch_core::Verb::Create, None) => {
                         let bytes = self
                             .read_body(req.content_type.as_deref(), req.body)
                             .await?;
-                        writer.create(&store, ns, &bytes).await?
+                        writer.create(&store, ns, &bytes, options).await?
                     }
                     (listwatch_core::Verb::Update, Some(name)) => {
                         let bytes = self
                             .read_body(req.content_type.as_deref(), req.body)
                             .await?;
-                        writer.update(&store, ns, name, &bytes).await?
+                        writer.update(&store, ns, name, &bytes, options).await?
                     }
                     (listwatch_core::Verb::Delete, Some(name)) => {
-                        writer.delete(&store, ns, name).await?
+                        let bytes = self
+                            .read_body(req.content_type.as_deref(), req.body)
+                            .await?;
+                        let options =
+                            listwatch_core::WriteOptions::for_delete(&req.params, &bytes)?;
+                        writer.delete(&store, ns, name, options).await?
                     }
                     _ => return Err(ApiError::MethodNotAllowed),
                 };

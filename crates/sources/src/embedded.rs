@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use listwatch_core::{ApiError, ObjectRef};
+use listwatch_core::{ApiError, ObjectRef, WriteOptions};
 use listwatch_store::{Change, Record, Store};
 use parking_lot::Mutex;
 
@@ -93,11 +93,32 @@ impl EmbeddedSource {
         namespace: Option<&str>,
         body: &[u8],
     ) -> Result<WriteResult, ApiError> {
+        self.create_with(store, namespace, body, WriteOptions::default())
+    }
+
+    /// [`Self::create`] with `options` (dry run: the object as it would be created, no
+    /// `resourceVersion` yet, as kube-apiserver answers).
+    pub fn create_with(
+        &self,
+        store: &Arc<Store>,
+        namespace: Option<&str>,
+        body: &[u8],
+        options: WriteOptions,
+    ) -> Result<WriteResult, ApiError> {
         let info = store.info().clone();
         let new = objects::prepare_create(&info, namespace, body)?;
         let mut rev = self.revision.lock();
         if store.current().get(&new.key).is_some() {
             return Err(ApiError::AlreadyExists(ObjectRef::new(&info, &new.name)));
+        }
+        if options.dry_run {
+            // Checked as the commit would check it; the answer is the prepared object.
+            Record::ingest(&new.json, &info, *rev + 1)
+                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            return Ok(WriteResult {
+                code: 201,
+                body: Bytes::from(new.json),
+            });
         }
         let record = self.commit(store, &mut rev, &new.json)?;
         Ok(WriteResult {
@@ -114,6 +135,19 @@ impl EmbeddedSource {
         name: &str,
         body: &[u8],
     ) -> Result<WriteResult, ApiError> {
+        self.update_with(store, namespace, name, body, WriteOptions::default())
+    }
+
+    /// [`Self::update`] with `options` (dry run: the object as it would be, at the
+    /// `resourceVersion` it has now).
+    pub fn update_with(
+        &self,
+        store: &Arc<Store>,
+        namespace: Option<&str>,
+        name: &str,
+        body: &[u8],
+        options: WriteOptions,
+    ) -> Result<WriteResult, ApiError> {
         let info = store.info().clone();
         let replacement = objects::prepare_update(&info, namespace, name, body)?;
         let mut rev = self.revision.lock();
@@ -122,6 +156,14 @@ impl EmbeddedSource {
             return Err(ApiError::NotFound(ObjectRef::new(&info, name)));
         };
         let json = replacement.merge(&info, existing.bytes(), existing.rv())?;
+        if options.dry_run {
+            let record = Record::ingest(&json, &info, existing.rv())
+                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            return Ok(WriteResult {
+                code: 200,
+                body: record.bytes().clone(),
+            });
+        }
         let record = self.commit(store, &mut rev, &json)?;
         Ok(WriteResult {
             code: 200,
@@ -136,12 +178,29 @@ impl EmbeddedSource {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<WriteResult, ApiError> {
+        self.delete_with(store, namespace, name, WriteOptions::default())
+    }
+
+    /// [`Self::delete`] with `options` (dry run: the same answer, nothing removed).
+    pub fn delete_with(
+        &self,
+        store: &Arc<Store>,
+        namespace: Option<&str>,
+        name: &str,
+        options: WriteOptions,
+    ) -> Result<WriteResult, ApiError> {
         let info = store.info().clone();
         let key = info.key(namespace.unwrap_or(""), name);
         let mut rev = self.revision.lock();
         let Some(existing) = store.current().get(&key).cloned() else {
             return Err(ApiError::NotFound(ObjectRef::new(&info, name)));
         };
+        if options.dry_run {
+            return Ok(WriteResult {
+                code: 200,
+                body: objects::delete_status(&info, name, existing.bytes()),
+            });
+        }
         *rev += 1;
         let rv = *rev;
         store
@@ -191,8 +250,9 @@ impl SourceWriter for EmbeddedSource {
         store: &'a Arc<Store>,
         namespace: Option<&'a str>,
         body: &'a [u8],
+        options: WriteOptions,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        let r = EmbeddedSource::create(self, store, namespace, body);
+        let r = EmbeddedSource::create_with(self, store, namespace, body, options);
         Box::pin(async move { r })
     }
 
@@ -202,8 +262,9 @@ impl SourceWriter for EmbeddedSource {
         namespace: Option<&'a str>,
         name: &'a str,
         body: &'a [u8],
+        options: WriteOptions,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        let r = EmbeddedSource::update(self, store, namespace, name, body);
+        let r = EmbeddedSource::update_with(self, store, namespace, name, body, options);
         Box::pin(async move { r })
     }
 
@@ -212,8 +273,9 @@ impl SourceWriter for EmbeddedSource {
         store: &'a Arc<Store>,
         namespace: Option<&'a str>,
         name: &'a str,
+        options: WriteOptions,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        let r = EmbeddedSource::delete(self, store, namespace, name);
+        let r = EmbeddedSource::delete_with(self, store, namespace, name, options);
         Box::pin(async move { r })
     }
 }

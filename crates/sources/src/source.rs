@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use listwatch_core::ApiError;
+use listwatch_core::{ApiError, WriteOptions};
 use listwatch_store::Store;
 
 use crate::Registry;
@@ -67,7 +67,8 @@ pub trait Source: Send + Sync + 'static {
 }
 
 /// The write verbs of a writable source (POST, PUT, DELETE), checked the same way by every
-/// source (`objects`).
+/// source (`objects`). With `options.dry_run` a write is checked and answered exactly as it
+/// would be, and nothing is committed (no new revision, no event).
 pub trait SourceWriter: Send + Sync {
     /// POST: creates the object in `namespace`.
     fn create<'a>(
@@ -75,6 +76,7 @@ pub trait SourceWriter: Send + Sync {
         store: &'a Arc<Store>,
         namespace: Option<&'a str>,
         body: &'a [u8],
+        options: WriteOptions,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>>;
 
     /// PUT: replaces the object `name`.
@@ -84,6 +86,7 @@ pub trait SourceWriter: Send + Sync {
         namespace: Option<&'a str>,
         name: &'a str,
         body: &'a [u8],
+        options: WriteOptions,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>>;
 
     /// DELETE: removes the object `name`.
@@ -92,5 +95,6 @@ pub trait SourceWriter: Send + Sync {
         store: &'a Arc<Store>,
         namespace: Option<&'a str>,
         name: &'a str,
+        options: WriteOptions,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>>;
 }

@@ -242,3 +242,71 @@ async fn auth_can_i_is_answered_under_always_allow() {
         "yes\n"
     );
 }
+
+/// `kubectl … --dry-run=server` and `kubectl diff` leave the store as it was: kubectl sends
+/// `dryRun=All` in the query for create and in the DeleteOptions body for delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_dry_runs_and_diff_leave_the_store_as_it_was() {
+    let s = start(0, ServerConfig::default()).await;
+    run(s.addr, &["create", "configmap", "kept", "-n", "default"]).await;
+    let list = || async { json(&common::get(s.addr, "/api/v1/configmaps").await.body) };
+    let before = list().await;
+    let dir = std::env::temp_dir().join(format!("lw-dry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let manifest = dir.join("fresh.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fresh\n  namespace: default\ndata:\n  a: \"1\"\n",
+    )
+    .expect("write");
+    let manifest = manifest.to_str().expect("path");
+    let out = run(
+        s.addr,
+        &[
+            "delete",
+            "configmap",
+            "kept",
+            "-n",
+            "default",
+            "--dry-run=server",
+        ],
+    )
+    .await;
+    assert!(out.contains("(server dry run)"), "{out}");
+    let out = run(
+        s.addr,
+        &[
+            "create",
+            "-f",
+            manifest,
+            "--dry-run=server",
+            "--validate=false",
+        ],
+    )
+    .await;
+    assert!(out.contains("(server dry run)"), "{out}");
+    // diff dry-run-creates the object it does not find and shows it; exit 1 = differences.
+    let diff = kubectl(s.addr)
+        .env("KUBECTL_EXTERNAL_DIFF", "diff -u")
+        .args(["diff", "-f", manifest])
+        .output()
+        .await
+        .expect("kubectl diff");
+    let shown = String::from_utf8_lossy(&diff.stdout);
+    assert_eq!(
+        diff.status.code(),
+        Some(1),
+        "{shown}{}",
+        String::from_utf8_lossy(&diff.stderr)
+    );
+    assert!(shown.contains("+  name: fresh"), "{shown}");
+    let after = list().await;
+    assert_eq!(after, before, "a dry run changed the store");
+    let names: Vec<_> = after["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(names, vec![serde_json::json!("kept")]);
+}

@@ -1,0 +1,152 @@
+//! Server-side dry run (`dryRun=All`) on the embedded store: each write is checked and
+//! answered as it would be, nothing is committed, the revision does not move and no watcher
+//! sees it; an unknown value is refused as kube-apiserver's `ValidateDryRun` refuses it.
+
+mod common;
+
+use common::{get, json, request, start};
+use listwatch_server::ServerConfig;
+
+const CMS: &str = "/api/v1/namespaces/dry/configmaps";
+
+/// The list's resourceVersion and item names.
+async fn state(addr: std::net::SocketAddr) -> (String, Vec<String>) {
+    let list = json(&get(addr, CMS).await.body);
+    let names = list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|i| i["metadata"]["name"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        list["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
+        names,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_writes_answer_as_the_write_and_change_nothing() {
+    let s = start(0, ServerConfig::default()).await;
+    let created = request(
+        s.addr,
+        "POST",
+        CMS,
+        Some(r#"{"metadata":{"name":"kept"},"data":{"a":"1"}}"#),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let kept_rv = json(&created.body)["metadata"]["resourceVersion"].clone();
+    let before = state(s.addr).await;
+    let mut watch = common::stream_lines(
+        s.addr,
+        &format!("{CMS}?watch=1&resourceVersion={}", before.0),
+    )
+    .await;
+
+    // Create: the object as it would be made (uid, creationTimestamp), no resourceVersion.
+    let r = request(
+        s.addr,
+        "POST",
+        &format!("{CMS}?dryRun=All"),
+        Some(r#"{"metadata":{"name":"new"},"data":{"b":"2"}}"#),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let o = json(&r.body);
+    assert_eq!(o["metadata"]["name"], "new");
+    assert_eq!(o["data"]["b"], "2");
+    assert!(o["metadata"]["uid"].is_string() && o["metadata"]["creationTimestamp"].is_string());
+    assert!(o["metadata"].get("resourceVersion").is_none(), "{}", r.body);
+    // A dry-run create of what exists is refused as the real one would be.
+    let r = request(
+        s.addr,
+        "POST",
+        &format!("{CMS}?dryRun=All"),
+        Some(r#"{"metadata":{"name":"kept"}}"#),
+    )
+    .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+
+    // Update: the object as it would be, at the resourceVersion it has now.
+    let r = request(
+        s.addr,
+        "PUT",
+        &format!("{CMS}/kept?dryRun=All"),
+        Some(r#"{"metadata":{"name":"kept"},"data":{"a":"changed"}}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let o = json(&r.body);
+    assert_eq!(o["data"]["a"], "changed");
+    assert_eq!(o["metadata"]["resourceVersion"], kept_rv);
+
+    // Delete: the real answer, nothing removed.
+    let r = request(s.addr, "DELETE", &format!("{CMS}/kept?dryRun=All"), None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = request(s.addr, "DELETE", &format!("{CMS}/missing?dryRun=All"), None).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+
+    // Nothing moved: same RV, same objects, the stored object unchanged.
+    assert_eq!(state(s.addr).await, before);
+    assert_eq!(
+        json(&get(s.addr, &format!("{CMS}/kept")).await.body)["data"]["a"],
+        "1"
+    );
+    // The watch saw none of it: the next event is a real write made now.
+    let real = request(s.addr, "POST", CMS, Some(r#"{"metadata":{"name":"real"}}"#)).await;
+    assert_eq!(real.status, 201);
+    let event = common::next_line(&mut watch, 10).await.expect("an event");
+    assert!(
+        event.contains(r#""name":"real""#),
+        "a dry run reached the watch: {event}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_dry_run_value_is_refused_as_kube_apiserver_does() {
+    let s = start(0, ServerConfig::default()).await;
+    for (method, path, kind, body) in [
+        (
+            "POST",
+            CMS.to_string(),
+            "CreateOptions",
+            Some(r#"{"metadata":{"name":"x"}}"#),
+        ),
+        (
+            "PUT",
+            format!("{CMS}/x"),
+            "UpdateOptions",
+            Some(r#"{"metadata":{"name":"x"}}"#),
+        ),
+        ("DELETE", format!("{CMS}/x"), "DeleteOptions", None),
+    ] {
+        let r = request(
+            s.addr,
+            method,
+            &format!("{path}?dryRun=All&dryRun=Foo"),
+            body,
+        )
+        .await;
+        assert_eq!(r.status, 422, "{method}: {}", r.body);
+        let st = json(&r.body);
+        assert_eq!(st["reason"], "Invalid");
+        assert_eq!(
+            st["message"],
+            format!(
+                r#"{kind}.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{{"All", "Foo"}}: supported values: "All""#
+            )
+        );
+        assert_eq!(
+            st["details"]["causes"][0]["reason"],
+            "FieldValueNotSupported"
+        );
+        assert_eq!(st["details"]["causes"][0]["field"], "dryRun");
+    }
+    assert!(state(s.addr).await.1.is_empty(), "a refused dry run wrote");
+}
