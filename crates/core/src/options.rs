@@ -106,6 +106,8 @@ pub struct QueryParams {
     pub include_object: Option<String>,
     /// Every `dryRun` value, in order (the one parameter a write repeats).
     pub dry_run: Vec<String>,
+    /// `verbose` given (health checks list every check, as kube-apiserver's).
+    pub verbose: bool,
 }
 
 impl QueryParams {
@@ -133,6 +135,7 @@ impl QueryParams {
                 "sendInitialEvents" => p.send_initial_events = Some(parse_bool(&v)),
                 "timeoutSeconds" => p.timeout_seconds = Some(v.into_owned()),
                 "includeObject" => p.include_object = Some(v.into_owned()),
+                "verbose" => p.verbose = true,
                 _ => {}
             }
         }

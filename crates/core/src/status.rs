@@ -463,7 +463,17 @@ impl ApiError {
                     ..Default::default()
                 }),
             },
-            ApiError::Unavailable(m) => simple(503, "ServiceUnavailable", m.clone()),
+            ApiError::Unavailable(m) => StatusParts {
+                code: 503,
+                reason: "ServiceUnavailable",
+                message: m.clone(),
+                continue_token: None,
+                // Clients (client-go, kubectl) retry after it.
+                details: Some(Details {
+                    retry_after: Some(1),
+                    ..Default::default()
+                }),
+            },
             ApiError::Timeout(m) => StatusParts {
                 code: 504,
                 reason: "Timeout",

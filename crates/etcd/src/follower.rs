@@ -149,7 +149,11 @@ impl Follower {
                         rev
                     }
                     Err(e) => {
-                        warn!(resource = %info.resource, error = %e, ?backoff, "etcd list failed; retrying");
+                        if connection_log_due() {
+                            warn!(resource = %info.resource, error = %e, ?backoff, "etcd list failed; retrying (such lines: one per 30 s)");
+                        } else {
+                            debug!(resource = %info.resource, error = %e, ?backoff, "etcd list failed; retrying");
+                        }
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(config.max_backoff);
                         continue;
@@ -160,7 +164,11 @@ impl Follower {
             match self.follow(&client, &config, &mut last).await {
                 Ended::Disconnected(why) => {
                     self.status.lock().reconnects += 1;
-                    warn!(resource = %info.resource, %why, revision = last, ?backoff, "etcd watch ended; resuming");
+                    if connection_log_due() {
+                        warn!(resource = %info.resource, %why, revision = last, ?backoff, "etcd watch ended; resuming (such lines: one per 30 s)");
+                    } else {
+                        debug!(resource = %info.resource, %why, revision = last, ?backoff, "etcd watch ended; resuming");
+                    }
                     resume = Some(last);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(config.max_backoff);
@@ -526,6 +534,22 @@ pub fn apply_events(
 /// Runs one etcd call with a time limit, retrying while the connection to the chosen
 /// member cannot even be opened (a killed member in a cluster: the request never reached
 /// etcd, so repeating it is safe even for a write).
+/// Whether a follower's connection trouble may be logged at WARN now: every follower meets
+/// the same outage at once, so one such line per 30 s across them (the source's health
+/// probe logs the outage and the recovery once each); the rest go to DEBUG.
+fn connection_log_due() -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST.load(Ordering::Relaxed);
+    now >= last + 30
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}
+
 pub(crate) async fn call<T, Fut>(
     limit: Duration,
     mut f: impl FnMut() -> Fut,

@@ -142,6 +142,78 @@ pub struct EtcdSource {
     /// Custom resources' followers by (group, version, resource), aborted when their CRD
     /// stops serving them.
     custom: parking_lot::Mutex<HashMap<(String, String, String), tokio::task::AbortHandle>>,
+    /// Since when etcd has not answered, and why (None: it answers).
+    down: parking_lot::Mutex<Option<Outage>>,
+}
+
+/// etcd not answering: since when, the cause, and whether open watches were ended for it.
+struct Outage {
+    since: std::time::Instant,
+    cause: String,
+    watches_ended: bool,
+}
+
+/// How often the source asks etcd whether it answers (a linearizable one-key read).
+const HEALTH_PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// How long etcd may be down before open watches are ended, so their clients relist
+/// elsewhere rather than sit on a watch that can no longer be kept current.
+pub const WATCH_OUTAGE_BOUND: Duration = Duration::from_secs(15);
+
+/// Over how long the watches ended for an outage end (spread, as on shutdown).
+const WATCH_OUTAGE_GRACE: Duration = Duration::from_secs(5);
+
+/// Probes etcd every [`HEALTH_PROBE_EVERY`]: one WARN line when it stops answering (with
+/// the cause), one INFO line when it answers again; past [`WATCH_OUTAGE_BOUND`] the open
+/// watches of every resource are ended.
+async fn watch_health(source: std::sync::Weak<EtcdSource>) {
+    loop {
+        tokio::time::sleep(HEALTH_PROBE_EVERY).await;
+        let Some(s) = source.upgrade() else { return };
+        let probe = call(Duration::from_secs(2), || {
+            let mut kv = s.client.kv_client();
+            async move {
+                kv.get(
+                    "/registry/health",
+                    Some(GetOptions::new().with_count_only()),
+                )
+                .await
+            }
+        })
+        .await;
+        let mut down = s.down.lock();
+        match (probe, down.as_mut()) {
+            (Ok(_), Some(outage)) => {
+                tracing::info!(after = ?outage.since.elapsed(), "etcd answers again");
+                if outage.watches_ended {
+                    for store in s.registry.stores() {
+                        store.cancel_drain();
+                    }
+                }
+                *down = None;
+            }
+            (Ok(_), None) => {}
+            (Err(e), None) => {
+                let cause = e.to_string();
+                tracing::warn!(endpoints = ?s.config.endpoints, %cause, "etcd does not answer: consistent reads fail with 503 and /readyz fails until it does");
+                *down = Some(Outage {
+                    since: std::time::Instant::now(),
+                    cause,
+                    watches_ended: false,
+                });
+            }
+            (Err(e), Some(outage)) => {
+                outage.cause = e.to_string();
+                if !outage.watches_ended && outage.since.elapsed() >= WATCH_OUTAGE_BOUND {
+                    tracing::warn!(after = ?outage.since.elapsed(), "etcd still does not answer: ending open watches so their clients relist");
+                    for store in s.registry.stores() {
+                        store.drain_watches(WATCH_OUTAGE_GRACE);
+                    }
+                    outage.watches_ended = true;
+                }
+            }
+        }
+    }
 }
 
 impl EtcdSource {
@@ -197,7 +269,10 @@ impl EtcdSource {
             followers: parking_lot::Mutex::new(followers),
             tasks: parking_lot::Mutex::new(tasks),
             custom: parking_lot::Mutex::new(HashMap::new()),
+            down: parking_lot::Mutex::new(None),
         });
+        let health = tokio::spawn(watch_health(Arc::downgrade(&source)));
+        source.tasks.lock().push(health);
         if let Some(crds) =
             source
                 .registry
@@ -308,6 +383,12 @@ impl EtcdSource {
     /// whatever the collection's size), after asking `store`'s follower for a progress
     /// notification so the cache reaches it promptly: what a consistent read waits for.
     pub async fn consistent_revision(&self, store: &Store) -> Result<u64, ApiError> {
+        // Known down: fail now (clients retry on 503) rather than each waiting for a timeout.
+        if let Some(cause) = self.unhealthy() {
+            return Err(ApiError::Unavailable(format!(
+                "etcd is not answering consistent reads: {cause}"
+            )));
+        }
         let key = store.info().etcd_prefix.clone();
         let resp = call(self.config.request_timeout, || {
             let mut kv = self.client.kv_client();
@@ -322,6 +403,11 @@ impl EtcdSource {
         }
         self.request_progress(store);
         Ok(rev)
+    }
+
+    /// Why etcd is known not to answer, if it is.
+    pub fn unhealthy(&self) -> Option<String> {
+        self.down.lock().as_ref().map(|o| o.cause.clone())
     }
 
     /// Asks `store`'s follower for a progress notification now (a reader waits for an RV
@@ -499,6 +585,14 @@ impl Source for EtcdSource {
 
     fn skipped_values(&self) -> Vec<(String, &'static str, u64)> {
         self.config.decoder.skipped()
+    }
+
+    fn health(&self) -> Result<(), String> {
+        self.unhealthy().map_or(Ok(()), Err)
+    }
+
+    fn health_check_name(&self) -> &'static str {
+        "etcd"
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

@@ -280,7 +280,7 @@ impl App {
     async fn route(&self, mut req: ApiRequest) -> handlers::Answer {
         match std::mem::replace(&mut req.route, Route::NotFound) {
             Route::Discovery(d) if req.method == Method::GET => {
-                self.discovery(d, req.accept.as_deref())
+                self.discovery(d, req.accept.as_deref(), req.params.verbose)
             }
             Route::Discovery(_) => Err(ApiError::MethodNotAllowed),
             Route::Collection {
@@ -404,7 +404,7 @@ impl App {
         )))
     }
 
-    fn discovery(&self, d: DiscoveryPath, accept: Option<&str>) -> handlers::Answer {
+    fn discovery(&self, d: DiscoveryPath, accept: Option<&str>, verbose: bool) -> handlers::Answer {
         let json = |v: serde_json::Value| Ok(json_response(http::StatusCode::OK, &v));
         let writable = self.source.writer().is_some();
         let aggregated = |core: bool, api_version: &str| {
@@ -454,9 +454,18 @@ impl App {
                 Ok(r)
             }
             DiscoveryPath::Ready => {
-                // kube-apiserver's format when failing: one [+]/[-] line per check, 500.
+                // kube-apiserver's format: one [+]/[-] line per check when failing or asked
+                // (`?verbose`), a bare "ok" otherwise; a failed check's reason is withheld
+                // (the probe needs no credentials; the log has the cause).
                 let mut text = String::new();
-                let mut ok = true;
+                let source_ok = self.source.health().is_ok();
+                let mut ok = source_ok;
+                let check = self.source.health_check_name();
+                text.push_str(&if source_ok {
+                    format!("[+]{check} ok\n")
+                } else {
+                    format!("[-]{check} failed: reason withheld\n")
+                });
                 for s in self.registry.stores() {
                     let ready = s.is_ready();
                     ok &= ready;
@@ -470,9 +479,10 @@ impl App {
                         if ready { "ok" } else { "not ready" }
                     ));
                 }
-                // Like kube-apiserver: a bare "ok" when ready, the check list when not.
-                if ok {
+                if ok && !verbose {
                     text = "ok".into();
+                } else if ok {
+                    text.push_str("readyz check passed\n");
                 } else {
                     text.push_str("readyz check failed\n");
                 }

@@ -43,6 +43,18 @@ pub trait Source: Send + Sync + 'static {
         store.is_ready()
     }
 
+    /// Whether the source can answer a consistent read now (`Err`: why not). `/readyz` fails
+    /// while it cannot.
+    fn health(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The name of [`Self::health`]'s line in `/readyz?verbose` (`etcd` for etcd, as
+    /// kube-apiserver's).
+    fn health_check_name(&self) -> &'static str {
+        "store"
+    }
+
     /// Stored values the source could not read and skipped, by resource and reason (for
     /// `listwatch_source_values_skipped_total`).
     fn skipped_values(&self) -> Vec<(String, &'static str, u64)> {

@@ -252,6 +252,15 @@ impl Store {
         self.drain.send_replace(Some(grace));
     }
 
+    /// Takes back [`Store::drain_watches`] (the cause passed: a source answers again), so
+    /// new watches run normally; watches already ending still end. A retired store stays
+    /// drained.
+    pub fn cancel_drain(&self) {
+        if !self.is_retired() {
+            self.drain.send_replace(None);
+        }
+    }
+
     /// What a watch listens to for [`Store::drain_watches`].
     pub fn drain_signal(&self) -> watch::Receiver<Option<Duration>> {
         self.drain.subscribe()
