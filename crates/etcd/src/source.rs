@@ -250,7 +250,7 @@ impl EtcdSource {
         .version()
         .to_string();
         if progress_may_overtake_events(&version) {
-            tracing::warn!(%version, "etcd before 3.4.31/3.5.13 may send requested progress notifications ahead of events (etcd#15220, etcd#17507): only its periodic notifications advance idle resources, so consistent reads of a resource without writes wait for them; run etcd with --experimental-watch-progress-notify-interval=100ms (or upgrade) for prompt consistent reads");
+            tracing::info!(%version, "etcd before 3.4.31/3.5.13 may send requested progress notifications ahead of events (etcd#15220, etcd#17507): consistent reads of resources without recent writes are proven current by a keys-only read of their prefix instead");
             config.progress_order = ProgressOrder::OwnWatchOnly;
         }
         let config = Arc::new(config);
@@ -402,7 +402,63 @@ impl EtcdSource {
             store.progress(rev);
         }
         self.request_progress(store);
+        if self.config.progress_order == ProgressOrder::OwnWatchOnly && store.rv() < rev {
+            // An etcd whose requested progress cannot be trusted: prove the cache current
+            // instead of waiting for a periodic notification (minutes on default flags).
+            self.prove_current(store, rev).await?;
+        }
         Ok(rev)
+    }
+
+    /// Advances `store` to etcd's revision once the cache is shown equal to etcd for its
+    /// prefix: a keys-only range read of the prefix filtered to keys modified after the
+    /// cache's RV `c` (etcd applies `min_mod_revision` after counting, so the response's
+    /// `count` is the prefix's whole count) returns no key, and that count equals the
+    /// cache's. Nothing modified since `c` and nothing deleted (a deletion alone would
+    /// lower the count; one with a re-creation shows as a modified key) means etcd at the
+    /// response's revision holds what the cache holds at `c`. Otherwise waits for the watch
+    /// to deliver the newest modification and proves again; gives up (the caller then
+    /// waits as before) after a few rounds. Cost: one request transferring the keys
+    /// modified since the cache's RV (usually none), an O(keys) index scan in etcd.
+    async fn prove_current(&self, store: &Store, target: u64) -> Result<(), ApiError> {
+        let prefix = store.info().etcd_prefix.clone();
+        for _ in 0..8 {
+            if !store.is_ready() {
+                return Ok(());
+            }
+            let snap = store.current();
+            let (cached_rv, cached) = (snap.rv(), snap.len());
+            if cached_rv >= target {
+                return Ok(());
+            }
+            let after = i64::try_from(cached_rv + 1).unwrap_or(i64::MAX);
+            let resp = call(self.config.request_timeout, || {
+                let mut kv = self.client.kv_client();
+                let prefix = prefix.clone();
+                let options = GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only()
+                    .with_min_mod_revision(after);
+                async move { kv.get(prefix, Some(options)).await }
+            })
+            .await?;
+            let at = resp.header().ok_or(EtcdError::NoHeader)?.revision();
+            let at = u64::try_from(at).unwrap_or(0);
+            let count = usize::try_from(resp.count()).unwrap_or(usize::MAX);
+            if resp.kvs().is_empty() && count == cached {
+                store.progress(at);
+                return Ok(());
+            }
+            // Changes the watch has yet to deliver: wait for the newest, then prove again.
+            let newest = resp
+                .kvs()
+                .iter()
+                .map(|kv| u64::try_from(kv.mod_revision()).unwrap_or(0))
+                .max()
+                .unwrap_or(cached_rv + 1);
+            let _ = store.wait_for(newest, Duration::from_millis(500)).await;
+        }
+        Ok(())
     }
 
     /// Why etcd is known not to answer, if it is.
