@@ -149,7 +149,12 @@ impl Host {
             };
             req.extensions_mut().insert(user);
         }
-        match self.lw.handle(req).await {
+        let req = match self.lw.handle(req).await {
+            Outcome::Handled(resp) => return resp,
+            Outcome::NotHandled(req) => req,
+        };
+        // This host has no discovery of its own: listwatch's lets kubectl find configmaps.
+        match self.lw.handle_discovery(req).await {
             Outcome::Handled(resp) => resp,
             Outcome::NotHandled(req) => self.write(req).await,
         }

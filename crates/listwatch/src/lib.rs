@@ -256,6 +256,23 @@ impl ListWatch {
         Outcome::Handled(self.app.handle_routed(req, route).await)
     }
 
+    /// Answers discovery (`/api`, `/apis`, group-versions — aggregated too), `/version`,
+    /// `/healthz`, `/livez`, `/readyz` and `/metrics` for the resources listwatch serves,
+    /// and hands every other request back: for a host without discovery of its own, so
+    /// kubectl and client-go find the resources (a host with its own discovery — an
+    /// apiserver fork — leaves this out).
+    pub async fn handle_discovery<B>(&self, req: Request<B>) -> Outcome<B>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let Some(route) = self.app.discovery_route(req.method(), req.uri().path()) else {
+            return Outcome::NotHandled(req);
+        };
+        let req = req.map(listwatch_server::box_body);
+        Outcome::Handled(self.app.handle_routed(req, route).await)
+    }
+
     /// Ends every open watch at a random moment within `grace` (call on shutdown, before
     /// closing connections), so clients do not reconnect all at once.
     pub fn drain(&self, grace: std::time::Duration) {

@@ -238,3 +238,42 @@ async fn backwards_rv_relists_and_expires_watches() {
         panic!("writes must be handed back")
     };
 }
+
+/// The example host answers discovery through the facade, so kubectl (the machine's
+/// binary, unmodified) lists what listwatch serves there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_finds_and_lists_the_hosts_resources() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(host::serve(listener));
+    let (code, body) = raw(addr, "GET", "/api/v1", None, "").await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(r#""name":"configmaps""#), "{body}");
+    let (code, body) = raw(
+        addr,
+        "POST",
+        "/api/v1/namespaces/team-a/configmaps",
+        Some("alice"),
+        r#"{"metadata":{"name":"found"}}"#,
+    )
+    .await;
+    assert!(code == 201 || code == 200, "{body}");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("kubectl")
+            .env("KUBECONFIG", "/dev/null")
+            .args(["--server", &format!("http://{addr}"), "--as", "alice"])
+            .args(["get", "configmaps", "-n", "team-a", "-o", "name"])
+            .output()
+            .expect("kubectl on PATH (scripts/test installs it)")
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("configmap/found"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -159,6 +159,18 @@ impl App {
         matches!(route, Route::Collection { .. } | Route::Object { .. }).then_some(route)
     }
 
+    /// The route of a GET of discovery (`/api`, `/apis`, their group-versions, in the
+    /// aggregated form kubectl asks for too), `/version` or the health checks, for
+    /// `path`: what an embedding host lets listwatch answer when it has no discovery of
+    /// its own for the resources listwatch serves.
+    pub fn discovery_route(&self, method: &Method, path: &str) -> Option<Route> {
+        if *method != Method::GET {
+            return None;
+        }
+        let route = routes::route(&self.registry, path);
+        matches!(route, Route::Discovery(_)).then_some(route)
+    }
+
     /// Time-based housekeeping of every store (trims event windows and retained snapshots);
     /// `serve` runs it every second, an embedding host calls it (or spawns it) itself.
     pub fn maintain(&self) {
