@@ -184,6 +184,8 @@ impl Builder {
     pub async fn etcd(self, config: EtcdConfig) -> Result<ListWatch, EtcdError> {
         let registry = Registry::new(self.resources, self.start_rv, &self.store);
         let source = listwatch_etcd::EtcdSource::start(registry, config).await?;
+        // events.k8s.io/v1 Events and autoscaling/v1 HPAs: views of the stored versions.
+        let source = listwatch_sources::Views::start(source, &self.store);
         let app = App::new(source, self.server, self.authorizer);
         Ok(ListWatch { app })
     }
