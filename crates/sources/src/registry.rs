@@ -96,7 +96,12 @@ impl Registry {
 
     /// Adds an empty, not yet ready store at `rv` for `info`, kept by a view of another
     /// resource (`views`) rather than by the source. `None` when a store of that name exists.
-    pub fn add_view(&self, info: ResourceInfo, rv: u64, config: &StoreConfig) -> Option<Arc<Store>> {
+    pub fn add_view(
+        &self,
+        info: ResourceInfo,
+        rv: u64,
+        config: &StoreConfig,
+    ) -> Option<Arc<Store>> {
         let info = info.normalized();
         let key = (
             info.group.clone(),

@@ -90,7 +90,9 @@ pub fn core_event_to_events_v1(core: &Value) -> Result<Vec<u8>, ConvertError> {
     string(&mut o, "reason", "reason");
     o.insert(
         "regarding".into(),
-        present(core, "involvedObject").cloned().unwrap_or(json!({})),
+        present(core, "involvedObject")
+            .cloned()
+            .unwrap_or(json!({})),
     );
     if let Some(related) = present(core, "related") {
         o.insert("related".into(), related.clone());
@@ -109,7 +111,9 @@ pub fn core_event_to_events_v1(core: &Value) -> Result<Vec<u8>, ConvertError> {
     );
     o.insert(
         "deprecatedLastTimestamp".into(),
-        present(core, "lastTimestamp").cloned().unwrap_or(Value::Null),
+        present(core, "lastTimestamp")
+            .cloned()
+            .unwrap_or(Value::Null),
     );
     if let Some(n) = present(core, "count").filter(|n| n.as_i64() != Some(0)) {
         o.insert("deprecatedCount".into(), n.clone());

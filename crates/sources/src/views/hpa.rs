@@ -310,7 +310,10 @@ pub fn hpa_v2_to_v1(v2: &Value) -> Result<Vec<u8>, ConvertError> {
     }
     if !current.is_empty() {
         let statuses = current.iter().map(metric_status).collect();
-        annotations.push((METRIC_STATUSES_ANNOTATION.into(), text(Value::Array(statuses))));
+        annotations.push((
+            METRIC_STATUSES_ANNOTATION.into(),
+            text(Value::Array(statuses)),
+        ));
     }
     if !conditions.is_empty() {
         let cs = conditions.iter().map(condition).collect();
@@ -344,7 +347,11 @@ pub fn hpa_v2_to_v1(v2: &Value) -> Result<Vec<u8>, ConvertError> {
         present(spec, "maxReplicas").cloned().unwrap_or(json!(0)),
     );
     // The first CPU resource metric decides, whether or not it is a utilization.
-    if let Some(pct) = metrics.iter().find(|m| is_cpu_resource(m)).and_then(cpu_target) {
+    if let Some(pct) = metrics
+        .iter()
+        .find(|m| is_cpu_resource(m))
+        .and_then(cpu_target)
+    {
         s.insert("targetCPUUtilizationPercentage".into(), pct);
     }
 
@@ -463,7 +470,10 @@ mod tests {
             r#"{"ScaleUp":null,"ScaleDown":{"StabilizationWindowSeconds":300,"SelectPolicy":"Max","Policies":[{"Type":"Percent","Value":100,"PeriodSeconds":15}],"Tolerance":null}}"#
         );
         let meta: Vec<&String> = got["metadata"].as_object().unwrap().keys().collect();
-        assert_eq!(meta, ["name", "uid", "labels", "annotations", "managedFields"]);
+        assert_eq!(
+            meta,
+            ["name", "uid", "labels", "annotations", "managedFields"]
+        );
         assert_eq!(
             got["spec"],
             json!({"scaleTargetRef":{"kind":"Deployment","name":"d"},"maxReplicas":5,"targetCPUUtilizationPercentage":50})
@@ -486,7 +496,9 @@ mod tests {
         let tail = info().empty_object_tail;
         assert_eq!(
             convert(only),
-            format!(r#"{{"kind":"HorizontalPodAutoscaler","apiVersion":"autoscaling/v1","metadata":{{"name":"h"}},{tail}}}"#)
+            format!(
+                r#"{{"kind":"HorizontalPodAutoscaler","apiVersion":"autoscaling/v1","metadata":{{"name":"h"}},{tail}}}"#
+            )
         );
     }
 }
