@@ -28,6 +28,21 @@ async fn next_event(lines: &mut common::Lines) -> Value {
     }
 }
 
+/// A LIST as a `meta.k8s.io/v1` Table.
+async fn table(addr: std::net::SocketAddr, path: &str) -> Value {
+    let r = listwatch_testkit::send(
+        addr,
+        "GET",
+        path,
+        &[("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")],
+        None,
+    )
+    .await
+    .expect("connect");
+    assert_eq!(r.status, 200, "{path}");
+    serde_json::from_slice(&r.body).expect("Table JSON")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_core_event_appears_converted_in_an_events_k8s_io_watch_at_its_rv() {
     let server = common::start(0, ServerConfig::default()).await;
@@ -191,6 +206,40 @@ async fn views_read_like_any_resource_and_refuse_writes() {
     let events = json(&get(server.addr, "/apis/events.k8s.io/v1").await.body);
     assert_eq!(events["resources"][0]["name"], "events");
     assert_eq!(events["resources"][0]["shortNames"][0], "ev");
+    // Tables: kube-apiserver prints the stored object, so a view's Table is its source's.
+    for (view, stored) in [
+        (
+            "/apis/events.k8s.io/v1/namespaces/team/events",
+            "/api/v1/namespaces/team/events",
+        ),
+        (
+            "/apis/autoscaling/v1/namespaces/team/horizontalpodautoscalers",
+            "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers",
+        ),
+    ] {
+        let (a, b) = (
+            table(server.addr, view).await,
+            table(server.addr, stored).await,
+        );
+        assert_eq!(a["columnDefinitions"], b["columnDefinitions"], "{view}");
+        let cells = |t: &Value| -> Vec<Value> {
+            t["rows"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| r["cells"].clone())
+                .collect()
+        };
+        assert_eq!(cells(&a), cells(&b), "{view}");
+        assert_eq!(cells(&a).len(), 1, "{view}: {a}");
+    }
+    let hpa_row = table(
+        server.addr,
+        "/apis/autoscaling/v1/namespaces/team/horizontalpodautoscalers",
+    )
+    .await;
+    assert_eq!(hpa_row["rows"][0]["cells"][2], "cpu: <unknown>/70%");
+
     // Readiness covers the views.
     let ready = common::poll_until(
         Duration::from_secs(5),
