@@ -724,10 +724,12 @@ fn hpa_v1_targets(b: &[u8]) -> Vec<String> {
             (None, v) => (v.unwrap_or_else(|| "<auto>".into()), false),
         };
         let mut current = "<unknown>".to_string();
-        if currents.is_empty() && res == "cpu" && is_pct {
-            if let Some(c) = scalar(&o["status"]["currentCPUUtilizationPercentage"]) {
-                current = format!("{c}%");
-            }
+        if currents.is_empty()
+            && res == "cpu"
+            && is_pct
+            && let Some(c) = scalar(&o["status"]["currentCPUUtilizationPercentage"])
+        {
+            current = format!("{c}%");
         }
         for c in currents
             .iter()

@@ -370,16 +370,17 @@ pub fn hpa_v2_to_v1(v2: &Value) -> Result<Vec<u8>, ConvertError> {
             .cloned()
             .unwrap_or(json!(0)),
     );
-    // Every CPU resource status is looked at; the last with a utilization wins.
+    // Every CPU resource status is looked at; the last with a utilization wins (looked
+    // for from the end).
     if let Some(pct) = current
         .iter()
+        .rev()
         .filter(|m| is_cpu_resource(m))
-        .filter_map(|m| {
+        .find_map(|m| {
             present(m, "resource")
                 .and_then(|r| present(r, "current"))
                 .and_then(|c| present(c, "averageUtilization"))
         })
-        .last()
     {
         st.insert("currentCPUUtilizationPercentage".into(), pct.clone());
     }
