@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use listwatch_core::{ApiError, ResourceInfo};
-use listwatch_store::{Change, Event, EventType, Record, Store, StoreConfig, StoreError};
+use listwatch_store::{
+    Change, Event, EventType, Record, Store, StoreConfig, StoreError, WatchCursor,
+};
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -97,10 +99,13 @@ impl Views {
             let Some(target) = registry.add_view((def.info)(), source.rv(), config) else {
                 continue;
             };
+            // The first conversion is done here, so a view is ready as soon as its source.
+            let cursor = sync(&source, &target, def.convert);
             tasks.push(tokio::spawn(follow(
                 source.clone(),
                 target.clone(),
                 def.convert,
+                cursor,
             )));
             links.push(Link { source, target });
         }
@@ -209,41 +214,53 @@ impl SourceWriter for Views {
 /// How many source events one step converts at most (one RV is never split).
 const BATCH: usize = 512;
 
-/// Keeps `target` equal to `source` converted: a full conversion of the source's snapshot
-/// (at start, and whenever the source's history no longer reaches back to where the view
-/// is: the source relisted), then every event of its log and every progress mark.
-async fn follow(source: Arc<Store>, target: Arc<Store>, convert: Convert) {
+/// Converts `source`'s current snapshot into `target` and opens a cursor on the source
+/// after it; `None` when the source's history moved on meanwhile (sync again).
+fn sync(source: &Arc<Store>, target: &Store, convert: Convert) -> Option<WatchCursor> {
+    let snap = source.current();
+    let records: Vec<Record> = snap
+        .items()
+        .values()
+        .filter_map(|r| converted(target, r, convert))
+        .collect();
+    target.replace(snap.rv(), records);
+    target.set_ready(true);
+    source.watch_from(snap.rv()).ok()
+}
+
+/// Keeps `target` equal to `source` converted: from `cursor` (opened by [`sync`]), every
+/// event of the source's log and every progress mark; a full [`sync`] again whenever the
+/// source's history no longer reaches back to where the view is (the source relisted).
+async fn follow(
+    source: Arc<Store>,
+    target: Arc<Store>,
+    convert: Convert,
+    mut cursor: Option<WatchCursor>,
+) {
     loop {
-        // A resync right after a failed one must not starve the runtime.
-        tokio::task::yield_now().await;
-        let snap = source.current();
-        let records: Vec<Record> = snap
-            .items()
-            .values()
-            .filter_map(|r| converted(&target, r, convert))
-            .collect();
-        target.replace(snap.rv(), records);
-        target.set_ready(true);
-        let Ok(mut cursor) = source.watch_from(snap.rv()) else {
+        let Some(mut c) = cursor.take() else {
+            // A resync right after a failed one must not starve the runtime.
+            tokio::task::yield_now().await;
+            cursor = sync(&source, &target, convert);
             continue;
         };
         let mut events: Vec<Arc<Event>> = Vec::new();
         loop {
             events.clear();
-            if cursor.poll(BATCH, &mut events).is_err() {
+            if c.poll(BATCH, &mut events).is_err() {
                 break; // the source's log moved past us (a relist): convert it all again
             }
             if !events.is_empty() && apply(&target, &events, convert).is_err() {
                 break;
             }
-            target.progress(cursor.rv());
+            target.progress(c.rv());
             if events.len() >= BATCH {
                 continue;
             }
             // New events, or a progress mark on the source (its clock moves, its log not).
             let next = target.rv() + 1;
             tokio::select! {
-                _ = cursor.changed() => {}
+                _ = c.changed() => {}
                 _ = source.wait_for(next, Duration::from_secs(3600)) => {}
             }
         }
