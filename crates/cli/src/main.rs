@@ -306,6 +306,8 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
         SourceKind::Embedded => embedded_source(&args, registry)?,
         SourceKind::Etcd => etcd_source(&args, registry).await?,
     };
+    // events.k8s.io/v1 Events and autoscaling/v1 HPAs: views of the stored versions.
+    let source: Arc<dyn Source> = listwatch_sources::Views::start(source, &StoreConfig::default());
     let options = ServeOptions {
         tls,
         authenticator: authenticator(&args, source.registry())?,

@@ -24,6 +24,7 @@ pub fn for_resource(group: &str, resource: &str) -> Option<&'static BuiltinPrint
         ("", "namespaces") => &NAMESPACES,
         ("", "services") => &SERVICES,
         ("", "events") => &EVENTS,
+        ("events.k8s.io", "events") => &EVENTS_V1,
         ("", "replicationcontrollers") => &REPLICATION_CONTROLLERS,
         ("apps", "deployments") => &DEPLOYMENTS,
         ("apps", "replicasets") => &REPLICA_SETS,
@@ -318,37 +319,77 @@ static EVENTS: BuiltinPrinter = BuiltinPrinter {
         ("Count", "string", "", 1),
         ("Name", "string", "name", 1),
     ],
+    cells: |name, b, now| event_cells(&CORE_EVENT, name, b, now),
+};
+
+/// Where an Event version keeps what the Event printer shows.
+struct EventFields {
+    regarding: &'static str,
+    source: &'static str,
+    reporting: &'static str,
+    note: &'static str,
+    first: &'static str,
+    last: &'static str,
+    count: &'static str,
+}
+
+const CORE_EVENT: EventFields = EventFields {
+    regarding: "involvedObject",
+    source: "source",
+    reporting: "reportingComponent",
+    note: "message",
+    first: "firstTimestamp",
+    last: "lastTimestamp",
+    count: "count",
+};
+
+/// events.k8s.io/v1 (a view of the stored core/v1 Event): kube-apiserver prints the
+/// stored Event, so its Table has the core columns, read under their events.k8s.io names.
+static EVENTS_V1: BuiltinPrinter = BuiltinPrinter {
+    columns: EVENTS.columns,
     cells: |name, b, now| {
-        let seen = |p: &[&str]| text(b, 0, p).and_then(parse_rfc3339);
-        let last = seen(&["series", "lastObservedTime"])
-            .or_else(|| seen(&["lastTimestamp"]))
-            .or_else(|| seen(&["eventTime"]));
-        let first = seen(&["firstTimestamp"]).or_else(|| seen(&["eventTime"]));
-        let ago =
-            |t: Option<i64>| t.map_or_else(|| "<unknown>".into(), |t| human_duration(now - t));
-        let kind = s(b, &["involvedObject", "kind"]).to_ascii_lowercase();
-        let mut source = s(b, &["source", "component"]);
-        if source.is_empty() {
-            source = s(b, &["reportingComponent"]);
-        }
-        let host = s(b, &["source", "host"]);
-        if !host.is_empty() {
-            source = format!("{source}, {host}");
-        }
-        vec![
-            ago(last),
-            s(b, &["type"]),
-            s(b, &["reason"]),
-            format!("{kind}/{}", s(b, &["involvedObject", "name"])),
-            s(b, &["involvedObject", "fieldPath"]),
-            source,
-            s(b, &["message"]).trim().to_string(),
-            ago(first),
-            int(b, &["count"]),
-            name.into(),
-        ]
+        const FIELDS: EventFields = EventFields {
+            regarding: "regarding",
+            source: "deprecatedSource",
+            reporting: "reportingController",
+            note: "note",
+            first: "deprecatedFirstTimestamp",
+            last: "deprecatedLastTimestamp",
+            count: "deprecatedCount",
+        };
+        event_cells(&FIELDS, name, b, now)
     },
 };
+
+fn event_cells(f: &EventFields, name: &str, b: &[u8], now: i64) -> Vec<String> {
+    let seen = |p: &[&str]| text(b, 0, p).and_then(parse_rfc3339);
+    let last = seen(&["series", "lastObservedTime"])
+        .or_else(|| seen(&[f.last]))
+        .or_else(|| seen(&["eventTime"]));
+    let first = seen(&[f.first]).or_else(|| seen(&["eventTime"]));
+    let ago = |t: Option<i64>| t.map_or_else(|| "<unknown>".into(), |t| human_duration(now - t));
+    let kind = s(b, &[f.regarding, "kind"]).to_ascii_lowercase();
+    let mut source = s(b, &[f.source, "component"]);
+    if source.is_empty() {
+        source = s(b, &[f.reporting]);
+    }
+    let host = s(b, &[f.source, "host"]);
+    if !host.is_empty() {
+        source = format!("{source}, {host}");
+    }
+    vec![
+        ago(last),
+        s(b, &["type"]),
+        s(b, &["reason"]),
+        format!("{kind}/{}", s(b, &[f.regarding, "name"])),
+        s(b, &[f.regarding, "fieldPath"]),
+        source,
+        s(b, &[f.note]).trim().to_string(),
+        ago(first),
+        int(b, &[f.count]),
+        name.into(),
+    ]
+}
 
 fn replica_counts(name: &str, b: &[u8], now: i64) -> Vec<String> {
     let (c, i) = containers_images(b, TEMPLATE);
@@ -587,6 +628,9 @@ static HPAS: BuiltinPrinter = BuiltinPrinter {
     cells: |name, b, now| {
         // Resource metrics as kubectl shows them: "cpu: <current>/<target>".
         let mut targets = Vec::new();
+        if text(b, 0, &["apiVersion"]) == Some("autoscaling/v1") {
+            targets = hpa_v1_targets(b);
+        }
         for m in elements(b, &["spec", "metrics"]) {
             if text(b, m.0, &["type"]) != Some("Resource") {
                 continue;
@@ -634,6 +678,76 @@ static HPAS: BuiltinPrinter = BuiltinPrinter {
         ]
     },
 };
+
+/// The resource metrics of an autoscaling/v1 HPA (a view of the stored v2 one) as the v2
+/// printer shows them (kube-apiserver prints the stored object): v1 keeps the metrics it
+/// cannot express in annotations (`autoscaling.alpha.kubernetes.io/metrics`,
+/// `.../current-metrics`, in v1's shapes) and the CPU utilization target as
+/// `targetCPUUtilizationPercentage`, listed last (v1 does not keep its position).
+fn hpa_v1_targets(b: &[u8]) -> Vec<String> {
+    use serde_json::Value;
+    let Ok(o) = serde_json::from_slice::<Value>(b) else {
+        return Vec::new();
+    };
+    let annotation = |k: &str| -> Vec<Value> {
+        o["metadata"]["annotations"][k]
+            .as_str()
+            .and_then(|t| serde_json::from_str::<Vec<Value>>(t).ok())
+            .unwrap_or_default()
+    };
+    let scalar = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let mut specs: Vec<(String, Option<String>, Option<String>)> =
+        annotation("autoscaling.alpha.kubernetes.io/metrics")
+            .iter()
+            .filter(|m| m["type"] == "Resource")
+            .map(|m| {
+                let r = &m["resource"];
+                (
+                    r["name"].as_str().unwrap_or("").to_string(),
+                    scalar(&r["targetAverageUtilization"]),
+                    scalar(&r["targetAverageValue"]),
+                )
+            })
+            .collect();
+    if let Some(p) = scalar(&o["spec"]["targetCPUUtilizationPercentage"]) {
+        specs.push(("cpu".into(), Some(p), None));
+    }
+    let currents = annotation("autoscaling.alpha.kubernetes.io/current-metrics");
+    let mut out = Vec::new();
+    for (res, pct, value) in specs {
+        let (target, is_pct) = match (&pct, value) {
+            (Some(p), _) => (format!("{p}%"), true),
+            (None, v) => (v.unwrap_or_else(|| "<auto>".into()), false),
+        };
+        let mut current = "<unknown>".to_string();
+        if currents.is_empty()
+            && res == "cpu"
+            && is_pct
+            && let Some(c) = scalar(&o["status"]["currentCPUUtilizationPercentage"])
+        {
+            current = format!("{c}%");
+        }
+        for c in currents
+            .iter()
+            .filter(|c| c["resource"]["name"] == res.as_str())
+        {
+            let v = if is_pct {
+                scalar(&c["resource"]["currentAverageUtilization"]).map(|u| format!("{u}%"))
+            } else {
+                scalar(&c["resource"]["currentAverageValue"])
+            };
+            if let Some(v) = v {
+                current = v;
+            }
+        }
+        out.push(format!("{res}: {current}/{target}"));
+    }
+    out
+}
 
 /// The strings of a string array at `path`.
 fn strings(b: &[u8], start: usize, path: &[&str]) -> Vec<String> {

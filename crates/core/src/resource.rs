@@ -133,8 +133,8 @@ impl ResourceInfo {
 }
 
 /// Every resource kube-apiserver 1.36 stores in etcd, in the version it serves by default
-/// (docs/resources.md lists what is left out: `events.k8s.io` events and `autoscaling/v1`
-/// HPAs need real conversions).
+/// (`events.k8s.io/v1` events and `autoscaling/v1` HPAs are views of two of them:
+/// `listwatch_sources::views`; docs/resources.md).
 pub fn builtin_resources() -> Vec<ResourceInfo> {
     const POD_FIELDS: &[&str] = &[
         "spec.nodeName",

@@ -47,7 +47,7 @@ pub use listwatch_server::body::ResponseBody;
 pub use listwatch_server::{Maintenance, ServerConfig};
 pub use listwatch_sources::{
     BoxFuture, EmbeddedSource, FeedError, HostChange, Registry, Relisted, Source, SourceWriter,
-    WriteResult,
+    Views, WriteResult,
 };
 pub use listwatch_store::StoreConfig;
 
@@ -151,7 +151,10 @@ impl Builder {
     }
 
     /// Builds an instance fed by the host. `relist` returns a resource's full state when
-    /// its change stream can no longer be trusted (a gap, an RV going backwards).
+    /// its change stream can no longer be trusted (a gap, an RV going backwards). Built
+    /// inside a tokio runtime, it also serves `events.k8s.io/v1` Events and
+    /// `autoscaling/v1` HPAs as views of the fed core/v1 Events and autoscaling/v2 HPAs
+    /// ([`Views`]).
     ///
     /// ```
     /// let (lw, feed) = listwatch::Builder::new()
@@ -164,7 +167,12 @@ impl Builder {
         let registry = Registry::new(self.resources, self.start_rv, &self.store);
         let source = HostFedSource::new(registry.clone(), self.start_rv, Box::new(relist));
         let _ = registry;
-        let app = App::new(source.clone(), self.server, self.authorizer);
+        // The views' tasks need a runtime to run on.
+        let served: Arc<dyn Source> = match tokio::runtime::Handle::try_current() {
+            Ok(_) => Views::start(source.clone(), &self.store),
+            Err(_) => source.clone(),
+        };
+        let app = App::new(served, self.server, self.authorizer);
         (ListWatch { app }, Feed { source })
     }
 
@@ -197,6 +205,8 @@ impl Builder {
     pub async fn etcd(self, config: EtcdConfig) -> Result<ListWatch, EtcdError> {
         let registry = Registry::new(self.resources, self.start_rv, &self.store);
         let source = listwatch_etcd::EtcdSource::start(registry, config).await?;
+        // events.k8s.io/v1 Events and autoscaling/v1 HPAs: views of the stored versions.
+        let source = listwatch_sources::Views::start(source, &self.store);
         let app = App::new(source, self.server, self.authorizer);
         Ok(ListWatch { app })
     }

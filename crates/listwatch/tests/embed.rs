@@ -277,3 +277,39 @@ async fn kubectl_finds_and_lists_the_hosts_resources() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A host feeding core/v1 Events gets events.k8s.io/v1 served too: the view converts each
+/// fed Event once, at the RV the host gave it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fed_core_events_are_served_as_events_k8s_io() {
+    use http_body_util::BodyExt;
+    use listwatch::{Builder, Outcome, Relisted};
+    let (lw, feed) = Builder::new().start_rv(1).host_fed(|_| {
+        Ok(Relisted {
+            rv: 1,
+            objects: vec![],
+        })
+    });
+    feed.put(
+        "",
+        "v1",
+        "events",
+        10,
+        br#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"e","namespace":"d"},"involvedObject":{"kind":"Pod","name":"p"},"message":"hello","reportingComponent":"","reportingInstance":""}"#,
+    )
+    .expect("put");
+    let request = http::Request::get("/apis/events.k8s.io/v1/namespaces/d/events/e")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .expect("request");
+    let Outcome::Handled(resp) = lw.handle(request).await else {
+        panic!("events.k8s.io not handled")
+    };
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    let e: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(e["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(e["note"], "hello");
+    assert_eq!(e["regarding"]["name"], "p");
+    assert_eq!(e["metadata"]["resourceVersion"], "10");
+    lw.close(Duration::from_millis(10)).await;
+}

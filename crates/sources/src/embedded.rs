@@ -79,7 +79,9 @@ impl EmbeddedSource {
     }
 
     fn progress_others(&self, store: &Arc<Store>, rv: u64) {
-        for s in self.registry.stores() {
+        // Views follow their source store in their own time: a mark here would get ahead
+        // of the converted change.
+        for s in self.registry.source_stores() {
             if !Arc::ptr_eq(&s, store) {
                 s.progress(rv);
             }

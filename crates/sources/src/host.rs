@@ -154,7 +154,8 @@ impl HostFedSource {
     }
 
     fn progress_all(&self, rv: u64) {
-        for s in self.registry.stores() {
+        // Views follow their source store's marks themselves.
+        for s in self.registry.source_stores() {
             s.progress(rv);
         }
     }

@@ -5,6 +5,8 @@
 //! - [`embedded::EmbeddedSource`]: the default in-process MVCC store with the write verbs.
 //! - [`host::HostFedSource`]: changes pushed by an embedding host (reads only).
 //! - [`objects`]: write checks shared by every writable source.
+//! - [`views::Views`]: resources served as conversions of stored ones (events.k8s.io/v1
+//!   Events, autoscaling/v1 HPAs), wrapping any source.
 //! - [`demo`]: realistic demo pods; [`load`]: objects from JSON/NDJSON files.
 
 pub mod crd;
@@ -15,8 +17,10 @@ pub mod load;
 pub mod objects;
 mod registry;
 pub mod source;
+pub mod views;
 
 pub use embedded::EmbeddedSource;
 pub use host::{FeedError, HostChange, HostFedSource, Relisted};
 pub use registry::Registry;
 pub use source::{BoxFuture, Source, SourceWriter, WriteResult};
+pub use views::Views;

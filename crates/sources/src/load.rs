@@ -171,7 +171,10 @@ mod tests {
     fn read(text: &str) -> Result<Vec<String>, String> {
         let dir = std::env::temp_dir().join(format!("lw-load-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let path = dir.join(format!("{:x}.json", text.len() * 31 + text.lines().count()));
+        // One file per call: the tests run in parallel in one process.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = dir.join(format!("objects-{n}.json"));
         std::fs::write(&path, text).map_err(|e| e.to_string())?;
         let mut names = Vec::new();
         let r = read_objects(&path, |o| {

@@ -1,6 +1,6 @@
 //! `Registry`: the served resource types and the store behind each.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use listwatch_core::ResourceInfo;
@@ -15,6 +15,9 @@ type Key = (String, String, String);
 #[derive(Clone, Default)]
 pub struct Registry {
     stores: Arc<RwLock<BTreeMap<Key, Arc<Store>>>>,
+    /// Resources served as views of another resource (`views`): their stores follow their
+    /// source store, never the source of truth, so sources do not write or progress them.
+    views: Arc<RwLock<BTreeSet<Key>>>,
 }
 
 impl Registry {
@@ -41,6 +44,7 @@ impl Registry {
             .collect();
         Registry {
             stores: Arc::new(RwLock::new(stores)),
+            views: Arc::default(),
         }
     }
 
@@ -88,6 +92,56 @@ impl Registry {
         );
         stores.insert(key, store.clone());
         Some(store)
+    }
+
+    /// Adds an empty, not yet ready store at `rv` for `info`, kept by a view of another
+    /// resource (`views`) rather than by the source. `None` when a store of that name exists.
+    pub fn add_view(
+        &self,
+        info: ResourceInfo,
+        rv: u64,
+        config: &StoreConfig,
+    ) -> Option<Arc<Store>> {
+        let info = info.normalized();
+        let key = (
+            info.group.clone(),
+            info.version.clone(),
+            info.resource.clone(),
+        );
+        let mut stores = self.stores.write();
+        if stores.contains_key(&key) {
+            return None;
+        }
+        let store = Store::new(
+            Arc::new(info),
+            rv,
+            Vec::<listwatch_store::Record>::new(),
+            config.clone(),
+        );
+        store.set_ready(false);
+        self.views.write().insert(key.clone());
+        stores.insert(key, store.clone());
+        Some(store)
+    }
+
+    /// Whether `store` is kept by a view (see [`Registry::add_view`]).
+    pub fn is_view(&self, store: &Store) -> bool {
+        let i = store.info();
+        self.views
+            .read()
+            .contains(&(i.group.clone(), i.version.clone(), i.resource.clone()))
+    }
+
+    /// The stores the source itself keeps (every store but views), for sources that
+    /// advance all their stores' clocks at once.
+    pub fn source_stores(&self) -> Vec<Arc<Store>> {
+        let views = self.views.read();
+        self.stores
+            .read()
+            .iter()
+            .filter(|(k, _)| !views.contains(*k))
+            .map(|(_, s)| s.clone())
+            .collect()
     }
 
     /// Group/version pairs served, in order (core first), retired resources left out.

@@ -117,7 +117,7 @@ async fn kubectl_reads_the_corpus_as_it_read_kube_apiserver() {
 
     // `kubectl api-resources -o wide`: every row but VERBS (listwatch advertises what it
     // serves: no patch or deletecollection) equals kube-apiserver's; rows it lacks are the
-    // create-only review APIs, bindings, componentstatuses and events.k8s.io.
+    // create-only review APIs, bindings and componentstatuses.
     let out = tokio::process::Command::new("kubectl")
         .arg("--server")
         .arg(format!("http://{}", server.addr))
@@ -165,7 +165,7 @@ async fn kubectl_reads_the_corpus_as_it_read_kube_apiserver() {
         .collect();
     for m in &missing {
         assert!(
-            m.ends_with("reviews") || ["bindings", "componentstatuses", "events"].contains(m),
+            m.ends_with("reviews") || ["bindings", "componentstatuses"].contains(m),
             "api-resources lacks {m}"
         );
     }
@@ -175,8 +175,10 @@ async fn kubectl_reads_the_corpus_as_it_read_kube_apiserver() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_builtin_view_reads_as_kube_apiserver_served_it() {
     let (_etcd, server) = serve_corpus().await;
+    // Built-in resources and the views of them (events.k8s.io/v1, autoscaling/v1).
     let mut served: Vec<(String, String, String)> = builtin_resources()
         .iter()
+        .chain(&listwatch_sources::views::view_resources())
         .map(|r| (r.group.clone(), r.version.clone(), r.resource.clone()))
         .collect();
     // The corpus's CRDs (widgets v1 + v1beta1, clusterthings v1) are followed live: wait

@@ -44,12 +44,14 @@ pub async fn start(demo_pods: usize, config: ServerConfig) -> TestServer {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let app = App::embedded(
-        source.clone(),
+    // events.k8s.io/v1 and autoscaling/v1 are served as views of what is stored.
+    let app = App::new(
+        listwatch_sources::Views::start(source.clone(), &StoreConfig::default()),
         ServerConfig {
             advertise: addr.to_string(),
             ..config
         },
+        None,
     );
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(serve(app.clone(), listener, async {

@@ -355,7 +355,7 @@ impl EtcdServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let app = App::new(
-            source.clone(),
+            listwatch_sources::Views::start(source.clone(), &StoreConfig::default()),
             ServerConfig {
                 advertise: addr.to_string(),
                 ..ServerConfig::default()
