@@ -34,7 +34,13 @@ fn concurrent_cursors_see_every_event_in_order() {
             let mut last = vec![1u64; cursors.len()];
             let mut count = vec![0u64; cursors.len()];
             let mut out = Vec::new();
+            // A cursor that stops seeing events fails the test instead of spinning forever.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
             loop {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "cursors did not see every event within 120 s: {count:?}"
+                );
                 let finished = done.load(Ordering::Acquire);
                 for (i, c) in cursors.iter_mut().enumerate() {
                     out.clear();
