@@ -3,13 +3,16 @@
 
 use std::process::Command;
 
-/// Runs `listwatch serve ARGS` (which must fail at start) and returns its stderr.
+/// Runs `listwatch serve ARGS` (which must fail at start) and returns its stderr. Unless
+/// the case is about `--listen`, it listens on a free port, so a server on the default
+/// 8080 cannot change the outcome.
 fn fails(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_listwatch"))
-        .arg("serve")
-        .args(args)
-        .output()
-        .expect("run listwatch");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_listwatch"));
+    cmd.arg("serve");
+    if !args.contains(&"--listen") {
+        cmd.args(["--listen", "127.0.0.1:0"]);
+    }
+    let out = cmd.args(args).output().expect("run listwatch");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
     assert!(
