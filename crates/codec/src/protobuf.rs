@@ -69,6 +69,11 @@ impl ProtoObjects {
         })
     }
 
+    /// Whether only PartialObjectMetadata is written.
+    pub fn metadata_only(&self) -> bool {
+        self.object.is_none()
+    }
+
     /// The `typeMeta` each object is sent with.
     pub fn type_meta(&self) -> (&str, &str) {
         (&self.api_version, &self.kind)
