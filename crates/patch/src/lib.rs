@@ -24,7 +24,7 @@ pub mod strategic;
 use listwatch_core::status::{ApiError, FieldError, FieldErrorKind};
 use serde_json::{Map, Value};
 
-pub use builtin::{Elem, GoNode, unknown_types};
+pub use builtin::{Elem, GoNode};
 pub use strategic::{Lookup, PatchMeta, SmpError};
 
 /// kube-apiserver's `maxJSONPatchOperations`.
