@@ -17,10 +17,9 @@ Usage: scripts/gopatch.py TAG REPO_DIR:PREFIX [REPO_DIR:PREFIX ...] > crates/pat
 """
 import json
 import re
-import subprocess
 import sys
 
-from gopresence import EMBED, FIELD, files
+from gopresence import EMBED, FIELD, collect, struct_lines
 
 STRATEGY = re.compile(r'patchStrategy:"([^"]*)"')
 MERGE_KEY = re.compile(r'patchMergeKey:"([^"]*)"')
@@ -30,63 +29,46 @@ LIST_MAP_KEY = re.compile(r'^\s*//\s*\+listMapKey=(\w+)')
 
 
 def scan(repo, tag, prefix, result):
-    for path in files(repo, tag):
-        text = subprocess.run(["git", "-C", repo, "show", f"{tag}:{path}"], check=True,
-                              capture_output=True, text=True).stdout
-        pkg = path.rsplit("/", 1)[0]
-        current = None
-        markers = {}
-        for line in text.splitlines():
-            m = re.match(r"^type (\w+) struct \{", line)
-            if m:
-                current = m.group(1)
-                markers = {}
-                continue
-            if current is None:
-                continue
-            if line.startswith("}"):
-                current = None
-                continue
-            lt = LIST_TYPE.match(line)
-            if lt:
-                markers["listType"] = lt.group(1)
-                continue
-            lk = LIST_MAP_KEY.match(line)
-            if lk:
-                markers.setdefault("listMapKeys", []).append(lk.group(1))
-                continue
-            if line.strip().startswith("//") or not line.strip():
-                continue
-            # A field line (named or embedded) ends the markers collected above it.
-            m = FIELD.match(line)
-            tags = m.group(3) if m and m.group(1) else None
-            if tags is None:
-                e = EMBED.match(line)
-                tags = e.group(2) if e else None
-            field_markers, markers = markers, {}
-            if tags is None:
-                continue
-            j = JSON.search(tags)
-            name = j.group(1).split(",")[0] if j else ""
-            if not name or name == "-":
-                continue
-            entry = dict(field_markers)
-            s = STRATEGY.search(tags)
-            if s:
-                entry["strategy"] = s.group(1)
-            k = MERGE_KEY.search(tags)
-            if k:
-                entry["key"] = k.group(1)
-            if entry:
-                result.setdefault(f"{prefix}/{pkg}/{current}", {})[name] = entry
+    markers, last = {}, None
+    for pkg, current, line in struct_lines(repo, tag):
+        if (pkg, current) != last:
+            markers, last = {}, (pkg, current)
+        lt = LIST_TYPE.match(line)
+        if lt:
+            markers["listType"] = lt.group(1)
+            continue
+        lk = LIST_MAP_KEY.match(line)
+        if lk:
+            markers.setdefault("listMapKeys", []).append(lk.group(1))
+            continue
+        if line.strip().startswith("//") or not line.strip():
+            continue
+        # A field line (named or embedded) ends the markers collected above it.
+        m = FIELD.match(line)
+        tags = m.group(3) if m and m.group(1) else None
+        if tags is None:
+            e = EMBED.match(line)
+            tags = e.group(2) if e else None
+        field_markers, markers = markers, {}
+        if tags is None:
+            continue
+        j = JSON.search(tags)
+        name = j.group(1).split(",")[0] if j else ""
+        if not name or name == "-":
+            continue
+        entry = dict(field_markers)
+        s = STRATEGY.search(tags)
+        if s:
+            entry["strategy"] = s.group(1)
+        k = MERGE_KEY.search(tags)
+        if k:
+            entry["key"] = k.group(1)
+        if entry:
+            result.setdefault(f"{prefix}/{pkg}/{current}", {})[name] = entry
 
 
 def main():
-    tag = sys.argv[1]
-    result = {}
-    for spec in sys.argv[2:]:
-        repo, prefix = spec.split(":")
-        scan(repo, tag, prefix, result)
+    tag, result = collect(scan)
     json.dump({"source": f"Go API types at {tag} (scripts/gopatch.py)", "types": result},
               sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")

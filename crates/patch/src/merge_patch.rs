@@ -43,7 +43,8 @@ fn merge(cur: Value, patch: Value) -> Value {
     }
 }
 
-/// Drops `null` object members, recursively through objects and arrays (`pruneNulls`).
+/// Drops `null` object members, recursively through objects and arrays (evanphx's
+/// `pruneNulls`, strategicpatch's `discardNullValuesFromPatch`).
 pub(crate) fn prune_nulls(v: &mut Value) {
     match v {
         Value::Object(m) => {

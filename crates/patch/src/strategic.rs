@@ -10,6 +10,7 @@
 use serde_json::{Map, Value};
 
 use crate::gofmt::{self, GoType};
+use crate::merge_patch::prune_nulls;
 
 const DIRECTIVE: &str = "$patch";
 const DELETE: &str = "delete";
@@ -149,7 +150,8 @@ fn merge_map<L: Lookup>(
 /// A patch value where the original has none (or one of another type): nulls inside are
 /// dropped and items carrying a `$patch` directive left out.
 fn put(original: &mut Map<String, Value>, key: String, mut value: Value) {
-    discard_nulls(&mut value);
+    // `discardNullValuesFromPatch` is merge patch's `pruneNulls` under another name.
+    prune_nulls(&mut value);
     match remove_directives(value) {
         Some(v) => {
             original.insert(key, v);
@@ -636,18 +638,6 @@ fn remove_directives(value: Value) -> Option<Value> {
             items.into_iter().filter_map(remove_directives).collect(),
         )),
         other => Some(other),
-    }
-}
-
-/// Drops `null` members of maps, recursively (`discardNullValuesFromPatch`).
-fn discard_nulls(value: &mut Value) {
-    match value {
-        Value::Object(m) => {
-            m.retain(|_, v| !v.is_null());
-            m.values_mut().for_each(discard_nulls);
-        }
-        Value::Array(items) => items.iter_mut().for_each(discard_nulls),
-        _ => {}
     }
 }
 
