@@ -27,6 +27,7 @@ pub mod discovery;
 pub mod handlers;
 pub mod limits;
 pub mod metrics;
+pub mod openapi;
 pub mod request;
 pub mod routes;
 
@@ -85,6 +86,7 @@ pub struct App {
     /// None: `AlwaysAllow`.
     authorizer: Option<Arc<dyn Authorizer>>,
     limits: limits::Limits,
+    openapi: openapi::OpenApiCache,
 }
 
 /// A request body of any type the host uses (boxed once per request).
@@ -115,6 +117,7 @@ impl App {
             metrics: Arc::new(metrics::Metrics::new(config.request_log_per_second)),
             authorizer,
             limits: limits::Limits::new(config.limits.clone()),
+            openapi: openapi::OpenApiCache::default(),
             config,
         })
     }
@@ -291,6 +294,11 @@ impl App {
     /// Dispatches a parsed request to discovery or a resource (after authorization).
     async fn route(&self, mut req: ApiRequest) -> handlers::Answer {
         match std::mem::replace(&mut req.route, Route::NotFound) {
+            Route::Discovery(DiscoveryPath::OpenApi) if req.method == Method::GET => {
+                let verbs = discovery::verbs(self.source.writer().is_some());
+                let docs = self.openapi.docs(&self.registry, &verbs);
+                openapi::respond(&docs, &req.path, &req.query, &req.headers)
+            }
             Route::Discovery(d) if req.method == Method::GET => {
                 self.discovery(d, req.accept.as_deref(), req.params.verbose)
             }
@@ -457,6 +465,8 @@ impl App {
                     .map_or(Err(ApiError::UnknownPath), json)
             }
             DiscoveryPath::Version => json(discovery::version()),
+            // Answered by `route` (it needs the request's headers).
+            DiscoveryPath::OpenApi => Err(ApiError::UnknownPath),
             DiscoveryPath::Health => {
                 let mut r = Response::new(full(Bytes::from_static(b"ok")));
                 r.headers_mut().insert(

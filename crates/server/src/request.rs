@@ -55,6 +55,8 @@ pub struct ApiRequest {
     pub body: RequestBody,
     /// The request's place on its connection (standalone server only).
     pub in_flight: Option<crate::connection::InFlight>,
+    /// The request's headers (what the OpenAPI handler negotiates and caches by).
+    pub headers: http::HeaderMap,
 }
 
 impl ApiRequest {
@@ -141,6 +143,7 @@ impl ApiRequest {
             user: parts.extensions.get::<User>().cloned(),
             body,
             in_flight,
+            headers: parts.headers,
         }
     }
 
