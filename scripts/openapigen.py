@@ -22,7 +22,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from schemagen import snake_norm  # noqa: E402
+from schemagen import snake_norm, type_files  # noqa: E402
 
 SCHEMA_IMPL = re.compile(
     r'impl crate::schemars::JsonSchema for (\w+) \{\s*fn schema_name\(\) -> std::borrow::Cow<\'static, str> \{\s*"([^"]+)"\.into\(\)\s*\}'
@@ -136,15 +136,10 @@ def macro_to_json(text, start):
 def parse_openapi(root):
     """{"mod/RustName": {"name", "schema"}} for every type with a schemars impl."""
     types = {}
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            if not f.endswith(".rs") or f == "mod.rs":
-                continue
-            mod = os.path.relpath(dirpath, root)
-            text = open(os.path.join(dirpath, f)).read()
-            for m in SCHEMA_IMPL.finditer(text):
-                schema = macro_to_json(text, m.end())
-                types[mod + "/" + m.group(1)] = {"name": m.group(2), "schema": schema}
+    for mod, text in type_files(root):
+        for m in SCHEMA_IMPL.finditer(text):
+            schema = macro_to_json(text, m.end())
+            types[mod + "/" + m.group(1)] = {"name": m.group(2), "schema": schema}
     return types
 
 

@@ -203,15 +203,7 @@ pub fn add(
     };
     let mut collection = Vec::new();
     if has("list") {
-        collection.push(Op {
-            action: "list",
-            id_verb: "list",
-            params: LIST.to_vec(),
-            body: None,
-            responses: vec![("200", &kind.list)],
-            consumes: vec![],
-            watch: true,
-        });
+        collection.push(list_op(kind));
     }
     if has("create") {
         collection.push(Op {
@@ -323,19 +315,24 @@ pub fn add(
         paths.insert(format!("{scoped}/{{name}}"), item(&object, &p, ""));
     }
     if info.namespaced && has("list") {
-        let all = [Op {
-            action: "list",
-            id_verb: "list",
-            params: LIST.to_vec(),
-            body: None,
-            responses: vec![("200", &kind.list)],
-            consumes: vec![],
-            watch: true,
-        }];
+        let all = [list_op(kind)];
         paths.insert(
             format!("{prefix}/{}", info.resource),
             item(&all, &[], "ForAllNamespaces"),
         );
+    }
+}
+
+/// LIST (and WATCH, by `watch=true`) of a collection.
+fn list_op(kind: &KindSchemas) -> Op<'_> {
+    Op {
+        action: "list",
+        id_verb: "list",
+        params: LIST.to_vec(),
+        body: None,
+        responses: vec![("200", &kind.list)],
+        consumes: vec![],
+        watch: true,
     }
 }
 
