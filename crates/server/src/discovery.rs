@@ -44,6 +44,8 @@ impl Discovery<'_> {
             DiscoveryPath::GroupVersion(g, v) => resource_list(self.registry, &g, &v, writable)
                 .map_or(Err(ApiError::UnknownPath), ok),
             DiscoveryPath::Version => ok(version()),
+            // Parsed as its own request kind (it negotiates by headers).
+            DiscoveryPath::OpenApi => Err(ApiError::UnknownPath),
             DiscoveryPath::Health => Ok(response::text(StatusCode::OK, TEXT, "ok")),
             DiscoveryPath::Ready => Ok(self.readyz(verbose)),
             DiscoveryPath::Metrics => {

@@ -29,6 +29,8 @@ pub(crate) struct Service {
     /// None: `AlwaysAllow`.
     pub authorizer: Option<Arc<dyn Authorizer>>,
     pub limits: limits::Limits,
+    /// The OpenAPI documents, rebuilt when what is served changes.
+    pub openapi: listwatch_openapi::OpenApiCache,
 }
 
 impl Service {
@@ -90,6 +92,12 @@ impl Service {
                     metrics: &self.metrics,
                 };
                 d.respond(path, accept.as_deref(), head.params.verbose)
+            }
+            RequestKind::OpenApi { headers } => {
+                let verbs = discovery::verbs(self.source.writer().is_some());
+                let docs = self.openapi.docs(&self.registry, &verbs);
+                listwatch_openapi::respond(&docs, &head.path, &head.query, &headers)
+                    .map(|r| r.map(crate::body::full))
             }
             RequestKind::AccessReview {
                 kind,

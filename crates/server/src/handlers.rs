@@ -298,31 +298,7 @@ pub async fn read_request_body(
         }
     }
     if protobuf {
-        return protobuf_body_as_json(&buf).map(Bytes::from);
+        return listwatch_codec::protobuf::request_body_to_json(&buf).map(Bytes::from);
     }
     Ok(buf.freeze())
-}
-
-/// A protobuf request body (`k8s\0` + `runtime.Unknown`) as the JSON of the same object.
-fn protobuf_body_as_json(body: &[u8]) -> Result<Vec<u8>, ApiError> {
-    let bad = |e: listwatch_protobuf::ProtoError| {
-        ApiError::BadRequest(format!("the protobuf body could not be decoded: {e}"))
-    };
-    let schema = listwatch_protobuf::Schema::kubernetes();
-    let mut out = Vec::with_capacity(body.len() * 2);
-    // The same reading as a stored value's, without storage's read-time defaults.
-    match listwatch_protobuf::storage_to_json(
-        &mut listwatch_protobuf::JsonWriter::new(schema),
-        schema,
-        body,
-        &mut out,
-    ) {
-        Ok(_) => Ok(out),
-        Err(listwatch_protobuf::ProtoError::UnknownKind { api_version, kind }) => {
-            Err(ApiError::UnsupportedMediaType(format!(
-                "no protobuf form for {api_version}, Kind={kind}"
-            )))
-        }
-        Err(e) => Err(bad(e)),
-    }
 }

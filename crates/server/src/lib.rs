@@ -109,6 +109,7 @@ impl App {
                 metrics: Arc::new(metrics::Metrics::new(config.request_log_per_second)),
                 authorizer,
                 limits: limits::Limits::new(config.limits.clone()),
+                openapi: listwatch_openapi::OpenApiCache::default(),
                 config,
             },
         })

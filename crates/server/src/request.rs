@@ -92,6 +92,11 @@ pub enum RequestKind {
         /// `Accept`, for discovery's own negotiation.
         accept: Option<String>,
     },
+    /// A GET of an OpenAPI document.
+    OpenApi {
+        /// The request's headers (`Accept`, `If-None-Match`).
+        headers: http::HeaderMap,
+    },
     /// `POST …/subjectaccessreviews` or `…/selfsubjectaccessreviews`.
     AccessReview {
         /// Which review.
@@ -171,6 +176,11 @@ impl ApiRequest {
                     content_type,
                     body,
                 )
+            }
+            Route::Discovery(DiscoveryPath::OpenApi) if parts.method == Method::GET => {
+                RequestKind::OpenApi {
+                    headers: parts.headers.clone(),
+                }
             }
             Route::Discovery(path) if parts.method == Method::GET => RequestKind::Discovery {
                 path,
