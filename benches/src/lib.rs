@@ -39,15 +39,12 @@ pub fn list_encoder(store: &Store, protobuf: bool) -> listwatch_codec::ListEncod
         None,
         None,
     );
-    let rendering = listwatch_codec::Rendering {
-        encoding: if protobuf {
-            listwatch_codec::Encoding::Protobuf
-        } else {
-            listwatch_codec::Encoding::Json
-        },
-        form: listwatch_codec::Form::Objects,
-        gzip: false,
+    let encoding = if protobuf {
+        listwatch_codec::Encoding::Protobuf
+    } else {
+        listwatch_codec::Encoding::Json
     };
+    let rendering = listwatch_codec::Rendering::objects(encoding);
     let writer = rendering
         .writer(info)
         .expect("the kind has a protobuf form");

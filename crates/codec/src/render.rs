@@ -40,6 +40,15 @@ pub struct Rendering {
 }
 
 impl Rendering {
+    /// Whole objects in `encoding`, uncompressed (what benches and tests encode).
+    pub fn objects(encoding: Encoding) -> Self {
+        Rendering {
+            encoding,
+            form: Form::Objects,
+            gzip: false,
+        }
+    }
+
     /// The writer of this rendering for `info`'s objects; 406 for a protobuf form the kind
     /// does not have (negotiation already steers clients away from it).
     pub fn writer(&self, info: &ResourceInfo) -> Result<ObjectWriter, ApiError> {

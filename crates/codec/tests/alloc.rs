@@ -49,15 +49,12 @@ fn list_encoding_allocates_per_chunk_not_per_record() {
     ] {
         let reader =
             SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
-        let rendering = listwatch_codec::Rendering {
-            encoding: if protobuf {
-                listwatch_codec::Encoding::Protobuf
-            } else {
-                listwatch_codec::Encoding::Json
-            },
-            form: listwatch_codec::Form::Objects,
-            gzip: false,
+        let encoding = if protobuf {
+            listwatch_codec::Encoding::Protobuf
+        } else {
+            listwatch_codec::Encoding::Json
         };
+        let rendering = listwatch_codec::Rendering::objects(encoding);
         let writer = rendering.writer(&info).expect("writer");
         let mut enc = ListEncoder::new(reader, writer, String::new(), false, CHUNK);
         let before = dhat::HeapStats::get();

@@ -22,9 +22,9 @@ use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::EtcdError;
+use crate::config::{EtcdConfig, ProgressOrder};
 use crate::decode::ValueDecoder;
 use crate::layout::{prefix_end, store_key};
-use crate::source::EtcdConfig;
 
 /// Where a follower is in its state machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -385,23 +385,6 @@ impl Follower {
             Err(u) => Some(Ended::Unsafe(u)),
         }
     }
-}
-
-/// Whether etcd sends a *requested* progress notification in order with the events it
-/// covers — what a consistent read relies on to know the cache has caught up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProgressOrder {
-    /// etcd ≥ 3.4.31 / 3.5.13: a requested notification goes through the watch stream once
-    /// every watcher on it has caught up, so its revision covers every event before it.
-    Ordered,
-    /// etcd with etcd#15220 or etcd#17507 (3.4 < 3.4.31, 3.5 < 3.5.13): a requested
-    /// notification can be answered with etcd's current revision ahead of queued events —
-    /// and, right after a watch is (re)created, of events etcd has not even sent yet
-    /// (catch-up). Applying it served stale consistent reads (issue 14). Only
-    /// etcd's periodic notifications on the watch itself (`--experimental-watch-progress-
-    /// notify-interval`, default 10 min) are applied; consistent reads of a resource
-    /// without writes wait for them (docs/etcd.md).
-    OwnWatchOnly,
 }
 
 fn watched(kv: &etcd_client::KeyValue) -> WatchedKv {

@@ -6,6 +6,7 @@
 //! - [`follower`]: one resource's state machine — loading → following → unsafe → relisting.
 //! - [`EtcdSource`]: the followers, consistent-read revisions and the write verbs.
 
+mod config;
 pub mod convert;
 pub mod decode;
 pub mod encryption;
@@ -13,10 +14,11 @@ pub mod follower;
 pub mod layout;
 mod source;
 
+pub use config::{EtcdConfig, EtcdTls, ProgressOrder, READ_ONLY};
 pub use decode::{DecodeError, ValueDecoder};
 pub use encryption::Decryptor;
-pub use follower::{FollowerState, FollowerStats, ProgressOrder};
-pub use source::{CRD_DRAIN, EtcdConfig, EtcdSource, EtcdTls, READ_ONLY};
+pub use follower::{FollowerState, FollowerStats};
+pub use source::{CRD_DRAIN, EtcdSource};
 
 use listwatch_core::ApiError;
 

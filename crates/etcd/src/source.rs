@@ -1,7 +1,6 @@
 //! `EtcdSource`: a follower per served resource over one etcd client, the revision a
 //! consistent read must reach, and the write verbs as etcd transactions.
 
-use crate::decode::ValueDecoder;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,86 +11,9 @@ use listwatch_sources::{BoxFuture, Registry, Source, SourceWriter, WriteResult, 
 use listwatch_store::{Record, Store};
 
 use crate::EtcdError;
-use crate::follower::{Follower, FollowerStats, ProgressOrder, call};
+use crate::config::{EtcdConfig, ProgressOrder, READ_ONLY};
+use crate::follower::{Follower, FollowerStats, call};
 use crate::layout::etcd_key;
-
-/// Tunables of the etcd source.
-#[derive(Clone, Debug)]
-pub struct EtcdConfig {
-    /// Client URLs of the etcd members (`http://127.0.0.1:2379`).
-    pub endpoints: Vec<String>,
-    /// Keys per page of a list (kube-apiserver's cacher reads 10,000 at a time).
-    pub page_size: i64,
-    /// How often every follower asks etcd for a progress notification, so idle
-    /// resources' RVs (and their bookmarks) advance.
-    pub progress_interval: Duration,
-    /// Limit on one unary request (list page, revision probe, write).
-    pub request_timeout: Duration,
-    /// First reconnect/relist delay; doubles up to `max_backoff`.
-    pub min_backoff: Duration,
-    /// Longest reconnect/relist delay.
-    pub max_backoff: Duration,
-    /// Which progress notifications can be trusted; `start` sets it from etcd's version.
-    pub progress_order: ProgressOrder,
-    /// Test knob for the history checker (`crates/server/tests/history.rs`): apply etcd's
-    /// current revision to the cache as soon as a consistent read learns it, before the
-    /// watch has delivered the events up to it — the bug the checker must find. Never set
-    /// it otherwise.
-    #[doc(hidden)]
-    pub fault_early_progress: bool,
-    /// Reads stored values: JSON, protobuf, and encrypted ones with the configured keys.
-    pub decoder: ValueDecoder,
-    /// Accept writes and commit them to etcd directly, bypassing kube-apiserver's
-    /// admission, defaulting, validation and encryption at rest: tests and labs only.
-    /// Off: every write is 405 with [`READ_ONLY`].
-    pub unsafe_direct_writes: bool,
-    /// TLS to etcd (for `https://` endpoints): the CA etcd's certificate is verified
-    /// against, host names included, and the client certificate etcd asks for.
-    pub tls: Option<EtcdTls>,
-}
-
-/// TLS material for etcd, as PEM: kube-apiserver's `--etcd-cafile`, `--etcd-certfile`,
-/// `--etcd-keyfile`.
-#[derive(Clone, Default)]
-pub struct EtcdTls {
-    /// CA bundle that signed etcd's serving certificate.
-    pub ca_pem: Option<Vec<u8>>,
-    /// Client certificate (chain) presented to etcd.
-    pub cert_pem: Option<Vec<u8>>,
-    /// The client certificate's private key.
-    pub key_pem: Option<Vec<u8>>,
-}
-
-impl std::fmt::Debug for EtcdTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the key.
-        f.debug_struct("EtcdTls")
-            .field("ca", &self.ca_pem.is_some())
-            .field("client_certificate", &self.cert_pem.is_some())
-            .finish()
-    }
-}
-
-impl Default for EtcdConfig {
-    fn default() -> Self {
-        EtcdConfig {
-            endpoints: vec!["http://127.0.0.1:2379".into()],
-            page_size: 10_000,
-            progress_interval: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(10),
-            min_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
-            progress_order: ProgressOrder::Ordered,
-            fault_early_progress: false,
-            decoder: ValueDecoder::default(),
-            unsafe_direct_writes: false,
-            tls: None,
-        }
-    }
-}
-
-/// Why a write to the etcd source is refused.
-pub const READ_ONLY: &str = "listwatch serves reads from the cluster's etcd; writes belong to kube-apiserver (its admission, defaulting, validation and encryption at rest): send them there (--etcd-unsafe-direct-writes writes into etcd directly, for tests and labs only)";
 
 /// How long a custom resource's open watches take to end once its CRD stops serving it.
 pub const CRD_DRAIN: Duration = Duration::from_secs(5);
@@ -398,6 +320,7 @@ impl EtcdSource {
         .await?;
         let rev = resp.header().ok_or(EtcdError::NoHeader)?.revision();
         let rev = u64::try_from(rev).unwrap_or(0);
+        #[cfg(feature = "fault-injection")]
         if self.config.fault_early_progress {
             store.progress(rev);
         }

@@ -197,20 +197,14 @@ pub fn resource_list(
         .map(|s| s.info())
         .filter(|i| i.group == group && i.version == version)
         .map(|i| {
-            let mut r = json!({
+            let r = json!({
                 "name": i.resource,
                 "singularName": i.singular,
                 "namespaced": i.namespaced,
                 "kind": i.kind,
                 "verbs": verbs(writable),
             });
-            if !i.short_names.is_empty() {
-                r["shortNames"] = json!(i.short_names);
-            }
-            if !i.categories.is_empty() {
-                r["categories"] = json!(i.categories);
-            }
-            r
+            with_names(r, i)
         })
         .collect();
     if resources.is_empty() {
@@ -258,20 +252,14 @@ pub fn aggregated(registry: &Registry, core: bool, writable: bool, api_version: 
             .map(|s| s.info())
             .filter(|i| i.group == g && i.version == v)
             .map(|i| {
-                let mut r = json!({
+                let r = json!({
                     "resource": i.resource,
                     "responseKind": {"group": "", "version": "", "kind": i.kind},
                     "scope": if i.namespaced { "Namespaced" } else { "Cluster" },
                     "singularResource": i.singular,
                     "verbs": verbs(writable),
                 });
-                if !i.short_names.is_empty() {
-                    r["shortNames"] = json!(i.short_names);
-                }
-                if !i.categories.is_empty() {
-                    r["categories"] = json!(i.categories);
-                }
-                r
+                with_names(r, i)
             })
             .collect();
         let version = json!({"version": v, "resources": resources, "freshness": "Current"});
@@ -289,6 +277,17 @@ pub fn aggregated(registry: &Registry, core: bool, writable: bool, api_version: 
         })
         .collect();
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
+}
+
+/// A discovery resource entry with its short names and categories, when it has any.
+fn with_names(mut r: Value, i: &listwatch_core::ResourceInfo) -> Value {
+    if !i.short_names.is_empty() {
+        r["shortNames"] = json!(i.short_names);
+    }
+    if !i.categories.is_empty() {
+        r["categories"] = json!(i.categories);
+    }
+    r
 }
 
 /// Whether `Accept` asks for aggregated discovery; returns the `apiVersion` to answer with.

@@ -4,7 +4,6 @@
 //! validated. Parse errors of a read are kept, not raised, so each surfaces where
 //! kube-apiserver raises it (after authentication and authorization).
 
-use std::sync::Arc;
 
 use http::{Method, Request, header};
 use listwatch_auth::User;
@@ -13,10 +12,10 @@ use listwatch_codec::render::{error_encoding, media_ranges, negotiate};
 use listwatch_codec::{Encoding, Rendering};
 use listwatch_core::fields::FieldTerm;
 use listwatch_core::{ApiError, ListOptions, QueryParams, Verb};
-use listwatch_store::Store;
 
 use crate::RequestBody;
 use crate::connection::InFlight;
+pub use crate::routes::Target;
 use crate::routes::{DiscoveryPath, Route};
 
 /// One request, parsed once.
@@ -46,16 +45,6 @@ pub struct RequestHead {
     pub user: Option<User>,
     /// The request's place on its connection (standalone server only).
     pub in_flight: Option<InFlight>,
-}
-
-/// The object or collection a resource request addresses.
-pub struct Target {
-    /// The resource's store.
-    pub store: Arc<Store>,
-    /// Namespace, for namespaced requests.
-    pub namespace: Option<String>,
-    /// Object name (`None`: the collection).
-    pub name: Option<String>,
 }
 
 /// A read's validated options.
@@ -132,40 +121,12 @@ impl ApiRequest {
             .map(media_ranges);
         let mut verb = Verb::Other;
         let kind = match route {
-            Route::Collection {
-                store,
-                namespace,
+            Route::Resource {
+                target,
                 legacy_watch,
             } => {
-                verb = Verb::of(parts.method.as_str(), false, legacy_watch || params.watch);
-                let target = Target {
-                    store,
-                    namespace,
-                    name: None,
-                };
-                resource_kind(
-                    target,
-                    verb,
-                    legacy_watch,
-                    &params,
-                    ranges.as_deref(),
-                    &parts.headers,
-                    content_type,
-                    body,
-                )
-            }
-            Route::Object {
-                store,
-                namespace,
-                name,
-                legacy_watch,
-            } => {
-                verb = Verb::of(parts.method.as_str(), true, legacy_watch || params.watch);
-                let target = Target {
-                    store,
-                    namespace,
-                    name: Some(name),
-                };
+                let object = target.name.is_some();
+                verb = Verb::of(parts.method.as_str(), object, legacy_watch || params.watch);
                 resource_kind(
                     target,
                     verb,

@@ -9,23 +9,10 @@ use listwatch_store::Store;
 pub enum Route {
     /// A discovery or health endpoint.
     Discovery(DiscoveryPath),
-    /// A resource collection (LIST, WATCH, POST), optionally in one namespace.
-    Collection {
-        /// The resource's store.
-        store: Arc<Store>,
-        /// Namespace, for namespaced requests.
-        namespace: Option<String>,
-        /// Reached through the legacy `/watch/` prefix.
-        legacy_watch: bool,
-    },
-    /// One object (GET, PUT, DELETE; WATCH of one name).
-    Object {
-        /// The resource's store.
-        store: Arc<Store>,
-        /// Namespace, for namespaced resources.
-        namespace: Option<String>,
-        /// Object name.
-        name: String,
+    /// A served resource's collection or one of its objects.
+    Resource {
+        /// What the path names.
+        target: Target,
         /// Reached through the legacy `/watch/` prefix.
         legacy_watch: bool,
     },
@@ -33,6 +20,16 @@ pub enum Route {
     Invalid(String),
     /// Nothing we serve.
     NotFound,
+}
+
+/// The object or collection a resource path addresses.
+pub struct Target {
+    /// The resource's store.
+    pub store: Arc<Store>,
+    /// Namespace, for namespaced requests.
+    pub namespace: Option<String>,
+    /// Object name (`None`: the collection).
+    pub name: Option<String>,
 }
 
 /// Discovery and operational endpoints.
@@ -128,41 +125,45 @@ pub fn route(registry: &Registry, path: &str) -> Route {
     let valid = |s: &str| !s.is_empty();
     match rest {
         ["namespaces", ns, r] if valid(ns) => match lookup(r).filter(|s| s.info().namespaced) {
-            Some(store) => Route::Collection {
-                store,
-                namespace: Some(ns.to_string()),
-                legacy_watch,
-            },
+            Some(store) => resource(store, Some(ns.to_string()), None, legacy_watch),
             None => Route::NotFound,
         },
         ["namespaces", ns, r, name] if valid(ns) && valid(name) => {
             match lookup(r).filter(|s| s.info().namespaced) {
-                Some(store) => Route::Object {
+                Some(store) => resource(
                     store,
-                    namespace: Some(ns.to_string()),
-                    name: name.to_string(),
+                    Some(ns.to_string()),
+                    Some(name.to_string()),
                     legacy_watch,
-                },
+                ),
                 None => Route::NotFound,
             }
         }
         [r] => match lookup(r) {
-            Some(store) => Route::Collection {
-                store,
-                namespace: None,
-                legacy_watch,
-            },
+            Some(store) => resource(store, None, None, legacy_watch),
             None => Route::NotFound,
         },
         [r, name] if valid(name) => match lookup(r).filter(|s| !s.info().namespaced) {
-            Some(store) => Route::Object {
-                store,
-                namespace: None,
-                name: name.to_string(),
-                legacy_watch,
-            },
+            Some(store) => resource(store, None, Some(name.to_string()), legacy_watch),
             None => Route::NotFound,
         },
         _ => Route::NotFound,
+    }
+}
+
+fn resource(
+    store: Arc<Store>,
+    namespace: Option<String>,
+    name: Option<String>,
+    legacy_watch: bool,
+) -> Route {
+    let target = Target {
+        store,
+        namespace,
+        name,
+    };
+    Route::Resource {
+        target,
+        legacy_watch,
     }
 }
