@@ -226,6 +226,18 @@ pub async fn join_all(handles: Vec<tokio::task::JoinHandle<ClientResult>>) -> Ve
     out
 }
 
+/// Spawns `n` clients, client `i` being `client(i)`, and waits for them all.
+async fn each_client<F>(n: usize, client: impl FnMut(usize) -> F) -> Outcome
+where
+    F: std::future::Future<Output = ClientResult> + Send + 'static,
+{
+    let handles = (0..n).map(client).map(tokio::spawn).collect();
+    Outcome {
+        per_client: join_all(handles).await,
+        ..Default::default()
+    }
+}
+
 async fn run_informers(args: Arc<Args>, host: String, mode: informers::Mode) -> Outcome {
     let cpu0 = report::own_cpu_s();
     let per = args.informers.max(1);
@@ -317,47 +329,24 @@ async fn run(args: Arc<Args>, host: String, server: Server) -> Result<Outcome, S
         },
         Scenario::SlowReaders => {
             let b = start();
-            let h = (0..args.clients)
-                .map(|i| {
-                    tokio::spawn(slow_readers::reader(
-                        args.clone(),
-                        host.clone(),
-                        b.clone(),
-                        i,
-                    ))
-                })
-                .collect();
-            Outcome {
-                per_client: join_all(h).await,
-                ..Default::default()
-            }
+            each_client(args.clients, |i| {
+                slow_readers::reader(args.clone(), host.clone(), b.clone(), i)
+            })
+            .await
         }
         Scenario::RelistStorm => {
             let (b, relist) = (start(), start());
-            let h = (0..args.clients)
-                .map(|_| {
-                    tokio::spawn(relist_storm::client(
-                        args.clone(),
-                        host.clone(),
-                        b.clone(),
-                        relist.clone(),
-                    ))
-                })
-                .collect();
-            Outcome {
-                per_client: join_all(h).await,
-                ..Default::default()
-            }
+            each_client(args.clients, |_| {
+                relist_storm::client(args.clone(), host.clone(), b.clone(), relist.clone())
+            })
+            .await
         }
         Scenario::List | Scenario::ListPaged | Scenario::ListConsistent | Scenario::Watchlist => {
             let b = start();
-            let h = (0..args.clients)
-                .map(|_| tokio::spawn(list::client(args.clone(), host.clone(), b.clone())))
-                .collect();
-            Outcome {
-                per_client: join_all(h).await,
-                ..Default::default()
-            }
+            each_client(args.clients, |_| {
+                list::client(args.clone(), host.clone(), b.clone())
+            })
+            .await
         }
     })
 }

@@ -114,13 +114,7 @@ pub async fn paced(
             })
         })
         .collect();
-    let mut log = Log::default();
-    for t in tasks {
-        if let Ok(l) = t.await {
-            log.merge(l);
-        }
-    }
-    log
+    gather(tasks).await
 }
 
 /// `conns` keep-alive connections sending everything `writes` yields, as fast as the
@@ -142,6 +136,11 @@ pub async fn bulk(host: &str, conns: usize, writes: tokio::sync::mpsc::Receiver<
             })
         })
         .collect();
+    gather(tasks).await
+}
+
+/// The writers' logs as one.
+async fn gather(tasks: Vec<tokio::task::JoinHandle<Log>>) -> Log {
     let mut log = Log::default();
     for t in tasks {
         if let Ok(l) = t.await {
