@@ -19,11 +19,11 @@ pub type Conn = Box<dyn Stream>;
 
 static TLS: OnceLock<Option<(tokio_rustls::TlsConnector, ServerName<'static>)>> = OnceLock::new();
 
-static AUTH: OnceLock<String> = OnceLock::new();
+static TOKEN: OnceLock<Option<String>> = OnceLock::new();
 
-/// The `Authorization` header line every request sends ("" without a token).
-pub fn auth_header() -> &'static str {
-    AUTH.get().map_or("", String::as_str)
+/// The `Authorization` value every request sends, if a token was given.
+pub fn bearer() -> Option<String> {
+    TOKEN.get()?.as_ref().map(|t| format!("Bearer {t}"))
 }
 
 /// Sets up TLS for an `https://` target and the bearer token; returns `host:port`.
@@ -33,11 +33,7 @@ pub fn init(
     insecure: bool,
     token: Option<&str>,
 ) -> Result<String, String> {
-    let _ = AUTH.set(
-        token
-            .map(|t| format!("Authorization: Bearer {t}\r\n"))
-            .unwrap_or_default(),
-    );
+    let _ = TOKEN.set(token.map(str::to_string));
     let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
         (true, r)
     } else if let Some(r) = url.strip_prefix("http://") {

@@ -1,6 +1,7 @@
 //! The harness itself, run in CI on small data: every scenario against a real listwatch
 //! server, and the JSON report's invariants (every client got every object; churn events
-//! arrive complete and in RV order).
+//! arrive complete and in RV order, JSON and protobuf; every kubelet-storm node gets its
+//! pods and its churn).
 
 use std::process::Command;
 
@@ -50,8 +51,14 @@ async fn run(args: &[&str]) -> serde_json::Value {
         .await
         .expect("join")
         .expect("run harness");
-    assert!(status.success(), "{args:?}");
-    let report = serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
+    let written = std::fs::read(&out).unwrap_or_default();
+    // An incomplete run still writes its report: show what it says.
+    let report: serde_json::Value = serde_json::from_slice(&written).unwrap_or_default();
+    let mut summary = report.clone();
+    if let Some(o) = summary.as_object_mut() {
+        o.remove("rss_samples_kib");
+    }
+    assert!(status.success(), "{args:?}: {summary}");
     // Every run with RSS samples also draws its chart next to the report.
     let png = out.with_extension("png");
     assert!(
@@ -91,6 +98,17 @@ async fn list_and_watchlist_scenarios_report_complete_runs() {
                 "{scenario}: {objects:?}"
             );
             assert!(report["peak_rss_kib"].as_u64().is_some_and(|p| p > 0));
+            // The server is this process: its CPU is read around the run.
+            assert!(report["server_cpu_s"].as_f64().is_some(), "{scenario}");
+            let fb = &report["first_byte"];
+            let (head, first) = (
+                fb["headers_max_ms"].as_f64().unwrap_or(0.0),
+                fb["first_byte_max_ms"].as_f64().unwrap_or(0.0),
+            );
+            assert!(
+                head > 0.0 && first >= fb["headers_p50_ms"].as_f64().unwrap_or(f64::MAX),
+                "{scenario}: {fb}"
+            );
             let wire = report["total_wire_bytes"].as_u64().unwrap_or(0);
             assert!(wire > 0);
             if gzip && scenario != "list-paged" {
@@ -135,6 +153,30 @@ async fn protobuf_and_metadata_only_scenarios_count_every_object() {
             );
         }
     }
+    // Pages of protobuf: the continue token is read from the protobuf ListMeta.
+    let report = run(&[
+        "--url",
+        &url,
+        "--scenario",
+        "list-paged",
+        "--protobuf",
+        "--clients",
+        "2",
+        "--expect",
+        &pods,
+    ])
+    .await;
+    assert_eq!(report["complete"], true);
+    let pages = (PODS as u64).div_ceil(500);
+    assert!(
+        report["per_client"]
+            .as_array()
+            .expect("clients")
+            .iter()
+            .all(|c| c["requests"].as_u64() == Some(pages)),
+        "{}",
+        report["per_client"]
+    );
     for scenario in ["list", "watchlist"] {
         let w = |f: &str| wire[&(scenario, f.to_string())];
         // Protobuf is smaller than JSON, metadata smaller than whole objects.
@@ -184,36 +226,123 @@ async fn storms_slow_readers_idle_watchers_and_churn() {
             .all(|o| o.as_u64().is_some_and(|o| o > 0 && o < PODS as u64)),
         "{objects:?}"
     );
+    for form in [&[][..], &["--protobuf"][..]] {
+        let mut args = vec![
+            "--url",
+            &url,
+            "--scenario",
+            "idle-watchers",
+            "--clients",
+            "20",
+            "--hold",
+            "1",
+        ];
+        args.extend_from_slice(form);
+        let r = run(&args).await;
+        assert_eq!(r["complete"], true, "{form:?}");
+        assert!(r["bytes_per_watcher"].is_number());
+    }
+    // Each churn in its own namespace: the second's watchers start from its own RV.
+    for (ns, form) in [("churn-json", &[][..]), ("churn-pb", &["--protobuf"][..])] {
+        let mut args = vec![
+            "--url",
+            &url,
+            "--scenario",
+            "churn",
+            "--namespace",
+            ns,
+            "--clients",
+            "5",
+            "--full-decode-every",
+            "2",
+            "--write-rate",
+            "100",
+            "--hold",
+            "2",
+        ];
+        args.extend_from_slice(form);
+        let r = run(&args).await;
+        let c = &r["churn"];
+        assert_eq!(r["complete"], true, "{form:?}: {c}");
+        assert_eq!(c["protobuf"], !form.is_empty());
+        assert_eq!(c["in_order"], true);
+        assert_eq!(c["every_watcher_saw_every_event"], true);
+        assert_eq!(c["full_decode_mismatches"], 0);
+        let writes = c["writes"].as_u64().unwrap_or(0);
+        assert!(writes > 50, "{c}");
+        // Every watcher got every write (events may include none but these).
+        assert_eq!(c["delivered_events"].as_u64(), Some(5 * writes), "{c}");
+        assert!(
+            c["server_cpu_us_per_event"]
+                .as_f64()
+                .is_some_and(|us| us > 0.0),
+            "{c}"
+        );
+    }
+}
+
+/// Kubelets after an apiserver restart: every node's watch-list (protobuf, field-selected by
+/// node) gets exactly the pods put on it, then exactly the churn written on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_storm_gives_every_node_its_pods_then_its_churn() {
+    let url = format!("http://{}", server().await);
+    // 25 pods in the file, 60 asked for: the file is cycled, pods renamed per round.
+    let file = std::env::temp_dir().join(format!("lw-kubelet-pods-{}.ndjson", std::process::id()));
+    let mut ndjson = Vec::new();
+    for p in demo::demo_pods(25, 3) {
+        ndjson.extend_from_slice(&p);
+        ndjson.push(b'\n');
+    }
+    std::fs::write(&file, ndjson).expect("write pods");
+    let pods_from = file.display().to_string();
     let r = run(&[
         "--url",
         &url,
         "--scenario",
-        "idle-watchers",
+        "kubelet-storm",
+        "--protobuf",
         "--clients",
-        "20",
+        "7",
+        "--pods-from",
+        &pods_from,
+        "--pods",
+        "60",
+        "--write-rate",
+        "60",
         "--hold",
         "1",
     ])
     .await;
-    assert_eq!(r["complete"], true);
-    assert!(r["bytes_per_watcher"].is_number());
-    let r = run(&[
-        "--url",
-        &url,
-        "--scenario",
-        "churn",
-        "--clients",
-        "5",
-        "--write-rate",
-        "100",
-        "--hold",
-        "2",
-    ])
-    .await;
-    assert_eq!(r["complete"], true, "{}", r["churn"]);
-    assert_eq!(r["churn"]["in_order"], true);
-    assert_eq!(r["churn"]["every_watcher_saw_every_event"], true);
-    assert!(r["churn"]["writes"].as_u64().is_some_and(|w| w > 50));
+    let _ = std::fs::remove_file(file);
+    let k = &r["kubelet"];
+    assert_eq!(r["complete"], true, "{k}");
+    assert_eq!(k["pods"], 60);
+    let expected: Vec<u64> = k["expected"]
+        .as_array()
+        .expect("expected")
+        .iter()
+        .filter_map(|v| v.as_u64())
+        .collect();
+    assert_eq!(expected.len(), 7);
+    assert_eq!(k["received"], k["expected"]);
+    // Each node's initial pods (round-robin: 60 over 7 nodes is 9 or 8), then its churn.
+    let initial: Vec<u64> = r["objects_per_client"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .filter_map(|v| v.as_u64())
+        .collect();
+    assert_eq!(initial, [9, 9, 9, 9, 8, 8, 8]);
+    let churn = k["churn_writes"].as_u64().unwrap_or(0);
+    assert!(churn > 20, "{k}");
+    assert_eq!(expected.iter().sum::<u64>(), 60 + churn);
+    assert!(
+        k["server_cpu_ms_per_node_list"]
+            .as_f64()
+            .is_some_and(|ms| ms >= 0.0),
+        "{k}"
+    );
+    assert!(r["peak_minus_idle_kib"].is_u64());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,7 +22,7 @@ impl Drop for Server {
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    listwatch_server::metrics::rss_kib(pid).expect("VmRSS of the server")
+    listwatch_core::process::rss_kib(pid).expect("VmRSS of the server")
 }
 
 /// Waits until RSS has not moved by more than 256 KiB for `quiet`.

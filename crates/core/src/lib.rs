@@ -1,4 +1,4 @@
-//! listwatch-core: the pure (no I/O) vocabulary of the Kubernetes read path.
+//! listwatch-core: the vocabulary of the Kubernetes read path, pure but for one /proc reader.
 //!
 //! - [`options`]: where query parameters are parsed and validated (`ListOptions`).
 //! - [`labels`], [`fields`]: selectors with kube-apiserver's grammar and messages.
@@ -6,12 +6,15 @@
 //! - [`status`]: typed errors and their single mapping to the wire `Status`.
 //! - [`resource`]: what the server knows about each resource type.
 //! - [`verb`]: a request's verb, decided once.
+//! - [`process`]: a process's RSS and CPU from /proc (this crate's one piece of I/O, shared
+//!   by the server's metrics and the load-test harness).
 
 pub mod continue_token;
 pub mod fields;
 pub mod json;
 pub mod labels;
 pub mod options;
+pub mod process;
 pub mod resource;
 pub mod scan;
 pub mod status;

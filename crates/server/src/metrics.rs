@@ -279,20 +279,7 @@ impl Metrics {
 
 /// Resident set size of this process (0 where /proc is unavailable).
 pub fn rss_bytes() -> u64 {
-    rss_kib("self").map_or(0, |kib| kib * 1024)
-}
-
-/// Resident set size of process `pid` (`"self"` for this one) in KiB, from /proc: the one
-/// RSS reader, shared by `/metrics`, the load-test harness and the memory tests.
-pub fn rss_kib(pid: impl std::fmt::Display) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    listwatch_core::process::rss_kib("self").map_or(0, |kib| kib * 1024)
 }
 
 /// What is known about a request when its response starts.

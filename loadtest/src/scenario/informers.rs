@@ -12,20 +12,20 @@
 //! - relist: once synced, every informer relists as after a 410 (`resourceVersion=""`,
 //!   paged by `limit=500`, consistent), all at once.
 //!
-//! Requests go through hyper's HTTP/1.1 client, gzip asked for as Go's transport does.
+//! Requests go through hyper's HTTP/1.1 client (`http.rs`), gzip asked for as Go's
+//! transport does.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Read;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
-use crate::net;
+use crate::events::{EventReader, Kind};
+use crate::http::{self, Body};
 
 /// client-go's default client-side rate limit: 5 requests/s, bursts of 10.
 const QPS: f64 = 5.0;
@@ -107,24 +107,11 @@ struct PodList {
     items: Vec<Pod>,
 }
 
+/// An event's object, left undecoded until the store wants it typed.
 #[derive(Deserialize)]
 struct WatchEvent<'a> {
-    #[serde(rename = "type")]
-    kind: String,
     #[serde(borrow)]
     object: &'a serde_json::value::RawValue,
-}
-
-#[derive(Deserialize)]
-struct BookmarkMeta {
-    metadata: BookmarkObjectMeta,
-}
-
-#[derive(Deserialize)]
-struct BookmarkObjectMeta {
-    #[serde(rename = "resourceVersion")]
-    resource_version: Option<String>,
-    annotations: Option<HashMap<String, String>>,
 }
 
 /// One informer's store: typed objects by namespace/name, as client-go's indexer keeps them
@@ -164,59 +151,24 @@ fn key(p: &Pod) -> String {
     )
 }
 
-/// A GET through hyper's client on a fresh HTTP/1.1 connection: the status and the body
-/// stream.
-async fn get(
-    host: &str,
-    path: &str,
-    gzip: bool,
-) -> Result<(u16, bool, hyper::body::Incoming), String> {
-    let io = hyper_util::rt::TokioIo::new(net::connect(host).await?);
-    let (mut send, conn) = hyper::client::conn::http1::handshake(io)
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    let mut req = hyper::Request::get(path)
-        .header("host", host)
-        .header("accept", "application/json")
-        .header("user-agent", "listwatch-loadtest/informer");
-    if gzip {
-        req = req.header("accept-encoding", "gzip");
-    }
-    if let Some(v) = net::auth_header().strip_prefix("Authorization: ") {
-        req = req.header("authorization", v.trim_end());
-    }
-    let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
-    let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
-    let gz = resp
-        .headers()
-        .get("content-encoding")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
-    Ok((resp.status().as_u16(), gz, resp.into_body()))
+/// A GET on a fresh connection, JSON asked for as client-go's default does.
+async fn get(host: &str, path: &str, gzip: bool) -> Result<(u16, Body), String> {
+    http::get(host, path, Some("application/json"), gzip).await
 }
 
-/// Reads a whole body (as client-go does for a LIST: it decodes the complete response).
-async fn read_all(
-    mut body: hyper::body::Incoming,
-    gz: bool,
-    wire: &mut u64,
-) -> Result<Vec<u8>, String> {
-    let mut raw = Vec::new();
-    while let Some(f) = body.frame().await {
-        let f = f.map_err(|e| e.to_string())?;
-        if let Some(d) = f.data_ref() {
-            *wire += d.len() as u64;
-            raw.extend_from_slice(d);
+/// Reads a whole body (as client-go does for a LIST: it decodes the complete response),
+/// counting its bytes on the wire.
+async fn read_all(mut body: Body, wire: &mut u64) -> Result<Vec<u8>, String> {
+    let mut all = Vec::new();
+    let r = async {
+        while let Some(c) = body.chunk().await? {
+            all.extend_from_slice(&c);
         }
+        Ok::<_, String>(())
     }
-    if !gz {
-        return Ok(raw);
-    }
-    let mut out = Vec::with_capacity(raw.len() * 8);
-    flate2::read::GzDecoder::new(&raw[..])
-        .read_to_end(&mut out)
-        .map_err(|e| format!("gzip: {e}"))?;
-    Ok(out)
+    .await;
+    *wire += body.wire;
+    r.map(|()| all)
 }
 
 /// Pages a LIST as the reflector's pager does; returns the list's RV.
@@ -240,8 +192,8 @@ async fn list(
         } else {
             format!("{base}?limit={PAGE}&continue={cont}")
         };
-        let (code, gz, body) = get(host, &path, gzip).await?;
-        let bytes = read_all(body, gz, &mut res.wire_bytes).await?;
+        let (code, body) = get(host, &path, gzip).await?;
+        let bytes = read_all(body, &mut res.wire_bytes).await?;
         if code != 200 {
             return Err(format!("LIST {path}: HTTP {code}"));
         }
@@ -272,7 +224,7 @@ async fn start_watch(
     res.requests += 1;
     let path =
         format!("{base}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=300");
-    let (code, _, _body) = get(host, &path, gzip).await?;
+    let (code, _body) = get(host, &path, gzip).await?;
     if code != 200 {
         return Err(format!("WATCH: HTTP {code}"));
     }
@@ -293,53 +245,39 @@ async fn watch_list(
     let path = format!(
         "{base}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=600"
     );
-    let (code, gz, mut body) = get(host, &path, gzip).await?;
+    let (code, mut body) = get(host, &path, gzip).await?;
     if code != 200 {
         return Err(format!("watch-list: HTTP {code}"));
     }
-    let mut inflate = gz.then(|| flate2::write::GzDecoder::new(Vec::new()));
-    let mut pending: Vec<u8> = Vec::new();
-    while let Some(f) = body.frame().await {
-        let f = f.map_err(|e| e.to_string())?;
-        let Some(d) = f.data_ref() else { continue };
-        res.wire_bytes += d.len() as u64;
-        match inflate.as_mut() {
-            Some(g) => {
-                std::io::Write::write_all(g, d).map_err(|e| format!("gzip: {e}"))?;
-                std::io::Write::flush(g).map_err(|e| format!("gzip: {e}"))?;
-                pending.append(g.get_mut());
-            }
-            None => pending.extend_from_slice(d),
-        }
-        let mut start = 0;
-        while let Some(nl) = pending[start..].iter().position(|b| *b == b'\n') {
-            let line = &pending[start..start + nl];
-            start += nl + 1;
-            let ev: WatchEvent<'_> =
-                serde_json::from_slice(line).map_err(|e| format!("event: {e}"))?;
-            match ev.kind.as_str() {
-                "ADDED" | "MODIFIED" => {
-                    let p: Pod =
-                        serde_json::from_str(ev.object.get()).map_err(|e| format!("pod: {e}"))?;
-                    store.insert(p);
-                }
-                "BOOKMARK" => {
-                    let b: BookmarkMeta = serde_json::from_str(ev.object.get())
-                        .map_err(|e| format!("bookmark: {e}"))?;
-                    let end = b
-                        .metadata
-                        .annotations
-                        .is_some_and(|a| a.contains_key("k8s.io/initial-events-end"));
-                    if end && b.metadata.resource_version.is_some() {
-                        return Ok(());
+    let mut events = EventReader::new(false);
+    let r = async {
+        while let Some(chunk) = body.chunk().await? {
+            let flow = events.feed(&chunk, |ev| {
+                match ev.kind {
+                    Kind::Added | Kind::Modified => {
+                        let e: WatchEvent<'_> =
+                            serde_json::from_slice(ev.raw).map_err(|e| format!("event: {e}"))?;
+                        let p: Pod = serde_json::from_str(e.object.get())
+                            .map_err(|e| format!("pod: {e}"))?;
+                        store.insert(p);
                     }
+                    Kind::Bookmark if ev.initial_end && ev.rv.is_some() => {
+                        return Ok(ControlFlow::Break(()));
+                    }
+                    Kind::Bookmark => {}
+                    other => return Err(format!("unexpected {other:?} event in the initial list")),
                 }
-                other => return Err(format!("unexpected {other} event in the initial list")),
+                Ok(ControlFlow::Continue(()))
+            })?;
+            if flow.is_break() {
+                return Ok(());
             }
         }
-        pending.drain(..start);
+        Err("watch-list ended before the initial-events-end bookmark".into())
     }
-    Err("watch-list ended before the initial-events-end bookmark".into())
+    .await;
+    res.wire_bytes += body.wire;
+    r
 }
 
 /// One informer: syncs (and, in relist mode, relists once every informer of the run has
@@ -395,15 +333,4 @@ pub async fn informer(
         }
     }
     res
-}
-
-/// The CPU seconds this process has used (user + system), from /proc (Linux clock ticks
-/// are 100/s).
-pub fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
 }

@@ -1,0 +1,225 @@
+//! Every request of the harness but the raw-socket slow reader goes through hyper's client
+//! here: over `net::connect` (plain or TLS), with the bearer token, one HTTP/1.1 connection
+//! per streamed request (as client-go's watches and large LISTs are), or one kept alive for
+//! back-to-back small requests (writes, probes). [`Body`] counts wire bytes and inflates
+//! gzip.
+
+use std::io::Write;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Method, Request};
+
+use crate::net;
+
+/// Protobuf, as kube-apiserver names it.
+pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// The sending half of one HTTP/1.1 connection.
+pub type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+/// Opens an HTTP/1.1 connection; its driver runs on its own task until the connection ends.
+pub async fn open(host: &str) -> Result<Sender, String> {
+    let io = hyper_util::rt::TokioIo::new(net::connect(host).await?);
+    let (send, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    Ok(send)
+}
+
+/// The `Accept` value for a list (or a watch, `watch`) in JSON or protobuf, whole objects
+/// or PartialObjectMetadata; `None` for plain JSON (the server's default).
+pub fn accept(protobuf: bool, metadata_only: bool, watch: bool) -> Option<String> {
+    if !protobuf && !metadata_only {
+        return None;
+    }
+    let media = if protobuf {
+        PROTOBUF
+    } else {
+        "application/json"
+    };
+    let form = match (metadata_only, watch) {
+        (false, _) => "",
+        (true, true) => ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        (true, false) => ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+    };
+    let stream = if watch && protobuf {
+        ";stream=watch"
+    } else {
+        ""
+    };
+    Some(format!("{media}{form}{stream}"))
+}
+
+/// A request with the harness's headers (host, user agent, token; JSON body when given).
+pub fn request(
+    method: Method,
+    host: &str,
+    path: &str,
+    accept: Option<&str>,
+    gzip: bool,
+    body: Option<String>,
+) -> Result<Request<Full<Bytes>>, String> {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", host)
+        .header("user-agent", "listwatch-loadtest");
+    if let Some(a) = accept {
+        req = req.header("accept", a);
+    }
+    if gzip {
+        req = req.header("accept-encoding", "gzip");
+    }
+    if let Some(b) = net::bearer() {
+        req = req.header("authorization", b);
+    }
+    if body.is_some() {
+        req = req.header("content-type", "application/json");
+    }
+    req.body(Full::new(body.map(Bytes::from).unwrap_or_default()))
+        .map_err(|e| e.to_string())
+}
+
+/// A GET on a fresh connection, returned once the response head has arrived: its status
+/// and its body, to be read as a stream.
+pub async fn get(
+    host: &str,
+    path: &str,
+    accept: Option<&str>,
+    gzip: bool,
+) -> Result<(u16, Body), String> {
+    let mut send = open(host).await?;
+    let resp = send
+        .send_request(request(Method::GET, host, path, accept, gzip, None)?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let gz = resp
+        .headers()
+        .get("content-encoding")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+    Ok((resp.status().as_u16(), Body::new(resp.into_body(), gz)))
+}
+
+/// A response body as a stream of decoded chunks, counting bytes on the wire and decoded.
+pub struct Body {
+    inner: Incoming,
+    inflate: Option<flate2::write::GzDecoder<Vec<u8>>>,
+    /// Bytes received on the wire (compressed when gzip).
+    pub wire: u64,
+    /// Bytes after inflating.
+    pub decoded: u64,
+}
+
+impl Body {
+    /// Wraps a body, inflating it when the response was gzip-encoded.
+    pub fn new(inner: Incoming, gzip: bool) -> Self {
+        Body {
+            inner,
+            inflate: gzip.then(|| flate2::write::GzDecoder::new(Vec::new())),
+            wire: 0,
+            decoded: 0,
+        }
+    }
+
+    /// The next decoded bytes; `None` at the end of the body.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, String> {
+        loop {
+            let Some(frame) = self.inner.frame().await else {
+                return Ok(None);
+            };
+            let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() else {
+                continue; // trailers
+            };
+            self.wire += data.len() as u64;
+            let out = match self.inflate.as_mut() {
+                None => data,
+                Some(g) => {
+                    g.write_all(&data).map_err(|e| format!("gzip: {e}"))?;
+                    g.flush().map_err(|e| format!("gzip: {e}"))?;
+                    Bytes::from(std::mem::take(g.get_mut()))
+                }
+            };
+            if !out.is_empty() {
+                self.decoded += out.len() as u64;
+                return Ok(Some(out));
+            }
+        }
+    }
+
+    /// The whole decoded body (small responses only).
+    pub async fn read_all(mut self) -> Result<Vec<u8>, String> {
+        let mut all = Vec::new();
+        while let Some(c) = self.chunk().await? {
+            all.extend_from_slice(&c);
+        }
+        Ok(all)
+    }
+}
+
+/// One HTTP/1.1 connection kept alive for back-to-back small requests (reopened after an
+/// error), as a controller's writes go.
+pub struct KeepAlive {
+    host: String,
+    send: Option<Sender>,
+}
+
+impl KeepAlive {
+    /// Connects on first use.
+    pub fn new(host: &str) -> Self {
+        KeepAlive {
+            host: host.to_string(),
+            send: None,
+        }
+    }
+
+    /// Sends one request and reads its whole response: status and body.
+    pub async fn call(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<(u16, Vec<u8>), String> {
+        let r = self.try_call(method, path, body).await;
+        if r.is_err() {
+            self.send = None;
+        }
+        r
+    }
+
+    async fn try_call(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<(u16, Vec<u8>), String> {
+        let send = match &mut self.send {
+            Some(s) if !s.is_closed() => s,
+            slot => slot.insert(open(&self.host).await?),
+        };
+        send.ready().await.map_err(|e| e.to_string())?;
+        let req = request(method, &self.host, path, None, false, body)?;
+        let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let body = Body::new(resp.into_body(), false).read_all().await?;
+        Ok((status, body))
+    }
+}
+
+/// One small request on its own connection: status and body.
+pub async fn call(
+    host: &str,
+    method: Method,
+    path: &str,
+    body: Option<String>,
+) -> Result<(u16, Vec<u8>), String> {
+    KeepAlive::new(host).call(method, path, body).await
+}
+
+/// The `metadata.resourceVersion` of a JSON body (object or list).
+pub fn rv_of(body: &[u8]) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v["metadata"]["resourceVersion"].as_str()?.parse().ok()
+}

@@ -1,0 +1,146 @@
+//! What a run measures about the server (by pid, on this machine: RSS sampled every 100 ms,
+//! CPU read at the moments a scenario names) and what each client did.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use listwatch_core::process;
+use serde::Serialize;
+
+/// The server process, read through /proc (nothing when no `--pid` was given).
+#[derive(Clone, Copy)]
+pub struct Server {
+    pid: Option<u32>,
+}
+
+impl Server {
+    /// The server with this pid, if known.
+    pub fn new(pid: Option<u32>) -> Self {
+        Server { pid }
+    }
+
+    /// Its resident set, in KiB.
+    pub fn rss_kib(self) -> Option<u64> {
+        process::rss_kib(self.pid?)
+    }
+
+    /// The CPU seconds it has used so far (user + system).
+    pub fn cpu_s(self) -> Option<f64> {
+        process::cpu_seconds(self.pid?)
+    }
+}
+
+/// CPU seconds used between two readings.
+pub fn cpu_delta(before: Option<f64>, after: Option<f64>) -> Option<f64> {
+    before.zip(after).map(|(a, b)| b - a)
+}
+
+/// CPU seconds this harness process has used so far.
+pub fn own_cpu_s() -> Option<f64> {
+    process::cpu_seconds("self")
+}
+
+/// Samples the server's RSS every 100 ms on its own thread until [`Sampler::finish`].
+pub struct Sampler {
+    running: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(f64, u64)>>,
+    /// When sampling started (samples are seconds since then).
+    pub t0: Instant,
+}
+
+impl Sampler {
+    /// Starts sampling `server`.
+    pub fn start(server: Server) -> Self {
+        let running = Arc::new(AtomicBool::new(true));
+        let t0 = Instant::now();
+        let thread = {
+            let running = running.clone();
+            std::thread::spawn(move || {
+                let mut samples = Vec::new();
+                while running.load(Ordering::Relaxed) {
+                    if let Some(k) = server.rss_kib() {
+                        samples.push((t0.elapsed().as_secs_f64(), k));
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                samples
+            })
+        };
+        Sampler {
+            running,
+            thread,
+            t0,
+        }
+    }
+
+    /// Stops and returns the samples: (seconds since start, KiB).
+    pub fn finish(self) -> Vec<(f64, u64)> {
+        self.running.store(false, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// What one client did.
+#[derive(Serialize, Default, Clone)]
+pub struct ClientResult {
+    /// Objects received (list items, initial ADDED events, watch events).
+    pub objects: u64,
+    /// Response bytes on the wire.
+    pub wire_bytes: u64,
+    /// Response bytes after inflating.
+    pub body_bytes: u64,
+    /// Seconds from start to the end of its work.
+    pub seconds: f64,
+    /// Requests made.
+    pub requests: u32,
+    /// First request: milliseconds from sending it to the response head.
+    pub headers_ms: Option<f64>,
+    /// First request: milliseconds from sending it to the first body byte.
+    pub first_byte_ms: Option<f64>,
+    /// What went wrong, if anything.
+    pub error: Option<String>,
+}
+
+/// The value at fraction `p` of sorted `v` (0 when empty).
+pub fn pct(v: &[f64], p: f64) -> f64 {
+    v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// Milliseconds of a duration.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// First-byte latency over every client's first request.
+#[derive(Serialize)]
+pub struct FirstByte {
+    /// Median time to the response head, ms.
+    pub headers_p50_ms: f64,
+    /// Slowest time to the response head, ms.
+    pub headers_max_ms: f64,
+    /// Median time to the first body byte, ms.
+    pub first_byte_p50_ms: f64,
+    /// Slowest time to the first body byte, ms.
+    pub first_byte_max_ms: f64,
+}
+
+impl FirstByte {
+    /// Summarizes the clients' first requests (`None` when none got a response).
+    pub fn of(clients: &[ClientResult]) -> Option<Self> {
+        let sorted = |f: fn(&ClientResult) -> Option<f64>| {
+            let mut v: Vec<f64> = clients.iter().filter_map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let (h, b) = (sorted(|c| c.headers_ms), sorted(|c| c.first_byte_ms));
+        (!h.is_empty()).then(|| FirstByte {
+            headers_p50_ms: pct(&h, 0.5),
+            headers_max_ms: h.last().copied().unwrap_or(0.0),
+            first_byte_p50_ms: pct(&b, 0.5),
+            first_byte_max_ms: b.last().copied().unwrap_or(0.0),
+        })
+    }
+}

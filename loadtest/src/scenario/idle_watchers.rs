@@ -1,0 +1,114 @@
+//! `idle-watchers`: `--clients` watches with bookmarks on an idle resource, held for
+//! `--hold` seconds; one HTTP/1.1 connection each, or `--h2-streams-per-conn` of them
+//! multiplexed over each HTTP/2 (h2c) connection as client-go does. `--protobuf` asks for
+//! protobuf watch frames.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Method;
+
+use crate::report::ClientResult;
+use crate::{Args, http, net};
+
+type H2 = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
+
+/// Runs every watcher (all start at once) and returns what each did.
+pub async fn run(args: Arc<Args>, host: String) -> Result<Vec<ClientResult>, String> {
+    let mut h2 = Vec::new();
+    if let Some(k) = args.h2_streams_per_conn {
+        for _ in 0..args.clients.div_ceil(k.max(1)) {
+            let io = hyper_util::rt::TokioIo::new(net::connect(&host).await?);
+            let (send, conn) =
+                hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .max_concurrent_reset_streams(0)
+                    .handshake(io)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            tokio::spawn(conn);
+            h2.push(send);
+        }
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(args.clients));
+    let handles: Vec<_> = (0..args.clients)
+        .map(|i| {
+            let conn = args.h2_streams_per_conn.map(|k| h2[i / k.max(1)].clone());
+            tokio::spawn(watcher(args.clone(), host.clone(), conn, start.clone()))
+        })
+        .collect();
+    Ok(crate::join_all(handles).await)
+}
+
+/// One idle watch, on its own HTTP/1.1 connection or a stream of a shared HTTP/2 one.
+async fn watcher(
+    args: Arc<Args>,
+    host: String,
+    h2: Option<H2>,
+    start: Arc<tokio::sync::Barrier>,
+) -> ClientResult {
+    start.wait().await;
+    let t = Instant::now();
+    let mut res = ClientResult {
+        requests: 1,
+        ..Default::default()
+    };
+    let path = format!(
+        "/api/v1/namespaces/{}/configmaps?watch=1&resourceVersion=0&allowWatchBookmarks=true&timeoutSeconds={}",
+        args.namespace,
+        args.hold + 60
+    );
+    let until = tokio::time::Instant::now() + Duration::from_secs(args.hold);
+    let accept = http::accept(args.protobuf, false, true);
+    let run = async {
+        let resp = match h2 {
+            Some(mut send) => {
+                // HTTP/2 names the target in :scheme and :authority, from an absolute URI.
+                let mut req = http::request(
+                    Method::GET,
+                    &host,
+                    &format!("http://{host}{path}"),
+                    accept.as_deref(),
+                    false,
+                    None,
+                )?;
+                req.headers_mut().remove("host");
+                send.send_request(req).await.map_err(|e| e.to_string())?
+            }
+            None => {
+                let req = http::request(Method::GET, &host, &path, accept.as_deref(), false, None)?;
+                http::open(&host)
+                    .await?
+                    .send_request(req)
+                    .await
+                    .map_err(|e| e.to_string())?
+            }
+        };
+        if resp.status() != 200 {
+            return Err(format!("HTTP {}", resp.status()));
+        }
+        let mut body = http::Body::new(resp.into_body(), false);
+        let r = async {
+            while body.chunk().await?.is_some() {}
+            Ok::<_, String>(())
+        };
+        // Reaching --hold is the normal end of an idle watch.
+        let r = tokio::time::timeout_at(until, r).await.unwrap_or(Ok(()));
+        res.wire_bytes = body.wire;
+        r
+    };
+    if let Ok(Err(e)) = tokio::time::timeout_at(until, run).await {
+        res.error = Some(e);
+    }
+    res.seconds = t.elapsed().as_secs_f64();
+    // A watch the server ended before --hold is an error: `complete` then means every
+    // watch was really held.
+    if res.error.is_none() && res.seconds + 0.2 < args.hold as f64 {
+        res.error = Some(format!(
+            "watch ended after {:.1}s, before --hold {}s",
+            res.seconds, args.hold
+        ));
+    }
+    res
+}
