@@ -296,9 +296,13 @@ impl App {
             }
             Route::Discovery(_) => Err(ApiError::MethodNotAllowed),
             Route::Collection {
-                store, namespace, ..
+                store,
+                namespace,
+                legacy_watch,
             } => {
-                self.authorize(&req, &store, namespace.as_deref(), "")?;
+                // kube-apiserver authorizes a list or watch with its selectors, but not one
+                // reached through the legacy `/watch/` prefix.
+                self.authorize(&req, &store, namespace.as_deref(), "", !legacy_watch)?;
                 self.resource(req, store, namespace, None).await
             }
             Route::Object {
@@ -307,7 +311,7 @@ impl App {
                 name,
                 ..
             } => {
-                self.authorize(&req, &store, namespace.as_deref(), &name)?;
+                self.authorize(&req, &store, namespace.as_deref(), &name, false)?;
                 self.resource(req, store, namespace, Some(name)).await
             }
             Route::Invalid(why) => Err(ApiError::BadRequest(why)),
@@ -390,6 +394,7 @@ impl App {
         store: &listwatch_store::Store,
         namespace: Option<&str>,
         name: &str,
+        selectors: bool,
     ) -> Result<(), ApiError> {
         let Some(authz) = &self.authorizer else {
             return Ok(());
@@ -402,7 +407,11 @@ impl App {
         };
         // No user (a host that attached none): kube-apiserver's anonymous identity.
         let user = req.user.clone().unwrap_or_else(User::anonymous);
-        let attributes = Attributes::resource(user, verb, store.info(), ns, name);
+        let mut attributes = Attributes::resource(user, verb, store.info(), ns, name);
+        if selectors {
+            let p = &req.params;
+            attributes = attributes.with_request_selectors(&p.field_selector, &p.label_selector);
+        }
         if authz.authorize(&attributes).allowed {
             return Ok(());
         }
@@ -410,7 +419,9 @@ impl App {
             listwatch_core::status::Denied {
                 user: req.user_name().to_string(),
                 verb: verb.to_string(),
-                object: listwatch_core::ObjectRef::new(store.info(), name),
+                // The name a `metadata.name` field selector pinned, as kube-apiserver's
+                // message names it.
+                object: listwatch_core::ObjectRef::new(store.info(), &attributes.name),
                 namespace: ns.map(str::to_string),
             },
         )))
