@@ -7,7 +7,7 @@
 //!   resourceclaim`, `pvc ← pv ← secret`, `node ← volumeattachment`, `node ←
 //!   resourceslice`); here the same edges are read from the caches when asked, so a pod
 //!   bound a moment ago counts as soon as the cache has it.
-//! - Pods and its own Node: the selector-aware rules (`AuthorizeNodeWithSelectors`, GA):
+//! - Pods and its own Node: the selector-aware rules (`AuthorizeNodeWithSelectors`, on in 1.36):
 //!   pods are listed and watched only with `spec.nodeName=<node>`, Nodes read only by name.
 //! - Leases and CSINodes: only its own. Everything else: the static `system:node` rules
 //!   ([`node_rules`]), compiled in as kube-apiserver's are (the stored ClusterRole is never
