@@ -34,7 +34,8 @@ def files(repo, tag):
             yield path
 
 
-def scan(repo, tag, prefix, result):
+def struct_lines(repo, tag):
+    """(package dir, struct name, line) for every line inside a struct of the API types."""
     for path in files(repo, tag):
         text = subprocess.run(["git", "-C", repo, "show", f"{tag}:{path}"], check=True,
                               capture_output=True, text=True).stdout
@@ -50,39 +51,50 @@ def scan(repo, tag, prefix, result):
             if line.startswith("}"):
                 current = None
                 continue
-            m = FIELD.match(line)
-            go_type = None
-            if m and m.group(1):
-                go_type, tags = m.group(2), m.group(3)
-            else:
-                e = EMBED.match(line)
-                if e:
-                    go_type, tags = e.group(1), e.group(2)
-            if go_type is None:
-                continue
-            p = PROTO.search(tags)
-            if not p:
-                continue
-            number = p.group(2)
-            if go_type.startswith("*"):
-                presence = "pointer"
-            elif go_type.startswith("[]") or go_type.startswith("map["):
-                presence = "many"
-            else:
-                presence = "plain"
-            j = re.search(r'json:"([^"]*)"', tags)
-            parts = j.group(1).split(",") if j else [""]
-            omit = "omitzero" if "omitzero" in parts else "omitempty" if "omitempty" in parts else ""
-            name = f"{prefix}/{pkg}/{current}"
-            result.setdefault(name, {})[number] = [parts[0], presence, omit]
+            yield pkg, current, line
 
 
-def main():
+def scan(repo, tag, prefix, result):
+    for pkg, current, line in struct_lines(repo, tag):
+        m = FIELD.match(line)
+        go_type = None
+        if m and m.group(1):
+            go_type, tags = m.group(2), m.group(3)
+        else:
+            e = EMBED.match(line)
+            if e:
+                go_type, tags = e.group(1), e.group(2)
+        if go_type is None:
+            continue
+        p = PROTO.search(tags)
+        if not p:
+            continue
+        number = p.group(2)
+        if go_type.startswith("*"):
+            presence = "pointer"
+        elif go_type.startswith("[]") or go_type.startswith("map["):
+            presence = "many"
+        else:
+            presence = "plain"
+        j = re.search(r'json:"([^"]*)"', tags)
+        parts = j.group(1).split(",") if j else [""]
+        omit = "omitzero" if "omitzero" in parts else "omitempty" if "omitempty" in parts else ""
+        name = f"{prefix}/{pkg}/{current}"
+        result.setdefault(name, {})[number] = [parts[0], presence, omit]
+
+
+def collect(scan_one):
+    """Runs `scan_one(repo, tag, prefix, result)` over the command line's TAG REPO:PREFIX…"""
     tag = sys.argv[1]
     result = {}
     for spec in sys.argv[2:]:
         repo, prefix = spec.split(":")
-        scan(repo, tag, prefix, result)
+        scan_one(repo, tag, prefix, result)
+    return tag, result
+
+
+def main():
+    _, result = collect(scan)
     json.dump(result, sys.stdout, indent=0, sort_keys=True)
 
 

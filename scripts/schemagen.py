@@ -107,29 +107,32 @@ SER_REQ = re.compile(r'serialize_field\(&mut state, "([^"]+)", &self\.(?:r#)?(\w
 OA_STRUCT = re.compile(r'^pub struct (\w+) \{', re.M)
 
 
+def type_files(root):
+    """(module path, text) of each k8s-openapi type file (one type per file) under root."""
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".rs") and f != "mod.rs":
+                yield os.path.relpath(dirpath, root), open(os.path.join(dirpath, f)).read()
+
+
 def parse_openapi(root):
     """{"mod/Name": {norm_rust_field: (json_name, required)}}, plus a global name table."""
     types = {}
     names = {}
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            if not f.endswith(".rs") or f == "mod.rs":
-                continue
-            mod = os.path.relpath(dirpath, root)
-            text = open(os.path.join(dirpath, f)).read()
-            sm = OA_STRUCT.search(text)
-            if not sm:
-                continue
-            fields = {}
-            for m in SER_OPT.finditer(text):
-                fields[snake_norm(m.group(1))] = (m.group(2), False)
-                names.setdefault(m.group(1), m.group(2))
-                names.setdefault(snake_norm(m.group(1)), m.group(2))
-            for m in SER_REQ.finditer(text):
-                fields[snake_norm(m.group(2))] = (m.group(1), True)
-                names.setdefault(m.group(2), m.group(1))
-                names.setdefault(snake_norm(m.group(2)), m.group(1))
-            types[mod + "/" + sm.group(1)] = fields
+    for mod, text in type_files(root):
+        sm = OA_STRUCT.search(text)
+        if not sm:
+            continue
+        fields = {}
+        for m in SER_OPT.finditer(text):
+            fields[snake_norm(m.group(1))] = (m.group(2), False)
+            names.setdefault(m.group(1), m.group(2))
+            names.setdefault(snake_norm(m.group(1)), m.group(2))
+        for m in SER_REQ.finditer(text):
+            fields[snake_norm(m.group(2))] = (m.group(1), True)
+            names.setdefault(m.group(2), m.group(1))
+            names.setdefault(snake_norm(m.group(2)), m.group(1))
+        types[mod + "/" + sm.group(1)] = fields
     return types, names
 
 

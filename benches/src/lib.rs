@@ -39,16 +39,23 @@ pub fn list_encoder(store: &Store, protobuf: bool) -> listwatch_codec::ListEncod
         None,
         None,
     );
+    let rendering = listwatch_codec::Rendering {
+        encoding: if protobuf {
+            listwatch_codec::Encoding::Protobuf
+        } else {
+            listwatch_codec::Encoding::Json
+        },
+        form: listwatch_codec::Form::Objects,
+        gzip: false,
+    };
+    let writer = rendering
+        .writer(info)
+        .expect("the kind has a protobuf form");
     listwatch_codec::ListEncoder::new(
         reader,
-        protobuf
-            .then(|| listwatch_codec::protobuf::ProtoObjects::new(info, false))
-            .flatten(),
-        info.list_kind(),
-        info.api_version(),
+        writer,
         String::new(),
         false,
-        listwatch_codec::ListFormat::Objects,
         listwatch_codec::DEFAULT_CHUNK,
     )
 }

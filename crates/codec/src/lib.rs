@@ -2,6 +2,8 @@
 //!
 //! - [`ChunkWriter`]: coalesces small pieces into bounded chunks and passes large records
 //!   through as their own shared `Bytes` (no copy).
+//! - [`ObjectWriter`] (built by a negotiated [`Rendering`]): the bytes of every piece of a
+//!   response in its form — the one seam LIST, WATCH and GET write through.
 //! - [`ListEncoder`]: a LIST response body, produced chunk by chunk from a snapshot.
 //! - [`WatchEncoder`]: a watch body (initial events, bookmarks, live events, ERROR) from a
 //!   snapshot and a cursor; [`watch`] also has the event framing.
@@ -14,10 +16,12 @@ pub mod gzip;
 mod list;
 pub mod printers;
 pub mod protobuf;
+pub mod render;
 pub mod table;
 pub mod watch;
 
-pub use list::{ListEncoder, ListFormat};
+pub use list::ListEncoder;
+pub use render::{Form, ObjectWriter, Rendering};
 pub use watch::{WatchEncoder, WatchSpec, WatchStep};
 
 /// The wire encoding negotiated for a response; the encoders lay bytes out in it.

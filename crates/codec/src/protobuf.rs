@@ -3,7 +3,7 @@
 //! (docs/memory.md says why). Also PartialObjectMetadata, the projection of an object to
 //! its `metadata`, in both encodings.
 
-use listwatch_core::ResourceInfo;
+use listwatch_core::{ApiError, ResourceInfo};
 use listwatch_protobuf::encode::{begin, end, put_bytes, varint_len, write_envelope};
 use listwatch_protobuf::{MessageId, ProtoEncoder, ProtoError, Schema};
 use listwatch_store::Record;
@@ -67,6 +67,11 @@ impl ProtoObjects {
             stamped: Vec::new(),
             scratch: Vec::new(),
         })
+    }
+
+    /// Whether only PartialObjectMetadata is written.
+    pub fn metadata_only(&self) -> bool {
+        self.object.is_none()
     }
 
     /// The `typeMeta` each object is sent with.
@@ -305,5 +310,30 @@ fn field_message(schema: &Schema, id: MessageId, tag: u32) -> Option<MessageId> 
     match msg.fields.get(msg.field_index(tag)?)?.kind {
         listwatch_protobuf::Kind::Message(m) => Some(m),
         _ => None,
+    }
+}
+
+/// A protobuf request body (`k8s\0` + `runtime.Unknown`, as `kubectl create` and `auth
+/// can-i` send) as the JSON of the same object.
+pub fn request_body_to_json(body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let bad = |e: listwatch_protobuf::ProtoError| {
+        ApiError::BadRequest(format!("the protobuf body could not be decoded: {e}"))
+    };
+    let schema = listwatch_protobuf::Schema::kubernetes();
+    let mut out = Vec::with_capacity(body.len() * 2);
+    // The same reading as a stored value's, without storage's read-time defaults.
+    match listwatch_protobuf::storage_to_json(
+        &mut listwatch_protobuf::JsonWriter::new(schema),
+        schema,
+        body,
+        &mut out,
+    ) {
+        Ok(_) => Ok(out),
+        Err(listwatch_protobuf::ProtoError::UnknownKind { api_version, kind }) => {
+            Err(ApiError::UnsupportedMediaType(format!(
+                "no protobuf form for {api_version}, Kind={kind}"
+            )))
+        }
+        Err(e) => Err(bad(e)),
     }
 }

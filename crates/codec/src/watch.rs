@@ -11,8 +11,8 @@ use listwatch_core::json::push_go_string;
 use listwatch_store::{Event, EventType, Filter, Record, SnapshotReader, WatchCursor};
 
 use crate::ChunkWriter;
-use crate::protobuf::{PARTIAL_HEAD, ProtoObjects, write_watch_frame};
-use crate::table::TableFormat;
+use crate::protobuf::PARTIAL_HEAD;
+use crate::render::ObjectWriter;
 
 /// Writes an event line for `object`; with `stamp_rv` the object is sent with that RV in
 /// place of its own (three shared slices, no copy of the object when large).
@@ -99,118 +99,6 @@ pub struct WatchSpec {
     pub deadline: Instant,
     /// Bytes copied into one chunk at most.
     pub chunk: usize,
-    /// Set for a protobuf body (JSON otherwise).
-    pub proto: Option<ProtoObjects>,
-    /// Send each event's object as a one-row Table (kubectl `-w`).
-    pub table: Option<TableFormat>,
-    /// Send each event's object as its PartialObjectMetadata.
-    pub metadata_only: bool,
-}
-
-/// How each event's object is written: JSON (whole, PartialObjectMetadata, or a Table
-/// row) or protobuf frames.
-struct EventWriter {
-    table: Option<TableFormat>,
-    metadata_only: bool,
-    proto: Option<ProtoObjects>,
-    /// One event's envelope, then its frame (protobuf only).
-    envelope: Vec<u8>,
-    frame: Vec<u8>,
-}
-
-impl EventWriter {
-    /// One event of `r`; false when it could not be encoded (the watch must end).
-    fn event(
-        &mut self,
-        out: &mut ChunkWriter,
-        kind: EventType,
-        r: &Record,
-        stamp_rv: Option<u64>,
-        now: i64,
-    ) -> bool {
-        if let Some(proto) = &mut self.proto {
-            self.envelope.clear();
-            if let Err(e) = proto.write_envelope(r, stamp_rv, &mut self.envelope) {
-                tracing::error!(error = %e, key = %r.key(), "watch event could not be encoded as protobuf");
-                return false;
-            }
-            self.frame.clear();
-            write_watch_frame(kind.as_str(), &self.envelope, &mut self.frame);
-            out.put_slice(&self.frame);
-            return true;
-        }
-        match &self.table {
-            Some(t) => t.write_event(out, kind.as_str(), r, stamp_rv, now),
-            None if self.metadata_only => {
-                out.put_slice(b"{\"type\":\"");
-                out.put_slice(kind.as_str().as_bytes());
-                out.put_slice(b"\",\"object\":");
-                out.put_slice(PARTIAL_HEAD);
-                let md = r.metadata_range();
-                match stamp_rv {
-                    Some(rv) if rv != r.rv() => {
-                        let at = r.rv_range();
-                        out.put_slice(&r.bytes()[md.start..at.start]);
-                        let mut buf = itoa::Buffer::new();
-                        out.put_slice(buf.format(rv).as_bytes());
-                        out.put_slice(&r.bytes()[at.end..md.end]);
-                    }
-                    _ => out.put_bytes(r.metadata()),
-                }
-                out.put_slice(b"}}\n");
-            }
-            None => write_event(out, kind, r, stamp_rv),
-        }
-        true
-    }
-
-    /// A BOOKMARK event (its object the kind's empty object with `rv`).
-    fn bookmark(
-        &mut self,
-        out: &mut ChunkWriter,
-        info: &ResourceInfo,
-        rv: u64,
-        initial_events_end: bool,
-    ) -> bool {
-        let object = if self.metadata_only {
-            partial_bookmark_object(rv, initial_events_end)
-        } else {
-            bookmark_object(info, rv, initial_events_end)
-        };
-        match &mut self.proto {
-            Some(proto) => {
-                self.envelope.clear();
-                if let Err(e) = proto.write_json_envelope(&object, &mut self.envelope) {
-                    tracing::error!(error = %e, "bookmark could not be encoded as protobuf");
-                    return false;
-                }
-                self.frame.clear();
-                write_watch_frame("BOOKMARK", &self.envelope, &mut self.frame);
-                out.put_slice(&self.frame);
-            }
-            None => {
-                out.put_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
-                out.put_slice(&object);
-                out.put_slice(b"}\n");
-            }
-        }
-        true
-    }
-
-    /// An ERROR event carrying the `Status` JSON `status_body`.
-    fn error(&mut self, out: &mut ChunkWriter, status_body: &[u8]) {
-        match &mut self.proto {
-            Some(proto) => {
-                self.envelope.clear();
-                if proto.write_status(status_body, &mut self.envelope).is_ok() {
-                    self.frame.clear();
-                    write_watch_frame("ERROR", &self.envelope, &mut self.frame);
-                    out.put_slice(&self.frame);
-                }
-            }
-            None => write_error(out, status_body),
-        }
-    }
 }
 
 /// PartialObjectMetadata's bookmark object: only `metadata.resourceVersion` (and the
@@ -270,27 +158,21 @@ pub struct WatchEncoder {
     scratch: Vec<Arc<Event>>,
     spec: WatchSpec,
     next_bookmark: Option<Instant>,
-    writer: EventWriter,
+    writer: ObjectWriter,
 }
 
 impl WatchEncoder {
-    /// An encoder over `cursor` through `filter`, started at `now`.
+    /// An encoder over `cursor` through `filter`, writing with `writer`, started at `now`.
     pub fn new(
         cursor: WatchCursor,
         filter: Arc<Filter>,
+        writer: ObjectWriter,
         mut spec: WatchSpec,
         now: Instant,
     ) -> Self {
         let phase = match spec.initial.take() {
             Some(r) => Phase::Initial(r),
             None => Phase::InitialEnd,
-        };
-        let writer = EventWriter {
-            table: spec.table.take(),
-            metadata_only: spec.metadata_only,
-            proto: spec.proto.take(),
-            envelope: Vec::new(),
-            frame: Vec::new(),
         };
         let mut e = WatchEncoder {
             cursor,
@@ -346,7 +228,7 @@ impl WatchEncoder {
                     let wall = listwatch_core::time::unix_now();
                     let mut ok = true;
                     let more = reader.next_batch(SCAN_PER_STEP, |r| {
-                        ok = writer.event(out, EventType::Added, r, None, wall);
+                        ok = encoded(writer.event(out, EventType::Added, r, None, wall));
                         ok && !out.is_full()
                     });
                     if !ok {
@@ -362,10 +244,12 @@ impl WatchEncoder {
                 Phase::InitialEnd => {
                     if self.spec.initial_events_end {
                         let info = self.cursor.store().info();
-                        if !self
-                            .writer
-                            .bookmark(&mut self.out, info, self.spec.initial_rv, true)
-                        {
+                        if !encoded(self.writer.bookmark(
+                            &mut self.out,
+                            info,
+                            self.spec.initial_rv,
+                            true,
+                        )) {
                             self.end_with_internal_error();
                             continue;
                         }
@@ -385,13 +269,13 @@ impl WatchEncoder {
                     let mut ok = true;
                     while let Some(e) = self.pending.pop_front() {
                         if let Some(v) = self.filter.view(&e) {
-                            ok = self.writer.event(
+                            ok = encoded(self.writer.event(
                                 &mut self.out,
                                 v.kind,
                                 v.object,
                                 v.stamp_rv,
                                 wall,
-                            );
+                            ));
                         }
                         if !ok || self.out.is_full() {
                             break;
@@ -423,10 +307,8 @@ impl WatchEncoder {
                         && now >= at
                     {
                         let info = self.cursor.store().info();
-                        if !self
-                            .writer
-                            .bookmark(&mut self.out, info, self.cursor.rv(), false)
-                        {
+                        let rv = self.cursor.rv();
+                        if !encoded(self.writer.bookmark(&mut self.out, info, rv, false)) {
                             self.end_with_internal_error();
                             continue;
                         }
@@ -449,7 +331,7 @@ impl WatchEncoder {
         self.scratch.clear();
         if let Err(e) = self.cursor.poll(EVENTS_PER_STEP, &mut self.scratch) {
             let status = listwatch_core::ApiError::from(e).to_status();
-            self.writer.error(&mut self.out, &status.body);
+            self.writer.error_event(&mut self.out, &status.body);
             self.out.flush();
             self.phase = Phase::Done;
             return false;
@@ -465,7 +347,7 @@ impl WatchEncoder {
             "an object could not be encoded in the requested media type".into(),
         )
         .to_status();
-        self.writer.error(&mut self.out, &status.body);
+        self.writer.error_event(&mut self.out, &status.body);
         self.out.flush();
         self.phase = Phase::Done;
     }
@@ -483,6 +365,18 @@ impl WatchEncoder {
             t = pre;
         }
         (t > now).then_some(t)
+    }
+}
+
+/// Whether a piece was written; an object that cannot be encoded is logged here, and the
+/// watch then ends with an ERROR (a watcher must relist rather than miss it).
+fn encoded(written: Result<(), listwatch_protobuf::ProtoError>) -> bool {
+    match written {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "watch event could not be encoded in the requested media type");
+            false
+        }
     }
 }
 

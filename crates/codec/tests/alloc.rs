@@ -49,18 +49,17 @@ fn list_encoding_allocates_per_chunk_not_per_record() {
     ] {
         let reader =
             SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
-        let proto = protobuf
-            .then(|| listwatch_codec::protobuf::ProtoObjects::new(&info, false).expect("protobuf"));
-        let mut enc = ListEncoder::new(
-            reader,
-            proto,
-            info.list_kind(),
-            info.api_version(),
-            String::new(),
-            false,
-            listwatch_codec::ListFormat::Objects,
-            CHUNK,
-        );
+        let rendering = listwatch_codec::Rendering {
+            encoding: if protobuf {
+                listwatch_codec::Encoding::Protobuf
+            } else {
+                listwatch_codec::Encoding::Json
+            },
+            form: listwatch_codec::Form::Objects,
+            gzip: false,
+        };
+        let writer = rendering.writer(&info).expect("writer");
+        let mut enc = ListEncoder::new(reader, writer, String::new(), false, CHUNK);
         let before = dhat::HeapStats::get();
         let (mut total, mut chunks, mut first) = (0usize, 0usize, None);
         while let Some(c) = enc.next_chunk() {

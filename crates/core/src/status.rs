@@ -217,6 +217,21 @@ pub enum ApiError {
     /// 500 `InternalError`.
     #[error("{0}")]
     Internal(String),
+    /// What apimachinery's `NewGenericServerResponse(code, "", {}, "", message, 0, false)`
+    /// answers: the reason and a fixed message by code, an empty `details`, and `message`
+    /// itself only where Go keeps it (415, 403, 406). kube-apiserver answers a JSON patch
+    /// that does not apply (422) and go-restful's unknown Content-Type (415) with it.
+    #[error("{message}")]
+    ServerResponse {
+        /// HTTP status code.
+        code: u16,
+        /// The underlying message (kept for logs; on the wire only for 415/403/406).
+        message: String,
+    },
+    /// An error kube-apiserver passes through without classifying it (not a `StatusError`):
+    /// 500 with no reason and the error's own message, as `ErrorToAPIStatus` renders it.
+    #[error("{0}")]
+    Unclassified(String),
 }
 
 /// A rendered `Status`: the HTTP code, an optional `Retry-After`, and the JSON body.
@@ -500,6 +515,50 @@ impl ApiError {
                 }),
             },
             ApiError::Internal(m) => simple(500, "InternalError", m.clone()),
+            ApiError::ServerResponse { code, message } => {
+                let (reason, text) = match code {
+                    400 => (
+                        "BadRequest",
+                        "the server rejected our request for an unknown reason",
+                    ),
+                    403 | 406 | 415 => (
+                        match code {
+                            403 => "Forbidden",
+                            406 => "NotAcceptable",
+                            _ => "UnsupportedMediaType",
+                        },
+                        message.as_str(),
+                    ),
+                    404 => (
+                        "NotFound",
+                        "the server could not find the requested resource",
+                    ),
+                    405 => (
+                        "MethodNotAllowed",
+                        "the server does not allow this method on the requested resource",
+                    ),
+                    422 => (
+                        "Invalid",
+                        "the server rejected our request due to an error in our request",
+                    ),
+                    _ => ("", ""),
+                };
+                let text = if text.is_empty() {
+                    format!(
+                        "the server responded with the status code {code} but did not return more information"
+                    )
+                } else {
+                    text.to_string()
+                };
+                StatusParts {
+                    code: *code,
+                    reason,
+                    message: text,
+                    continue_token: None,
+                    details: Some(Details::default()),
+                }
+            }
+            ApiError::Unclassified(m) => simple(500, "", m.clone()),
         }
     }
 }

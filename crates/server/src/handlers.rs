@@ -1,93 +1,37 @@
 //! Request handlers: where a request's resourceVersion semantics pick the snapshot or
-//! cursor it is served from.
+//! cursor it is served from, and where writes reach the source's writer. Free functions of
+//! a [`Ctx`] (the source and the configuration): they know nothing of the app around them.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Response, StatusCode, header};
+use http::StatusCode;
 use http_body_util::BodyExt;
-use listwatch_codec::protobuf::{self as pb, ProtoObjects};
-use listwatch_codec::{
-    ChunkWriter, Encoding, ListEncoder, ListFormat, WatchEncoder, WatchSpec, watch::error_body,
-};
+use listwatch_codec::{ListEncoder, ObjectWriter, WatchEncoder, WatchSpec};
 use listwatch_core::options::list_prefix;
-use listwatch_core::{ApiError, ContinueToken, ListOptions, ObjectRef, ResourceVersion, RvMatch};
+use listwatch_core::{
+    ApiError, ContinueToken, ListOptions, ObjectRef, ResourceVersion, RvMatch, Verb, WriteOptions,
+};
+use listwatch_sources::Source;
 use listwatch_store::{Filter, Snapshot, SnapshotReader, Store, StoreError};
 use tokio::time::Instant;
 
-use crate::App;
-use crate::body::{ResponseBody, StreamedBody, full};
-use crate::request::{ApiRequest, Rendering};
+use crate::body::{StreamedBody, full};
+use crate::request::{Read, RequestHead, Target};
+use crate::response::{Answer, encoded, typed, with_newline};
+use crate::{RequestBody, ServerConfig};
 
-/// A handler's answer: a response, or an error to render as a `Status`.
-pub type Answer = Result<Response<ResponseBody>, ApiError>;
-
-fn json_response(code: u16, body: ResponseBody) -> Response<ResponseBody> {
-    typed_response(code, "application/json", body)
+/// What handlers read: the source and the server's configuration.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    /// The source of truth behind the stores.
+    pub source: &'a dyn Source,
+    /// Server tunables.
+    pub config: &'a ServerConfig,
 }
 
-/// A response with `Content-Type: content_type` and kube-apiserver's `Cache-Control`.
-fn typed_response(
-    code: u16,
-    content_type: &'static str,
-    body: ResponseBody,
-) -> Response<ResponseBody> {
-    let mut r = Response::new(body);
-    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        http::HeaderValue::from_static(content_type),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        http::HeaderValue::from_static("no-cache, private"),
-    );
-    r
-}
-
-/// Renders an error as kube-apiserver does: the `Status` body, its code, `Retry-After`.
-pub fn error_response(e: &ApiError) -> Response<ResponseBody> {
-    error_response_in(e, Encoding::Json)
-}
-
-/// [`error_response`] in `encoding` (a protobuf client gets a protobuf `Status`).
-pub fn error_response_in(e: &ApiError, encoding: Encoding) -> Response<ResponseBody> {
-    let s = e.to_status();
-    let mut r = match encoding {
-        Encoding::Protobuf => match pb::status_to_protobuf(&s.body) {
-            Ok(body) => typed_response(s.code, pb::PROTOBUF, full(body)),
-            Err(_) => json_response(s.code, full(with_newline(Bytes::from(s.body)))),
-        },
-        Encoding::Json => json_response(s.code, full(with_newline(Bytes::from(s.body)))),
-    };
-    if let Some(secs) = s.retry_after {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, http::HeaderValue::from(secs));
-    }
-    r
-}
-
-/// Content-negotiation headers of a streamed response: `Vary` whenever gzip was offered,
-/// `Content-Encoding` when the body is actually compressed.
-fn encoded(mut r: Response<ResponseBody>, offered: bool, gzip: bool) -> Response<ResponseBody> {
-    if gzip {
-        r.headers_mut().insert(
-            header::CONTENT_ENCODING,
-            http::HeaderValue::from_static("gzip"),
-        );
-    }
-    if offered {
-        r.headers_mut().insert(
-            header::VARY,
-            http::HeaderValue::from_static("Accept-Encoding"),
-        );
-    }
-    r
-}
-
-impl App {
+impl Ctx<'_> {
     /// Refuses reads of a cache its source no longer vouches for (being loaded or relisted
     /// after a lost event), as kube-apiserver does while its watch cache (re)initializes.
     fn ready(&self, store: &Store) -> Result<(), ApiError> {
@@ -131,299 +75,213 @@ impl App {
             }
         }
     }
+}
 
-    /// A request addressed to a resource: the read verbs, or the source's writer.
-    pub(crate) async fn resource(
-        &self,
-        mut req: ApiRequest,
-        store: Arc<Store>,
-        namespace: Option<String>,
-        name: Option<String>,
-    ) -> Answer {
-        let ns = namespace.as_deref();
-        match (req.verb, name) {
-            (listwatch_core::Verb::List, _) => {
-                self.ready(&store)?;
-                let (opts, render) = req.take_read()?;
-                self.list(store, ns, opts, render).await
-            }
-            (listwatch_core::Verb::Watch, name) => {
-                self.ready(&store)?;
-                let (mut opts, render) = req.take_read()?;
-                if let Some(name) = name {
-                    // Watching one object is a watch with a name field selector.
-                    opts.field_selector
-                        .terms
-                        .push(listwatch_core::fields::FieldTerm {
-                            field: "metadata.name".into(),
-                            value: name,
-                            negated: false,
-                        });
-                }
-                self.watch(store, ns, opts, render).await
-            }
-            (listwatch_core::Verb::Get, Some(name)) => {
-                self.ready(&store)?;
-                let (opts, render) = req.take_read()?;
-                let snap = self.read_snapshot(&store, &opts).await?;
-                let key = store.info().key(ns.unwrap_or(""), &name);
-                let Some(r) = snap.get(&key) else {
-                    return Err(ApiError::NotFound(ObjectRef::new(store.info(), &name)));
-                };
-                if render.encoding == Encoding::Protobuf {
-                    let mut proto = protobuf_objects(store.info(), render.metadata_only)?;
-                    let mut body = Vec::with_capacity(r.bytes().len());
-                    proto
-                        .write_envelope(r, None, &mut body)
-                        .map_err(|e| ApiError::Internal(format!("encoding as protobuf: {e}")))?;
-                    return Ok(typed_response(200, pb::PROTOBUF, full(body)));
-                }
-                match render.table {
-                    None if render.metadata_only => {
-                        let md = r.metadata();
-                        let mut body = Vec::with_capacity(md.len() + 96);
-                        body.extend_from_slice(pb::PARTIAL_HEAD);
-                        body.extend_from_slice(&md);
-                        body.extend_from_slice(b"}\n");
-                        Ok(json_response(200, full(body)))
-                    }
-                    None => Ok(json_response(200, full(with_newline(r.bytes().clone())))),
-                    Some(t) => {
-                        let mut out = ChunkWriter::new(usize::MAX >> 1);
-                        t.write_single(&mut out, r, None, listwatch_core::time::unix_now());
-                        out.put_slice(b"\n");
-                        Ok(json_response(200, full(out.into_vec())))
-                    }
-                }
-            }
-            (verb, name) => {
-                let writer = self
-                    .source
-                    .writer()
-                    .ok_or_else(|| self.source.refuse_write())?;
-                let options = listwatch_core::WriteOptions::from_params(&req.params, verb)?;
-                let w = match (verb, name.as_deref()) {
-                    (listwatch_core::Verb::Create, None) => {
-                        let bytes = self
-                            .read_body(req.content_type.as_deref(), req.body)
-                            .await?;
-                        writer.create(&store, ns, &bytes, options).await?
-                    }
-                    (listwatch_core::Verb::Update, Some(name)) => {
-                        let bytes = self
-                            .read_body(req.content_type.as_deref(), req.body)
-                            .await?;
-                        writer.update(&store, ns, name, &bytes, options).await?
-                    }
-                    (listwatch_core::Verb::Delete, Some(name)) => {
-                        let bytes = self
-                            .read_body(req.content_type.as_deref(), req.body)
-                            .await?;
-                        let options =
-                            listwatch_core::WriteOptions::for_delete(&req.params, &bytes)?;
-                        writer.delete(&store, ns, name, options).await?
-                    }
-                    _ => return Err(ApiError::MethodNotAllowed),
-                };
-                Ok(json_response(w.code, full(with_newline(w.body))))
-            }
-        }
-    }
-
-    async fn read_body(
-        &self,
-        content_type: Option<&str>,
-        body: crate::RequestBody,
-    ) -> Result<Bytes, ApiError> {
-        read_request_body(&self.config, content_type, body).await
-    }
-
-    async fn list(
-        &self,
-        store: Arc<Store>,
-        ns: Option<&str>,
-        opts: ListOptions,
-        render: Rendering,
-    ) -> Answer {
-        let Rendering {
-            encoding,
-            table,
-            metadata_only,
-            gzip: gzip_ok,
-        } = render;
-        let info = store.info().clone();
-        let proto = match encoding {
-            Encoding::Protobuf => Some(protobuf_objects(&info, metadata_only)?),
-            Encoding::Json => None,
-        };
-        let prefix = list_prefix(&info, ns);
-        let (snap, start) = match &opts.continue_token {
-            Some(token) if token.rv > 0 => {
-                let rv = token.rv as u64;
-                self.wait_for(&store, rv).await?;
-                let snap = store.snapshot_at(rv).map_err(|e| match e {
-                    StoreError::SnapshotGone { .. } => ApiError::ContinueExpired {
-                        inconsistent_token: ContinueToken::encode_inconsistent(
-                            &prefix,
-                            &token.start_key,
-                        ),
-                    },
-                    other => other.into(),
-                })?;
-                (snap, Some(token.start_key.clone()))
-            }
-            // rv -1: an inconsistent continuation from the latest state.
-            Some(token) => (store.current(), Some(token.start_key.clone())),
-            None => (self.read_snapshot(&store, &opts).await?, None),
-        };
-        let limit = opts.page_limit();
-        if limit.is_some() {
-            // Later pages name this RV in their token: keep it so they are O(1) to serve.
-            store.retain(&snap);
-        }
-        let filter = Arc::new(Filter::new(&info, ns, &opts));
-        let reader = SnapshotReader::new(snap, filter, start.as_deref(), limit);
-        let encoder = ListEncoder::new(
-            reader,
-            proto,
-            info.list_kind(),
-            info.api_version(),
-            prefix,
-            limit.is_some(),
-            match table {
-                Some(t) => ListFormat::Table(t, listwatch_core::time::unix_now()),
-                None if metadata_only => ListFormat::Metadata,
-                None => ListFormat::Objects,
-            },
-            self.config.chunk_bytes,
-        );
-        let (body, gzip) = StreamedBody::list(encoder, gzip_ok);
-        let content_type = match encoding {
-            Encoding::Protobuf => pb::PROTOBUF,
-            Encoding::Json => "application/json",
-        };
-        Ok(encoded(
-            typed_response(200, content_type, BodyExt::boxed(body)),
-            gzip_ok,
-            gzip,
-        ))
-    }
-
-    async fn watch(
-        &self,
-        store: Arc<Store>,
-        ns: Option<&str>,
-        opts: ListOptions,
-        render: Rendering,
-    ) -> Answer {
-        let Rendering {
-            encoding,
-            table,
-            metadata_only,
-            gzip: gzip_ok,
-        } = render;
-        let info = store.info().clone();
-        // Refused before the watch starts when the kind has no protobuf form.
-        let proto = match encoding {
-            Encoding::Protobuf => Some(protobuf_objects(&info, metadata_only)?),
-            Encoding::Json => None,
-        };
-        let content_type = match encoding {
-            Encoding::Protobuf => pb::PROTOBUF_WATCH,
-            Encoding::Json => "application/json",
-        };
-        let filter = Arc::new(Filter::new(&info, ns, &opts));
-        let timeout = match opts.timeout_seconds {
-            Some(s) if s > 0 => Duration::from_secs(s as u64),
-            // kube-apiserver takes a negative timeout as it is: the watch ends at once.
-            Some(s) if s < 0 => Duration::ZERO,
-            _ => {
-                // kube-apiserver: a random duration in [min-request-timeout, 2×) so watches
-                // do not all end (and re-list) at once.
-                let base = self.config.min_request_timeout.as_secs_f64();
-                Duration::from_secs_f64(base * (1.0 + rand::random::<f64>()))
-            }
-        };
-        let deadline = Instant::now() + timeout;
-        let initial = opts.wants_initial_events();
-        let (cursor, initial_reader, initial_rv) = if initial {
-            let snap = self.read_snapshot(&store, &opts).await?;
-            let rv = snap.rv();
-            let cursor = store.watch_from(rv)?;
-            let reader = SnapshotReader::new(snap, filter.clone(), None, None);
-            (cursor, Some(reader), rv)
-        } else {
-            let from = match opts.resource_version {
-                ResourceVersion::At(rv) => rv,
-                ResourceVersion::Any => store.rv(),
-                ResourceVersion::Unset => self.consistent_snapshot(&store).await?.rv(),
-            };
-            match store.watch_from(from) {
-                Ok(c) => (c, None, from),
-                // kube-apiserver answers 200 and a single ERROR event for a too-old RV.
-                Err(e) => {
-                    let status = ApiError::from(e).to_status();
-                    let body = match encoding {
-                        Encoding::Protobuf => pb::watch_error_body(&status.body).map_err(|e| {
-                            ApiError::Internal(format!("encoding as protobuf: {e}"))
-                        })?,
-                        Encoding::Json => error_body(&status.body),
-                    };
-                    return Ok(typed_response(200, content_type, full(body)));
-                }
-            }
-        };
-        let spec = WatchSpec {
-            initial: initial_reader,
-            initial_events_end: opts.send_initial_events == Some(true)
-                && opts.allow_watch_bookmarks,
-            initial_rv,
-            bookmarks: opts.allow_watch_bookmarks,
-            bookmark_every: self.config.bookmark_interval,
-            deadline: deadline.into_std(),
-            chunk: self.config.chunk_bytes,
-            proto,
-            table,
-            metadata_only,
-        };
-        let encoder = WatchEncoder::new(cursor, filter, spec, Instant::now().into_std());
-        let body = StreamedBody::watch(encoder, Some(store.drain_signal()), gzip_ok);
-        Ok(encoded(
-            typed_response(200, content_type, BodyExt::boxed(body)),
-            gzip_ok,
-            gzip_ok,
-        ))
+/// LIST, GET, WATCH or watch-list of `target`, authorized already.
+pub async fn read(
+    ctx: Ctx<'_>,
+    verb: Verb,
+    target: Target,
+    read: Result<Read, ApiError>,
+) -> Answer {
+    ctx.ready(&target.store)?;
+    let Read { options, rendering } = read?;
+    let writer = rendering.writer(target.store.info())?;
+    let gzip = rendering.gzip;
+    let ns = target.namespace.as_deref();
+    match (verb, target.name) {
+        (Verb::Watch, _) => watch(ctx, target.store, ns, options, writer, gzip).await,
+        (Verb::Get, Some(name)) => get(ctx, &target.store, ns, &name, &options, writer).await,
+        _ => list(ctx, target.store, ns, options, writer, gzip).await,
     }
 }
 
-/// The protobuf writer of `info`'s objects (or their metadata); 406 for kinds without a
-/// protobuf form (negotiation already steers clients away from it).
-fn protobuf_objects(
-    info: &listwatch_core::ResourceInfo,
-    metadata_only: bool,
-) -> Result<ProtoObjects, ApiError> {
-    ProtoObjects::new(info, metadata_only)
-        .ok_or_else(|| ApiError::NotAcceptable(format!("{} has no protobuf form", info.resource)))
+async fn get(
+    ctx: Ctx<'_>,
+    store: &Store,
+    ns: Option<&str>,
+    name: &str,
+    opts: &ListOptions,
+    mut writer: ObjectWriter,
+) -> Answer {
+    let snap = ctx.read_snapshot(store, opts).await?;
+    let key = store.info().key(ns.unwrap_or(""), name);
+    let Some(r) = snap.get(&key) else {
+        return Err(ApiError::NotFound(ObjectRef::new(store.info(), name)));
+    };
+    let body = writer
+        .object(r)
+        .map_err(|e| ApiError::Internal(format!("encoding the object: {e}")))?;
+    Ok(typed(
+        StatusCode::OK,
+        writer.content_type(false),
+        full(body),
+    ))
 }
 
-fn with_newline(b: Bytes) -> Bytes {
-    let mut v = Vec::with_capacity(b.len() + 1);
-    v.extend_from_slice(&b);
-    v.push(b'\n');
-    Bytes::from(v)
+/// Any other verb on `target`, authorized already: the source's writer (405 when it has
+/// none, with the source's reason).
+pub async fn write(
+    ctx: Ctx<'_>,
+    head: &RequestHead,
+    target: Target,
+    content_type: Option<String>,
+    body: RequestBody,
+) -> Answer {
+    let writer = ctx
+        .source
+        .writer()
+        .ok_or_else(|| ctx.source.refuse_write())?;
+    let options = WriteOptions::from_params(&head.params, head.verb)?;
+    let (store, ns) = (&target.store, target.namespace.as_deref());
+    let w = match (head.verb, target.name.as_deref()) {
+        (Verb::Create, None) => {
+            let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
+            writer.create(store, ns, &bytes, options).await?
+        }
+        (Verb::Update, Some(name)) => {
+            let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
+            writer.update(store, ns, name, &bytes, options).await?
+        }
+        (Verb::Delete, Some(name)) => {
+            let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
+            let options = WriteOptions::for_delete(&head.params, &bytes)?;
+            writer.delete(store, ns, name, options).await?
+        }
+        _ => return Err(ApiError::MethodNotAllowed),
+    };
+    let code = StatusCode::from_u16(w.code)
+        .map_err(|_| ApiError::Internal(format!("the source answered code {}", w.code)))?;
+    Ok(typed(code, "application/json", full(with_newline(w.body))))
+}
+
+async fn list(
+    ctx: Ctx<'_>,
+    store: Arc<Store>,
+    ns: Option<&str>,
+    opts: ListOptions,
+    writer: ObjectWriter,
+    gzip_ok: bool,
+) -> Answer {
+    let info = store.info().clone();
+    let prefix = list_prefix(&info, ns);
+    let (snap, start) = match &opts.continue_token {
+        Some(token) if token.rv > 0 => {
+            let rv = token.rv as u64;
+            ctx.wait_for(&store, rv).await?;
+            let snap = store.snapshot_at(rv).map_err(|e| match e {
+                StoreError::SnapshotGone { .. } => ApiError::ContinueExpired {
+                    inconsistent_token: ContinueToken::encode_inconsistent(
+                        &prefix,
+                        &token.start_key,
+                    ),
+                },
+                other => other.into(),
+            })?;
+            (snap, Some(token.start_key.clone()))
+        }
+        // rv -1: an inconsistent continuation from the latest state.
+        Some(token) => (store.current(), Some(token.start_key.clone())),
+        None => (ctx.read_snapshot(&store, &opts).await?, None),
+    };
+    let limit = opts.page_limit();
+    if limit.is_some() {
+        // Later pages name this RV in their token: keep it so they are O(1) to serve.
+        store.retain(&snap);
+    }
+    let filter = Arc::new(Filter::new(&info, ns, &opts));
+    let reader = SnapshotReader::new(snap, filter, start.as_deref(), limit);
+    let content_type = writer.content_type(false);
+    let encoder = ListEncoder::new(
+        reader,
+        writer,
+        prefix,
+        limit.is_some(),
+        ctx.config.chunk_bytes,
+    );
+    let (body, gzip) = StreamedBody::list(encoder, gzip_ok);
+    Ok(encoded(
+        typed(StatusCode::OK, content_type, BodyExt::boxed(body)),
+        gzip_ok,
+        gzip,
+    ))
+}
+
+async fn watch(
+    ctx: Ctx<'_>,
+    store: Arc<Store>,
+    ns: Option<&str>,
+    opts: ListOptions,
+    mut writer: ObjectWriter,
+    gzip_ok: bool,
+) -> Answer {
+    let info = store.info().clone();
+    let content_type = writer.content_type(true);
+    let filter = Arc::new(Filter::new(&info, ns, &opts));
+    let timeout = match opts.timeout_seconds {
+        Some(s) if s > 0 => Duration::from_secs(s as u64),
+        // kube-apiserver takes a negative timeout as it is: the watch ends at once.
+        Some(s) if s < 0 => Duration::ZERO,
+        _ => {
+            // kube-apiserver: a random duration in [min-request-timeout, 2×) so watches
+            // do not all end (and re-list) at once.
+            let base = ctx.config.min_request_timeout.as_secs_f64();
+            Duration::from_secs_f64(base * (1.0 + rand::random::<f64>()))
+        }
+    };
+    let deadline = Instant::now() + timeout;
+    let (cursor, initial_reader, initial_rv) = if opts.wants_initial_events() {
+        let snap = ctx.read_snapshot(&store, &opts).await?;
+        let rv = snap.rv();
+        let cursor = store.watch_from(rv)?;
+        let reader = SnapshotReader::new(snap, filter.clone(), None, None);
+        (cursor, Some(reader), rv)
+    } else {
+        let from = match opts.resource_version {
+            ResourceVersion::At(rv) => rv,
+            ResourceVersion::Any => store.rv(),
+            ResourceVersion::Unset => ctx.consistent_snapshot(&store).await?.rv(),
+        };
+        match store.watch_from(from) {
+            Ok(c) => (c, None, from),
+            // kube-apiserver answers 200 and a single ERROR event for a too-old RV.
+            Err(e) => {
+                let status = ApiError::from(e).to_status();
+                let mut out = listwatch_codec::ChunkWriter::new(usize::MAX >> 1);
+                writer.error_event(&mut out, &status.body);
+                return Ok(typed(StatusCode::OK, content_type, full(out.into_vec())));
+            }
+        }
+    };
+    let spec = WatchSpec {
+        initial: initial_reader,
+        initial_events_end: opts.send_initial_events == Some(true) && opts.allow_watch_bookmarks,
+        initial_rv,
+        bookmarks: opts.allow_watch_bookmarks,
+        bookmark_every: ctx.config.bookmark_interval,
+        deadline: deadline.into_std(),
+        chunk: ctx.config.chunk_bytes,
+    };
+    let encoder = WatchEncoder::new(cursor, filter, writer, spec, Instant::now().into_std());
+    let body = StreamedBody::watch(encoder, Some(store.drain_signal()), gzip_ok);
+    Ok(encoded(
+        typed(StatusCode::OK, content_type, BodyExt::boxed(body)),
+        gzip_ok,
+        gzip_ok,
+    ))
 }
 
 /// Reads a request body as JSON, bounded by `max_body_bytes` (writes, access reviews). A
 /// protobuf body of a built-in kind (`kubectl auth can-i` posts its review so) is read
 /// through the schema's protobuf → JSON transcoder; other media types get 415.
 pub async fn read_request_body(
-    config: &crate::ServerConfig,
+    config: &ServerConfig,
     content_type: Option<&str>,
-    body: crate::RequestBody,
+    body: RequestBody,
 ) -> Result<Bytes, ApiError> {
     let ct = content_type.unwrap_or("application/json");
     let media = ct.split(';').next().unwrap_or("").trim();
-    let protobuf = media == pb::PROTOBUF;
+    let protobuf = media == listwatch_codec::protobuf::PROTOBUF;
     if media != "application/json" && !media.is_empty() && !protobuf {
         return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf".to_string()));
     }
@@ -440,31 +298,7 @@ pub async fn read_request_body(
         }
     }
     if protobuf {
-        return protobuf_body_as_json(&buf).map(Bytes::from);
+        return listwatch_codec::protobuf::request_body_to_json(&buf).map(Bytes::from);
     }
     Ok(buf.freeze())
-}
-
-/// A protobuf request body (`k8s\0` + `runtime.Unknown`) as the JSON of the same object.
-fn protobuf_body_as_json(body: &[u8]) -> Result<Vec<u8>, ApiError> {
-    let bad = |e: listwatch_protobuf::ProtoError| {
-        ApiError::BadRequest(format!("the protobuf body could not be decoded: {e}"))
-    };
-    let schema = listwatch_protobuf::Schema::kubernetes();
-    let mut out = Vec::with_capacity(body.len() * 2);
-    // The same reading as a stored value's, without storage's read-time defaults.
-    match listwatch_protobuf::storage_to_json(
-        &mut listwatch_protobuf::JsonWriter::new(schema),
-        schema,
-        body,
-        &mut out,
-    ) {
-        Ok(_) => Ok(out),
-        Err(listwatch_protobuf::ProtoError::UnknownKind { api_version, kind }) => {
-            Err(ApiError::UnsupportedMediaType(format!(
-                "no protobuf form for {api_version}, Kind={kind}"
-            )))
-        }
-        Err(e) => Err(bad(e)),
-    }
 }

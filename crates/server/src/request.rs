@@ -1,69 +1,121 @@
-//! The front door: every request is parsed once into an [`ApiRequest`] — route, verb, query
-//! parameters, list options, negotiated rendering — that admission, authorization, metrics
-//! and the handlers all read. Parse errors are kept, not raised, so each surfaces where
+//! The front door: every request is parsed once into an [`ApiRequest`] — a [`RequestHead`]
+//! every stage reads (admission, authorization, metrics, the request log) and a
+//! [`RequestKind`] that says what it is, with the options that kind needs already
+//! validated. Parse errors of a read are kept, not raised, so each surfaces where
 //! kube-apiserver raises it (after authentication and authorization).
 
+use std::sync::Arc;
+
 use http::{Method, Request, header};
-use listwatch_codec::{Encoding, IncludeObject, TableFormat};
-use listwatch_core::{ApiError, ListOptions, QueryParams, ResourceInfo, Verb};
+use listwatch_auth::User;
+use listwatch_auth::review::ReviewKind;
+use listwatch_codec::render::{error_encoding, media_ranges, negotiate};
+use listwatch_codec::{Encoding, Rendering};
+use listwatch_core::fields::FieldTerm;
+use listwatch_core::{ApiError, ListOptions, QueryParams, Verb};
+use listwatch_store::Store;
 
 use crate::RequestBody;
-use crate::routes::Route;
-use listwatch_auth::User;
-
-/// How a LIST, GET or watch response is rendered.
-#[derive(Clone)]
-pub struct Rendering {
-    /// The wire encoding the encoders write.
-    pub encoding: Encoding,
-    /// A `meta.k8s.io` Table instead of objects.
-    pub table: Option<TableFormat>,
-    /// PartialObjectMetadata (`metadata` only) instead of objects.
-    pub metadata_only: bool,
-    /// The client accepts gzip.
-    pub gzip: bool,
-}
+use crate::connection::InFlight;
+use crate::routes::{DiscoveryPath, Route};
 
 /// One request, parsed once.
 pub struct ApiRequest {
+    /// What every stage reads.
+    pub head: RequestHead,
+    /// What the request is.
+    pub kind: RequestKind,
+}
+
+/// What every request carries, whatever it addresses.
+pub struct RequestHead {
     /// HTTP method.
     pub method: Method,
     /// Path, for logs.
     pub path: String,
     /// Raw query, for logs.
     pub query: String,
-    /// What the path addresses.
-    pub route: Route,
-    /// What the request does.
+    /// What the request does (`Other` for everything but a resource's verbs).
     pub verb: Verb,
     /// Decoded query parameters.
     pub params: QueryParams,
-    /// Validated list options (reads of a resource only).
-    pub options: Option<Result<ListOptions, ApiError>>,
-    /// The negotiated rendering (reads of a resource only).
-    pub rendering: Option<Result<Rendering, ApiError>>,
-    /// `Accept`, for discovery's own negotiation.
-    pub accept: Option<String>,
     /// The encoding an error `Status` is sent in (protobuf when the client asked for
     /// plain protobuf, as kube-apiserver answers it).
     pub error_encoding: Encoding,
-    /// `Content-Type` of the body, if any.
-    pub content_type: Option<String>,
     /// The authenticated user the connection or host attached, if any.
     pub user: Option<User>,
-    /// The request body (read only by writes).
-    pub body: RequestBody,
     /// The request's place on its connection (standalone server only).
-    pub in_flight: Option<crate::connection::InFlight>,
+    pub in_flight: Option<InFlight>,
+}
+
+/// The object or collection a resource request addresses.
+pub struct Target {
+    /// The resource's store.
+    pub store: Arc<Store>,
+    /// Namespace, for namespaced requests.
+    pub namespace: Option<String>,
+    /// Object name (`None`: the collection).
+    pub name: Option<String>,
+    /// Reached through the legacy `/watch/` prefix (authorized without its selectors).
+    pub legacy_watch: bool,
+}
+
+/// A read's validated options.
+pub struct Read {
+    /// List options (a watch of one name carries it as a `metadata.name` field term).
+    pub options: ListOptions,
+    /// The negotiated rendering.
+    pub rendering: Rendering,
+}
+
+/// What a request is, by kind, each with what its handler needs.
+pub enum RequestKind {
+    /// LIST, GET, WATCH or watch-list of a served resource; the options' error, if any,
+    /// is raised after authorization.
+    Read {
+        /// What is read.
+        target: Target,
+        /// The validated options, or why they are invalid.
+        read: Result<Read, ApiError>,
+    },
+    /// Any other method on a served resource: the source's writer decides.
+    Write {
+        /// What is written.
+        target: Target,
+        /// `Content-Type` of the body.
+        content_type: Option<String>,
+        /// The body.
+        body: RequestBody,
+    },
+    /// A GET of discovery, health, readiness, metrics.
+    Discovery {
+        /// Which.
+        path: DiscoveryPath,
+        /// `Accept`, for discovery's own negotiation.
+        accept: Option<String>,
+    },
+    /// A GET of an OpenAPI document.
+    OpenApi {
+        /// The request's headers (`Accept`, `If-None-Match`).
+        headers: http::HeaderMap,
+    },
+    /// `POST …/subjectaccessreviews` or `…/selfsubjectaccessreviews`.
+    AccessReview {
+        /// Which review.
+        kind: ReviewKind,
+        /// `Content-Type` of the body.
+        content_type: Option<String>,
+        /// The body.
+        body: RequestBody,
+    },
+    /// Not served here: the error it is answered with (the gateway passes these on).
+    Refused(ApiError),
 }
 
 impl ApiRequest {
     /// Parses `req`, whose path `routes::route` already decoded into `route`.
     pub fn parse(req: Request<RequestBody>, route: Route) -> ApiRequest {
         let (mut parts, body) = req.into_parts();
-        let in_flight = parts.extensions.remove::<crate::connection::InFlight>();
-        let path = parts.uri.path().to_string();
-        let query = parts.uri.query().unwrap_or("").to_string();
         let header = |name: header::HeaderName| {
             parts
                 .headers
@@ -71,94 +123,115 @@ impl ApiRequest {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
         };
-        let params = QueryParams::decode(&query);
-        let (object, legacy_watch) = match &route {
-            Route::Collection { legacy_watch, .. } => (false, *legacy_watch),
-            Route::Object { legacy_watch, .. } => (true, *legacy_watch),
-            _ => (false, false),
-        };
-        let resource = matches!(route, Route::Collection { .. } | Route::Object { .. });
-        let verb = if resource {
-            Verb::of(parts.method.as_str(), object, legacy_watch || params.watch)
-        } else {
-            Verb::Other
-        };
         let accept = header(header::ACCEPT);
-        // Parsed once: for the read's rendering and for an error's encoding.
+        let content_type = header(header::CONTENT_TYPE);
+        let query = parts.uri.query().unwrap_or("").to_string();
+        let params = QueryParams::decode(&query);
+        // Parsed once: for a read's rendering and for an error's encoding.
         let ranges = accept
             .as_deref()
             .filter(|a| !a.trim().is_empty())
             .map(media_ranges);
-        let (options, rendering) = match (&route, verb) {
-            (
-                Route::Collection {
-                    store, namespace, ..
-                },
-                Verb::List | Verb::Watch,
-            )
-            | (
-                Route::Object {
-                    store, namespace, ..
-                },
-                Verb::Get | Verb::Watch,
-            ) => {
-                let info = store.info();
-                let opts =
-                    ListOptions::from_params(&params, info, namespace.as_deref()).map(|mut o| {
-                        o.watch |= legacy_watch;
-                        o
-                    });
-                let gzip = accepts_gzip(&parts.headers);
-                let rendering =
-                    negotiate(ranges.as_deref(), &params, info, verb).map(|(encoding, form)| {
-                        Rendering {
-                            encoding,
-                            metadata_only: matches!(form, Form::Metadata),
-                            table: match form {
-                                Form::Table(t) => Some(t),
-                                _ => None,
-                            },
-                            gzip,
-                        }
-                    });
-                (Some(opts), Some(rendering))
+        let mut verb = Verb::Other;
+        let kind = match route {
+            Route::Collection {
+                store,
+                namespace,
+                legacy_watch,
+            } => {
+                verb = Verb::of(parts.method.as_str(), false, legacy_watch || params.watch);
+                let target = Target {
+                    store,
+                    namespace,
+                    name: None,
+                    legacy_watch,
+                };
+                resource_kind(
+                    target,
+                    verb,
+                    legacy_watch,
+                    &params,
+                    ranges.as_deref(),
+                    &parts.headers,
+                    content_type,
+                    body,
+                )
             }
-            _ => (None, None),
+            Route::Object {
+                store,
+                namespace,
+                name,
+                legacy_watch,
+            } => {
+                verb = Verb::of(parts.method.as_str(), true, legacy_watch || params.watch);
+                let target = Target {
+                    store,
+                    namespace,
+                    name: Some(name),
+                    legacy_watch,
+                };
+                resource_kind(
+                    target,
+                    verb,
+                    legacy_watch,
+                    &params,
+                    ranges.as_deref(),
+                    &parts.headers,
+                    content_type,
+                    body,
+                )
+            }
+            Route::Discovery(DiscoveryPath::OpenApi) if parts.method == Method::GET => {
+                RequestKind::OpenApi {
+                    headers: parts.headers.clone(),
+                }
+            }
+            Route::Discovery(path) if parts.method == Method::GET => RequestKind::Discovery {
+                path,
+                accept: accept.clone(),
+            },
+            Route::Discovery(_) => RequestKind::Refused(ApiError::MethodNotAllowed),
+            Route::Invalid(why) => RequestKind::Refused(ApiError::BadRequest(why)),
+            Route::NotFound => match ReviewKind::from_path(parts.uri.path()) {
+                Some(kind) if parts.method == Method::POST => RequestKind::AccessReview {
+                    kind,
+                    content_type,
+                    body,
+                },
+                _ => RequestKind::Refused(ApiError::UnknownPath),
+            },
         };
         let error_encoding = error_encoding(ranges.as_deref());
-        ApiRequest {
-            method: parts.method,
-            path,
+        let head = RequestHead {
+            path: parts.uri.path().to_string(),
             query,
-            route,
             verb,
-            params,
-            options,
-            rendering,
             error_encoding,
-            accept,
-            content_type: header(header::CONTENT_TYPE),
             user: parts.extensions.get::<User>().cloned(),
-            body,
-            in_flight,
-        }
+            in_flight: parts.extensions.remove::<InFlight>(),
+            params,
+            method: parts.method,
+        };
+        ApiRequest { head, kind }
     }
 
+    /// The resource label of metrics and logs ("" for non-resource paths).
+    pub fn resource_label(&self) -> String {
+        match &self.kind {
+            RequestKind::Read { target, .. } | RequestKind::Write { target, .. } => {
+                target.store.info().resource.clone()
+            }
+            _ => String::new(),
+        }
+    }
+}
+
+impl RequestHead {
     /// The user's name, `system:anonymous` without one.
     pub fn user_name(&self) -> &str {
         self.user
             .as_ref()
             .map_or("system:anonymous", |u| u.name.as_str())
-    }
-
-    /// The resource label of metrics and logs ("" for non-resource paths).
-    pub fn resource_label(&self) -> String {
-        match &self.route {
-            Route::Collection { store, .. } | Route::Object { store, .. } => {
-                store.info().resource.clone()
-            }
-            _ => String::new(),
-        }
     }
 
     /// Path and query, for the request log.
@@ -169,133 +242,55 @@ impl ApiRequest {
             format!("{}?{}", self.path, self.query)
         }
     }
-
-    /// Takes the validated options and rendering of a read (raising their errors now).
-    pub fn take_read(&mut self) -> Result<(ListOptions, Rendering), ApiError> {
-        let missing = || ApiError::Internal("read options were not parsed".into());
-        let opts = self.options.take().ok_or_else(missing)??;
-        let rendering = self.rendering.take().ok_or_else(missing)??;
-        Ok((opts, rendering))
-    }
 }
 
-/// What a read response holds per object.
-pub enum Form {
-    /// The objects.
-    Objects,
-    /// A `meta.k8s.io` Table.
-    Table(TableFormat),
-    /// PartialObjectMetadata.
-    Metadata,
-}
-
-/// One media range of `Accept`.
-pub struct MediaRange<'a> {
-    media: &'a str,
-    params: Vec<(&'a str, &'a str)>,
-    q: f32,
-}
-
-impl MediaRange<'_> {
-    fn param(&self, k: &str) -> Option<&str> {
-        self.params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v)
-    }
-}
-
-/// `Accept`'s ranges, highest quality first (equal qualities keep their order), without
-/// those of quality 0.
-pub fn media_ranges(accept: &str) -> Vec<MediaRange<'_>> {
-    let mut ranges: Vec<MediaRange<'_>> = accept
-        .split(',')
-        .filter_map(|range| {
-            let mut parts = range.split(';').map(str::trim);
-            let media = parts.next().filter(|m| !m.is_empty())?;
-            let mut params = Vec::new();
-            let mut q = 1.0f32;
-            for p in parts {
-                if let Some((k, v)) = p.split_once('=') {
-                    let (k, v) = (k.trim(), v.trim());
-                    if k == "q" {
-                        q = v.parse().unwrap_or(1.0);
-                    } else {
-                        params.push((k, v));
-                    }
-                }
-            }
-            (q > 0.0).then_some(MediaRange { media, params, q })
-        })
-        .collect();
-    ranges.sort_by(|a, b| b.q.total_cmp(&a.q));
-    ranges
-}
-
-/// Picks encoding and form from `Accept`'s ranges (`None`: no `Accept`) as kube-apiserver
-/// does: ranges by quality; JSON
-/// (`application/json`, `application/*`, `*/*`) or protobuf
-/// (`application/vnd.kubernetes.protobuf`, built-in kinds only); `as=Table` (JSON only) or
-/// `as=PartialObjectMetadata` (GET, watch) / `as=PartialObjectMetadataList` (LIST) of
-/// `meta.k8s.io/v1`; 406 when nothing offered can be served.
-pub fn negotiate(
-    ranges: Option<&[MediaRange<'_>]>,
-    params: &QueryParams,
-    info: &ResourceInfo,
+/// A request to a served resource: a read with its options validated (errors kept), or a
+/// write with its body.
+#[allow(clippy::too_many_arguments)]
+fn resource_kind(
+    target: Target,
     verb: Verb,
-) -> Result<(Encoding, Form), ApiError> {
-    let Some(ranges) = ranges else {
-        return Ok((Encoding::Json, Form::Objects));
-    };
-    for range in ranges {
-        let encoding = match range.media {
-            "application/json" | "application/*" | "*/*" => Encoding::Json,
-            "application/vnd.kubernetes.protobuf" => Encoding::Protobuf,
-            _ => continue,
+    legacy_watch: bool,
+    params: &QueryParams,
+    ranges: Option<&[listwatch_codec::render::MediaRange<'_>]>,
+    headers: &http::HeaderMap,
+    content_type: Option<String>,
+    body: RequestBody,
+) -> RequestKind {
+    // `Verb::of` gives List only for collections and Get only for objects.
+    if !matches!(verb, Verb::List | Verb::Get | Verb::Watch) {
+        return RequestKind::Write {
+            target,
+            content_type,
+            body,
         };
-        let meta_v1 = range.param("g") == Some("meta.k8s.io") && range.param("v") == Some("v1");
-        let form = match range.param("as") {
-            None => Form::Objects,
-            Some("Table")
-                if encoding == Encoding::Json
-                    && range.param("g") == Some("meta.k8s.io")
-                    && matches!(range.param("v"), Some("v1" | "v1beta1")) =>
-            {
-                let include = match params.include_object.as_deref() {
-                    Some("None") => IncludeObject::None,
-                    Some("Object") => IncludeObject::Object,
-                    _ => IncludeObject::Metadata,
-                };
-                Form::Table(TableFormat::new(
-                    info,
-                    range.param("v") == Some("v1beta1"),
-                    include,
-                ))
+    }
+    let info = target.store.info();
+    let options =
+        ListOptions::from_params(params, info, target.namespace.as_deref()).map(|mut o| {
+            o.watch |= legacy_watch;
+            if let (Verb::Watch, Some(name)) = (verb, &target.name) {
+                // Watching one object is a watch with a name field selector.
+                o.field_selector.terms.push(FieldTerm {
+                    field: "metadata.name".into(),
+                    value: name.clone(),
+                    negated: false,
+                });
             }
-            Some("PartialObjectMetadata") if meta_v1 && verb != Verb::List => Form::Metadata,
-            Some("PartialObjectMetadataList") if meta_v1 && verb == Verb::List => Form::Metadata,
-            Some(_) => continue,
-        };
-        // Custom resources have no protobuf form; their metadata does.
-        if encoding == Encoding::Protobuf
-            && matches!(form, Form::Objects)
-            && !listwatch_codec::protobuf::has_protobuf(info)
-        {
-            continue;
-        }
-        return Ok((encoding, form));
-    }
-    Err(ApiError::NotAcceptable(
-        "only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf".to_string(),
-    ))
-}
-
-/// The encoding of an error `Status`: protobuf when the client's preferred range is plain
-/// `application/vnd.kubernetes.protobuf`, JSON otherwise.
-pub fn error_encoding(ranges: Option<&[MediaRange<'_>]>) -> Encoding {
-    match ranges.and_then(<[_]>::first) {
-        Some(r) if r.media == "application/vnd.kubernetes.protobuf" && r.param("as").is_none() => {
-            Encoding::Protobuf
-        }
-        _ => Encoding::Json,
-    }
+            o
+        });
+    let rendering = negotiate(ranges, params, info, verb).map(|(encoding, form)| Rendering {
+        encoding,
+        form,
+        gzip: accepts_gzip(headers),
+    });
+    let read = options.and_then(|options| {
+        Ok(Read {
+            options,
+            rendering: rendering?,
+        })
+    });
+    RequestKind::Read { target, read }
 }
 
 /// Whether `Accept-Encoding` lists gzip with a non-zero quality.

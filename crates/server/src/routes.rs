@@ -53,6 +53,8 @@ pub enum DiscoveryPath {
     Ready,
     /// `/metrics`.
     Metrics,
+    /// `/openapi/v2`, `/openapi/v3` and `/openapi/v3/<group-version>` (`openapi.rs`).
+    OpenApi,
 }
 
 /// Why a path segment (namespace or name) cannot name anything, as kube-apiserver's
@@ -99,6 +101,7 @@ pub fn route(registry: &Registry, path: &str) -> Route {
         ["healthz" | "livez", ..] => return Route::Discovery(DiscoveryPath::Health),
         ["readyz", ..] => return Route::Discovery(DiscoveryPath::Ready),
         ["metrics"] => return Route::Discovery(DiscoveryPath::Metrics),
+        ["openapi", ..] => return Route::Discovery(DiscoveryPath::OpenApi),
         _ => {}
     }
     let (group, version, rest) = match segs.as_slice() {

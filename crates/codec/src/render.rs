@@ -1,0 +1,466 @@
+//! The writer seam. Content negotiation ([`negotiate`]) yields a [`Rendering`]; the
+//! rendering builds, once per response, the [`ObjectWriter`] that decides every byte of the
+//! body — a list's head, items and tail, a watch event, a bookmark, an ERROR, a single
+//! object — for JSON objects, PartialObjectMetadata, Tables, protobuf objects and protobuf
+//! metadata. LIST, WATCH and GET drive it (ripgrep's searcher and `Sink`); a new wire form
+//! is one more writer style here.
+
+use bytes::Bytes;
+use listwatch_core::json::push_go_string;
+use listwatch_core::{ApiError, QueryParams, ResourceInfo, Verb};
+use listwatch_protobuf::encode::{put_type_meta, put_varint, varint_bytes, varint_len};
+use listwatch_protobuf::{MAGIC, ProtoError};
+use listwatch_store::{EventType, Record};
+
+use crate::protobuf::{self as pb, META_V1, PARTIAL_HEAD, ProtoObjects, write_watch_frame};
+use crate::table::{IncludeObject, TableFormat};
+use crate::watch::{bookmark_object, partial_bookmark_object, write_error, write_event};
+use crate::{ChunkWriter, Encoding};
+
+/// What a read response holds per object.
+#[derive(Clone, Debug)]
+pub enum Form {
+    /// The objects.
+    Objects,
+    /// A `meta.k8s.io` Table.
+    Table(TableFormat),
+    /// PartialObjectMetadata.
+    Metadata,
+}
+
+/// How a LIST, GET or watch response is rendered, as negotiated.
+#[derive(Clone, Debug)]
+pub struct Rendering {
+    /// The wire encoding.
+    pub encoding: Encoding,
+    /// What each object is sent as.
+    pub form: Form,
+    /// The client accepts gzip.
+    pub gzip: bool,
+}
+
+impl Rendering {
+    /// The writer of this rendering for `info`'s objects; 406 for a protobuf form the kind
+    /// does not have (negotiation already steers clients away from it).
+    pub fn writer(&self, info: &ResourceInfo) -> Result<ObjectWriter, ApiError> {
+        let metadata = matches!(self.form, Form::Metadata);
+        let style = match (&self.encoding, &self.form) {
+            (Encoding::Protobuf, _) => {
+                Style::Protobuf(Box::new(ProtoObjects::new(info, metadata).ok_or_else(
+                    || ApiError::NotAcceptable(format!("{} has no protobuf form", info.resource)),
+                )?))
+            }
+            (Encoding::Json, Form::Objects) => Style::Json,
+            (Encoding::Json, Form::Metadata) => Style::Metadata,
+            (Encoding::Json, Form::Table(t)) => Style::Table(t.clone()),
+        };
+        let (api_version, list_kind) = if metadata {
+            (META_V1.to_string(), "PartialObjectMetadataList".to_string())
+        } else {
+            (info.api_version(), info.list_kind())
+        };
+        Ok(ObjectWriter {
+            style,
+            api_version,
+            list_kind,
+            now: listwatch_core::time::unix_now(),
+            scratch: Vec::new(),
+            frame: Vec::new(),
+        })
+    }
+}
+
+enum Style {
+    Json,
+    Metadata,
+    Table(TableFormat),
+    Protobuf(Box<ProtoObjects>),
+}
+
+/// A list page's metadata, written by [`ObjectWriter::list_head`].
+pub struct ListHead<'a> {
+    /// The snapshot's RV.
+    pub rv: u64,
+    /// `metadata.continue`.
+    pub continue_token: Option<&'a str>,
+    /// `metadata.remainingItemCount`.
+    pub remaining: Option<u64>,
+    /// The items' encoded size, summed with [`ObjectWriter::item_len`] (protobuf only).
+    pub items_len: usize,
+}
+
+/// Writes one response's objects in its negotiated form; built once per response by
+/// [`Rendering::writer`], its scratch buffers reused for every object.
+pub struct ObjectWriter {
+    style: Style,
+    api_version: String,
+    list_kind: String,
+    /// Tables' ages of a LIST or GET are computed at this moment (seconds since the epoch).
+    now: i64,
+    /// One protobuf item or envelope.
+    scratch: Vec<u8>,
+    /// One protobuf watch frame.
+    frame: Vec<u8>,
+}
+
+impl ObjectWriter {
+    /// `Content-Type` of a LIST or GET (`watch`: of a watch stream).
+    pub fn content_type(&self, watch: bool) -> &'static str {
+        match (&self.style, watch) {
+            (Style::Protobuf(_), false) => pb::PROTOBUF,
+            (Style::Protobuf(_), true) => pb::PROTOBUF_WATCH,
+            _ => "application/json",
+        }
+    }
+
+    /// The wire encoding written.
+    pub fn encoding(&self) -> Encoding {
+        match self.style {
+            Style::Protobuf(_) => Encoding::Protobuf,
+            _ => Encoding::Json,
+        }
+    }
+
+    /// Whether [`Self::list_head`] needs the items' encoded size first (protobuf: the
+    /// list message is length-prefixed).
+    pub fn measures_items(&self) -> bool {
+        matches!(self.style, Style::Protobuf(_))
+    }
+
+    /// The bytes `r` takes as a list item (protobuf; memoized in the record).
+    pub fn item_len(&mut self, r: &Record) -> Result<usize, ProtoError> {
+        match &mut self.style {
+            Style::Protobuf(p) => Ok(field_len(p.item_len(r)?)),
+            _ => Ok(0),
+        }
+    }
+
+    /// A list's head: envelope and `ListMeta` (protobuf), or `{"kind":…,"metadata":{…},
+    /// "items":[` (JSON; a Table's columns and `"rows":[`).
+    pub fn list_head(
+        &mut self,
+        out: &mut ChunkWriter,
+        page: &ListHead<'_>,
+    ) -> Result<(), ProtoError> {
+        let mut h = Vec::with_capacity(256);
+        if let Style::Protobuf(p) = &mut self.style {
+            let list_meta = p.list_meta(page.rv, page.continue_token, page.remaining)?;
+            h.extend_from_slice(MAGIC);
+            put_type_meta(&mut h, &self.api_version, &self.list_kind);
+            h.push(0x12);
+            put_varint(&mut h, (field_len(list_meta.len()) + page.items_len) as u64);
+            h.push(0x0a);
+            put_varint(&mut h, list_meta.len() as u64);
+            h.extend_from_slice(&list_meta);
+            out.put_slice(&h);
+            return Ok(());
+        }
+        match &self.style {
+            Style::Table(t) => t.open(&mut h),
+            _ => {
+                h.extend_from_slice(b"{\"kind\":");
+                push_go_string(&mut h, &self.list_kind);
+                h.extend_from_slice(b",\"apiVersion\":");
+                push_go_string(&mut h, &self.api_version);
+                h.extend_from_slice(b",\"metadata\":{");
+            }
+        }
+        let mut buf = itoa::Buffer::new();
+        h.extend_from_slice(b"\"resourceVersion\":\"");
+        h.extend_from_slice(buf.format(page.rv).as_bytes());
+        h.push(b'"');
+        if let Some(t) = page.continue_token {
+            h.extend_from_slice(b",\"continue\":");
+            push_go_string(&mut h, t);
+        }
+        if let Some(n) = page.remaining {
+            h.extend_from_slice(b",\"remainingItemCount\":");
+            h.extend_from_slice(buf.format(n).as_bytes());
+        }
+        match &self.style {
+            Style::Table(t) => t.columns_and_rows_start(&mut h),
+            _ => h.extend_from_slice(b"},\"items\":["),
+        }
+        out.put_slice(&h);
+        Ok(())
+    }
+
+    /// One list item (`first`: no separator before it).
+    pub fn list_item(
+        &mut self,
+        out: &mut ChunkWriter,
+        r: &Record,
+        first: bool,
+    ) -> Result<(), ProtoError> {
+        match &mut self.style {
+            Style::Json => {
+                out.put_slice(if first { b"{" } else { b",{" });
+                out.put_bytes(r.list_item_tail());
+            }
+            Style::Metadata => {
+                if !first {
+                    out.put_slice(b",");
+                }
+                out.put_slice(PARTIAL_HEAD);
+                out.put_bytes(r.metadata());
+                out.put_slice(b"}");
+            }
+            Style::Table(t) => {
+                if !first {
+                    out.put_slice(b",");
+                }
+                t.write_row(out, r, None, self.now);
+            }
+            Style::Protobuf(p) => {
+                let expected = p.item_len(r)?;
+                self.scratch.clear();
+                p.write_item(r, None, &mut self.scratch)?;
+                if expected != self.scratch.len() {
+                    return Err(ProtoError::Malformed(
+                        "an item's length changed between passes",
+                    ));
+                }
+                let mut len = [0u8; 10];
+                let k = varint_bytes(expected as u64, &mut len);
+                out.put_slice(&[0x12]);
+                out.put_slice(&len[..k]);
+                out.put_slice(&self.scratch);
+            }
+        }
+        Ok(())
+    }
+
+    /// A list's tail: `]}` and a newline (JSON), the envelope's empty `contentEncoding` and
+    /// `contentType` (protobuf).
+    pub fn list_tail(&mut self, out: &mut ChunkWriter) {
+        match self.style {
+            Style::Protobuf(_) => out.put_slice(&[0x1a, 0x00, 0x22, 0x00]),
+            _ => out.put_slice(b"]}\n"),
+        }
+    }
+
+    /// One watch event of `r` (sent with `stamp_rv` in place of its RV when given); Table
+    /// ages at `now`.
+    pub fn event(
+        &mut self,
+        out: &mut ChunkWriter,
+        kind: EventType,
+        r: &Record,
+        stamp_rv: Option<u64>,
+        now: i64,
+    ) -> Result<(), ProtoError> {
+        match &mut self.style {
+            Style::Json => write_event(out, kind, r, stamp_rv),
+            Style::Table(t) => t.write_event(out, kind.as_str(), r, stamp_rv, now),
+            Style::Metadata => {
+                out.put_slice(b"{\"type\":\"");
+                out.put_slice(kind.as_str().as_bytes());
+                out.put_slice(b"\",\"object\":");
+                out.put_slice(PARTIAL_HEAD);
+                let md = r.metadata_range();
+                match stamp_rv {
+                    Some(rv) if rv != r.rv() => {
+                        let at = r.rv_range();
+                        out.put_slice(&r.bytes()[md.start..at.start]);
+                        out.put_slice(itoa::Buffer::new().format(rv).as_bytes());
+                        out.put_slice(&r.bytes()[at.end..md.end]);
+                    }
+                    _ => out.put_bytes(r.metadata()),
+                }
+                out.put_slice(b"}}\n");
+            }
+            Style::Protobuf(p) => {
+                self.scratch.clear();
+                p.write_envelope(r, stamp_rv, &mut self.scratch)?;
+                self.frame.clear();
+                write_watch_frame(kind.as_str(), &self.scratch, &mut self.frame);
+                out.put_slice(&self.frame);
+            }
+        }
+        Ok(())
+    }
+
+    /// A BOOKMARK event: the kind's empty object (PartialObjectMetadata's) at `rv`, with
+    /// the `k8s.io/initial-events-end` annotation when `initial_events_end`.
+    pub fn bookmark(
+        &mut self,
+        out: &mut ChunkWriter,
+        info: &ResourceInfo,
+        rv: u64,
+        initial_events_end: bool,
+    ) -> Result<(), ProtoError> {
+        let object = match self.style {
+            Style::Metadata => partial_bookmark_object(rv, initial_events_end),
+            Style::Protobuf(ref p) if p.metadata_only() => {
+                partial_bookmark_object(rv, initial_events_end)
+            }
+            _ => bookmark_object(info, rv, initial_events_end),
+        };
+        match &mut self.style {
+            Style::Protobuf(p) => {
+                self.scratch.clear();
+                p.write_json_envelope(&object, &mut self.scratch)?;
+                self.frame.clear();
+                write_watch_frame("BOOKMARK", &self.scratch, &mut self.frame);
+                out.put_slice(&self.frame);
+            }
+            _ => {
+                out.put_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
+                out.put_slice(&object);
+                out.put_slice(b"}\n");
+            }
+        }
+        Ok(())
+    }
+
+    /// An ERROR event carrying the `Status` JSON `status_body`.
+    pub fn error_event(&mut self, out: &mut ChunkWriter, status_body: &[u8]) {
+        match &mut self.style {
+            Style::Protobuf(p) => {
+                self.scratch.clear();
+                if p.write_status(status_body, &mut self.scratch).is_ok() {
+                    self.frame.clear();
+                    write_watch_frame("ERROR", &self.scratch, &mut self.frame);
+                    out.put_slice(&self.frame);
+                }
+            }
+            _ => write_error(out, status_body),
+        }
+    }
+
+    /// A whole response that is `r` alone (GET): the object, its metadata, a one-row Table,
+    /// or its protobuf envelope.
+    pub fn object(&mut self, r: &Record) -> Result<Bytes, ProtoError> {
+        let mut body = Vec::with_capacity(r.bytes().len() + 1);
+        match &mut self.style {
+            Style::Protobuf(p) => p.write_envelope(r, None, &mut body)?,
+            Style::Json => {
+                body.extend_from_slice(r.bytes());
+                body.push(b'\n');
+            }
+            Style::Metadata => {
+                body.extend_from_slice(PARTIAL_HEAD);
+                body.extend_from_slice(&r.metadata());
+                body.extend_from_slice(b"}\n");
+            }
+            Style::Table(t) => {
+                let mut out = ChunkWriter::new(usize::MAX >> 1);
+                t.write_single(&mut out, r, None, self.now);
+                out.put_slice(b"\n");
+                body = out.into_vec();
+            }
+        }
+        Ok(Bytes::from(body))
+    }
+}
+
+/// The bytes a length-delimited field of `n` bytes takes (field number below 16).
+fn field_len(n: usize) -> usize {
+    1 + varint_len(n as u64) + n
+}
+
+/// One media range of `Accept`.
+pub struct MediaRange<'a> {
+    media: &'a str,
+    params: Vec<(&'a str, &'a str)>,
+    q: f32,
+}
+
+impl MediaRange<'_> {
+    fn param(&self, k: &str) -> Option<&str> {
+        self.params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v)
+    }
+}
+
+/// `Accept`'s ranges, highest quality first (equal qualities keep their order), without
+/// those of quality 0.
+pub fn media_ranges(accept: &str) -> Vec<MediaRange<'_>> {
+    let mut ranges: Vec<MediaRange<'_>> = accept
+        .split(',')
+        .filter_map(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().filter(|m| !m.is_empty())?;
+            let mut params = Vec::new();
+            let mut q = 1.0f32;
+            for p in parts {
+                if let Some((k, v)) = p.split_once('=') {
+                    let (k, v) = (k.trim(), v.trim());
+                    if k == "q" {
+                        q = v.parse().unwrap_or(1.0);
+                    } else {
+                        params.push((k, v));
+                    }
+                }
+            }
+            (q > 0.0).then_some(MediaRange { media, params, q })
+        })
+        .collect();
+    ranges.sort_by(|a, b| b.q.total_cmp(&a.q));
+    ranges
+}
+
+/// Picks encoding and form from `Accept`'s ranges (`None`: no `Accept`) as kube-apiserver
+/// does: ranges by quality; JSON (`application/json`, `application/*`, `*/*`) or protobuf
+/// (`application/vnd.kubernetes.protobuf`, built-in kinds only); `as=Table` (JSON only) or
+/// `as=PartialObjectMetadata` (GET, watch) / `as=PartialObjectMetadataList` (LIST) of
+/// `meta.k8s.io/v1`; 406 when nothing offered can be served.
+pub fn negotiate(
+    ranges: Option<&[MediaRange<'_>]>,
+    params: &QueryParams,
+    info: &ResourceInfo,
+    verb: Verb,
+) -> Result<(Encoding, Form), ApiError> {
+    let Some(ranges) = ranges else {
+        return Ok((Encoding::Json, Form::Objects));
+    };
+    for range in ranges {
+        let encoding = match range.media {
+            "application/json" | "application/*" | "*/*" => Encoding::Json,
+            pb::PROTOBUF => Encoding::Protobuf,
+            _ => continue,
+        };
+        let meta_v1 = range.param("g") == Some("meta.k8s.io") && range.param("v") == Some("v1");
+        let form = match range.param("as") {
+            None => Form::Objects,
+            Some("Table")
+                if encoding == Encoding::Json
+                    && range.param("g") == Some("meta.k8s.io")
+                    && matches!(range.param("v"), Some("v1" | "v1beta1")) =>
+            {
+                let include = match params.include_object.as_deref() {
+                    Some("None") => IncludeObject::None,
+                    Some("Object") => IncludeObject::Object,
+                    _ => IncludeObject::Metadata,
+                };
+                Form::Table(TableFormat::new(
+                    info,
+                    range.param("v") == Some("v1beta1"),
+                    include,
+                ))
+            }
+            Some("PartialObjectMetadata") if meta_v1 && verb != Verb::List => Form::Metadata,
+            Some("PartialObjectMetadataList") if meta_v1 && verb == Verb::List => Form::Metadata,
+            Some(_) => continue,
+        };
+        // Custom resources have no protobuf form; their metadata does.
+        if encoding == Encoding::Protobuf
+            && matches!(form, Form::Objects)
+            && !pb::has_protobuf(info)
+        {
+            continue;
+        }
+        return Ok((encoding, form));
+    }
+    Err(ApiError::NotAcceptable(
+        "only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf".to_string(),
+    ))
+}
+
+/// The encoding of an error `Status`: protobuf when the client's preferred range is plain
+/// `application/vnd.kubernetes.protobuf`, JSON otherwise.
+pub fn error_encoding(ranges: Option<&[MediaRange<'_>]>) -> Encoding {
+    match ranges.and_then(<[_]>::first) {
+        Some(r) if r.media == pb::PROTOBUF && r.param("as").is_none() => Encoding::Protobuf,
+        _ => Encoding::Json,
+    }
+}

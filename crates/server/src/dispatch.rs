@@ -1,0 +1,206 @@
+//! The one dispatch: a parsed request is admitted, authorized and sent on by one `match`
+//! over its kind; every answer is metered and logged the same way.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{Request, Response, StatusCode};
+use listwatch_auth::review::ReviewKind;
+use listwatch_auth::{Attributes, Authorizer, User};
+use listwatch_core::status::Denied;
+use listwatch_core::{ApiError, ObjectRef, Verb};
+use listwatch_sources::{Registry, Source};
+
+use crate::body::ResponseBody;
+use crate::connection::InFlight;
+use crate::handlers::{self, Ctx};
+use crate::request::{ApiRequest, RequestHead, RequestKind, Target};
+use crate::response::{self, Answer};
+use crate::routes::Route;
+use crate::{RequestBody, ServerConfig, discovery, limits, metrics};
+
+/// Everything a request is served with: registry, source, configuration, metrics,
+/// authorizer and admission limits.
+pub(crate) struct Service {
+    pub registry: Registry,
+    pub source: Arc<dyn Source>,
+    pub config: ServerConfig,
+    pub metrics: Arc<metrics::Metrics>,
+    /// None: `AlwaysAllow`.
+    pub authorizer: Option<Arc<dyn Authorizer>>,
+    pub limits: limits::Limits,
+    /// The OpenAPI documents, rebuilt when what is served changes.
+    pub openapi: listwatch_openapi::OpenApiCache,
+}
+
+impl Service {
+    /// Answers one request whose path was decoded into `route` (never fails: errors become
+    /// `Status` responses).
+    pub async fn handle(&self, req: Request<RequestBody>, route: Route) -> Response<ResponseBody> {
+        let start = Instant::now();
+        let uri_len = req.uri().path().len() + req.uri().query().map_or(0, str::len);
+        let mut req = ApiRequest::parse(req, route);
+        let in_flight = req.head.in_flight.take();
+        let resource = req.resource_label();
+        let (verb, uri, error_encoding) = (req.head.verb, req.head.uri(), req.head.error_encoding);
+        // Refused requests go the same way as failed ones: a Status, metered and logged.
+        let (admission, answer) = match self.admit(&req.head, in_flight.as_ref(), uri_len) {
+            Err(e) => (None, Err(e)),
+            Ok(admission) => (admission, self.dispatch(req).await),
+        };
+        let response = answer.unwrap_or_else(|e| response::error(&e, error_encoding));
+        let (parts, body) = response.into_parts();
+        let info = metrics::RequestInfo {
+            verb,
+            resource,
+            uri,
+            code: parts.status.as_u16(),
+            start,
+        };
+        let admission = admission.filter(|_| parts.status.is_success());
+        let body = metrics::MeteredBody::new(body, self.metrics.clone(), info)
+            .hold(admission)
+            .on_connection(in_flight);
+        Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
+    }
+
+    /// The one `match`: each kind to its handler, resources after authorization.
+    async fn dispatch(&self, req: ApiRequest) -> Answer {
+        let ApiRequest { head, kind } = req;
+        let ctx = Ctx {
+            source: &*self.source,
+            config: &self.config,
+        };
+        match kind {
+            RequestKind::Read { target, read } => {
+                self.authorize(&head, &target)?;
+                handlers::read(ctx, head.verb, target, read).await
+            }
+            RequestKind::Write {
+                target,
+                content_type,
+                body,
+            } => {
+                self.authorize(&head, &target)?;
+                handlers::write(ctx, &head, target, content_type, body).await
+            }
+            RequestKind::Discovery { path, accept } => {
+                let d = discovery::Discovery {
+                    registry: &self.registry,
+                    source: &*self.source,
+                    advertise: &self.config.advertise,
+                    metrics: &self.metrics,
+                };
+                d.respond(path, accept.as_deref(), head.params.verbose)
+            }
+            RequestKind::OpenApi { headers } => {
+                let verbs = discovery::verbs(self.source.writer().is_some());
+                let docs = self.openapi.docs(&self.registry, &verbs);
+                listwatch_openapi::respond(&docs, &head.path, &head.query, &headers)
+                    .map(|r| r.map(crate::body::full))
+            }
+            RequestKind::AccessReview {
+                kind,
+                content_type,
+                body,
+            } => self.access_review(&head, kind, content_type, body).await,
+            RequestKind::Refused(e) => Err(e),
+        }
+    }
+
+    /// `POST …/subjectaccessreviews` and `…/selfsubjectaccessreviews`: the decision the
+    /// configured authorizer (`AlwaysAllow` without one) makes for the spec (or for the
+    /// requester), as kube-apiserver answers it (201 with `status.allowed` and the reason).
+    async fn access_review(
+        &self,
+        head: &RequestHead,
+        kind: ReviewKind,
+        content_type: Option<String>,
+        body: RequestBody,
+    ) -> Answer {
+        let authorizer = self
+            .authorizer
+            .as_deref()
+            .unwrap_or(&listwatch_auth::AlwaysAllow);
+        let info = kind.resource_info();
+        let user = head.user.clone().unwrap_or_else(User::anonymous);
+        let create = Attributes::resource(user.clone(), "create", &info, None, "");
+        if !authorizer.authorize(&create).allowed {
+            return Err(ApiError::Forbidden(Box::new(Denied {
+                user: head.user_name().to_string(),
+                verb: "create".into(),
+                object: ObjectRef::new(&info, ""),
+                namespace: None,
+            })));
+        }
+        let body = handlers::read_request_body(&self.config, content_type.as_deref(), body).await?;
+        let review: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadRequest(format!("invalid {}: {e}", kind.kind())))?;
+        let review = listwatch_auth::review::answer(authorizer, kind, &user, review);
+        Ok(response::json_value(StatusCode::CREATED, &review))
+    }
+
+    /// Applies the admission limits to a read before any work is done for it.
+    fn admit(
+        &self,
+        head: &RequestHead,
+        in_flight: Option<&InFlight>,
+        uri_len: usize,
+    ) -> Result<Option<limits::Admission>, ApiError> {
+        self.limits.check_uri(uri_len)?;
+        let chunk = self.config.chunk_bytes;
+        let conn = in_flight.map(InFlight::connection);
+        let who = limits::Requester {
+            connection: conn.as_ref(),
+            // Shares per user only for real identities: every unauthenticated client is
+            // system:anonymous, and one share for all of them would let one starve the rest.
+            user: head
+                .user
+                .as_ref()
+                .map(|u| u.name.as_str())
+                .filter(|u| *u != "system:anonymous"),
+        };
+        match head.verb {
+            Verb::List => self.limits.admit_list(chunk, who).map(Some),
+            Verb::Watch => {
+                let initial = (head.params.send_initial_events == Some(true)).then_some(chunk);
+                self.limits
+                    .admit_watch(head.user_name(), initial, who)
+                    .map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Asks the authorizer (none: `AlwaysAllow`) whether the request's user may do its verb
+    /// on `target`; kube-apiserver's 403 otherwise.
+    fn authorize(&self, head: &RequestHead, target: &Target) -> Result<(), ApiError> {
+        let Some(authz) = &self.authorizer else {
+            return Ok(());
+        };
+        let info = target.store.info();
+        let verb = head.verb.authz_name();
+        let ns = target.namespace.as_deref().filter(|_| info.namespaced);
+        let name = target.name.as_deref().unwrap_or("");
+        // No user (a host that attached none): kube-apiserver's anonymous identity.
+        let user = head.user.clone().unwrap_or_else(User::anonymous);
+        let mut attributes = Attributes::resource(user, verb, info, ns, name);
+        // kube-apiserver authorizes a list or watch with its selectors, but not one reached
+        // through the legacy `/watch/` prefix.
+        if target.name.is_none() && !target.legacy_watch {
+            let p = &head.params;
+            attributes = attributes.with_request_selectors(&p.field_selector, &p.label_selector);
+        }
+        if authz.authorize(&attributes).allowed {
+            return Ok(());
+        }
+        Err(ApiError::Forbidden(Box::new(Denied {
+            user: head.user_name().to_string(),
+            verb: verb.to_string(),
+            // The name a `metadata.name` field selector pinned, as kube-apiserver's message
+            // names it.
+            object: ObjectRef::new(info, &attributes.name),
+            namespace: ns.map(str::to_string),
+        })))
+    }
+}
