@@ -4,7 +4,8 @@
 //! user. A cluster-wide LIST by a user allowed only some namespaces is denied, as in
 //! Kubernetes RBAC: its attributes carry no namespace.
 
-use listwatch_core::ResourceInfo;
+use listwatch_core::labels::{LabelSelector, Op, Requirement};
+use listwatch_core::{FieldSelector, ResourceInfo};
 
 /// An authenticated user.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,7 +27,8 @@ impl User {
 }
 
 /// What a request asks, as kube-apiserver's `authorizer.Attributes` describes it: a
-/// resource request (verb on group/version/resource[/subresource], namespace, name) or a
+/// resource request (verb on group/version/resource[/subresource], namespace, name, and for
+/// list, watch and deletecollection the request's field and label selectors) or a
 /// non-resource one (verb on a path).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attributes {
@@ -51,6 +53,12 @@ pub struct Attributes {
     pub name: String,
     /// Path of a non-resource request (`/healthz`, `/apis`).
     pub path: String,
+    /// The field selector's requirements (`GetFieldSelector`); empty when the request has
+    /// none or it does not parse (the Node authorizer then reads it as absent, as kube's
+    /// does with the parse error).
+    pub field_selector: FieldSelector,
+    /// The label selector's requirements (`GetLabelSelector`); empty when none or unparsable.
+    pub label_selector: LabelSelector,
 }
 
 impl Attributes {
@@ -74,7 +82,31 @@ impl Attributes {
             subresource: String::new(),
             name: name.into(),
             path: String::new(),
+            field_selector: FieldSelector::default(),
+            label_selector: LabelSelector::default(),
         }
+    }
+
+    /// What kube-apiserver's request-info step adds to a list or watch of a collection
+    /// reached without the legacy `/watch/` prefix: the raw `fieldSelector` and
+    /// `labelSelector` query values as requirements (also for `deletecollection`), and, when
+    /// no name is set, the name a `metadata.name=<name>` field selector pins (a kubelet's
+    /// watch of one Secret is authorized as that Secret, by RBAC `resourceNames` too).
+    pub fn with_request_selectors(mut self, field_selector: &str, label_selector: &str) -> Self {
+        if !matches!(self.verb.as_str(), "list" | "watch" | "deletecollection") {
+            return self;
+        }
+        let fields = FieldSelector::parse(field_selector).unwrap_or_default();
+        if self.name.is_empty()
+            && self.verb != "deletecollection"
+            && let Some(name) = fields.exact("metadata.name")
+            && is_path_segment_name(name)
+        {
+            self.name = name.to_string();
+        }
+        self.field_selector = fields;
+        self.label_selector = LabelSelector::parse(label_selector).unwrap_or_default();
+        self
     }
 
     /// A non-resource request: `verb` (lower-case HTTP method) on `path`.
@@ -90,11 +122,15 @@ impl Attributes {
             subresource: String::new(),
             name: String::new(),
             path: path.into(),
+            field_selector: FieldSelector::default(),
+            label_selector: LabelSelector::default(),
         }
     }
 
     /// The attributes of a `SubjectAccessReview` spec (`user`, `groups`, and
-    /// `resourceAttributes` or `nonResourceAttributes`); missing fields are empty.
+    /// `resourceAttributes` — with its `fieldSelector` and `labelSelector`, each a
+    /// `rawSelector` or `requirements` — or `nonResourceAttributes`); missing fields are
+    /// empty.
     pub fn from_review_spec(spec: &serde_json::Value) -> Attributes {
         let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
         let user = User {
@@ -118,6 +154,8 @@ impl Attributes {
                 subresource: s(&r["subresource"]),
                 name: s(&r["name"]),
                 path: String::new(),
+                field_selector: review_field_selector(&r["fieldSelector"]).unwrap_or_default(),
+                label_selector: review_label_selector(&r["labelSelector"]).unwrap_or_default(),
             },
             None => {
                 let n = &spec["nonResourceAttributes"];
@@ -130,6 +168,75 @@ impl Attributes {
     pub fn is_read_only(&self) -> bool {
         matches!(self.verb.as_str(), "get" | "list" | "watch")
     }
+}
+
+/// `path.IsValidPathSegmentName`: what kube-apiserver accepts as a name taken from a
+/// field selector.
+fn is_path_segment_name(name: &str) -> bool {
+    name != "." && name != ".." && !name.contains(['/', '%'])
+}
+
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_str().map(str::to_string))
+        .collect()
+}
+
+/// A review's `fieldSelector`: `rawSelector` parsed, or `requirements` (`In` / `NotIn` with
+/// exactly one value, the only forms field selectors have), as kube's
+/// `ResourceAttributesFrom` reads them; None when absent or invalid.
+fn review_field_selector(v: &serde_json::Value) -> Option<FieldSelector> {
+    if let Some(raw) = v["rawSelector"].as_str().filter(|r| !r.is_empty()) {
+        return FieldSelector::parse(raw).ok();
+    }
+    let mut terms = Vec::new();
+    for r in v["requirements"].as_array()? {
+        let values = strings(&r["values"]);
+        let negated = match r["operator"].as_str() {
+            Some("In") => false,
+            Some("NotIn") => true,
+            _ => return None,
+        };
+        let [value] = values.as_slice() else {
+            return None;
+        };
+        terms.push(listwatch_core::fields::FieldTerm {
+            field: r["key"].as_str().unwrap_or_default().to_string(),
+            value: value.clone(),
+            negated,
+        });
+    }
+    Some(FieldSelector { terms })
+}
+
+/// A review's `labelSelector`: `rawSelector` parsed, or `requirements` (`In`, `NotIn`,
+/// `Exists`, `DoesNotExist`); None when absent or invalid.
+fn review_label_selector(v: &serde_json::Value) -> Option<LabelSelector> {
+    if let Some(raw) = v["rawSelector"].as_str().filter(|r| !r.is_empty()) {
+        return LabelSelector::parse(raw).ok();
+    }
+    let mut requirements = Vec::new();
+    for r in v["requirements"].as_array()? {
+        let mut values = strings(&r["values"]);
+        values.sort();
+        values.dedup();
+        let op = match r["operator"].as_str() {
+            Some("In") if !values.is_empty() => Op::In,
+            Some("NotIn") if !values.is_empty() => Op::NotIn,
+            Some("Exists") if values.is_empty() => Op::Exists,
+            Some("DoesNotExist") if values.is_empty() => Op::DoesNotExist,
+            _ => return None,
+        };
+        requirements.push(Requirement {
+            key: r["key"].as_str().unwrap_or_default().to_string(),
+            op,
+            values,
+        });
+    }
+    requirements.sort_by(|a, b| a.key.cmp(&b.key));
+    Some(LabelSelector { requirements })
 }
 
 /// An authorizer's answer with kube-apiserver's reason (the binding that allowed it; why

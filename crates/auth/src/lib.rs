@@ -2,8 +2,9 @@
 //!
 //! - [`authorizer`]: the [`User`], the request's [`Attributes`] (kube-apiserver's
 //!   `authorizer.Attributes`), the [`Authorizer`] and [`Authenticate`] traits.
-//! - [`rbac`]: the cluster's RBAC and Node authorizers and access-review answers, evaluated
-//!   from the objects listwatch caches; [`abac`]: the ABAC policy file.
+//! - [`rbac`]: the cluster's RBAC authorizer, chained after privileged groups and the
+//!   [`node`] authorizer (kube-apiserver 1.36's, for kubelets), evaluated from the objects
+//!   listwatch caches; [`review`]: access-review answers; [`abac`]: the ABAC policy file.
 //! - [`authn`]: the standalone authenticator (static token file, client-certificate user,
 //!   JWTs and webhook, anonymous).
 //! - With the `standalone` feature: [`tls`] (rustls, client certificates) and [`tokens`]
@@ -16,6 +17,7 @@ pub mod abac;
 pub mod authn;
 pub mod authorizer;
 pub mod config;
+pub mod node;
 pub mod rbac;
 pub mod review;
 #[cfg(feature = "standalone")]

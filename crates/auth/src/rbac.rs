@@ -1,11 +1,10 @@
 //! Kubernetes authorization evaluated from what listwatch follows: the RBAC authorizer
-//! (Roles, ClusterRoles, RoleBindings, ClusterRoleBindings from the registry's stores) and
-//! the Node authorizer kube-apiserver chains before it (a kubelet reads its own Node, the
-//! pods bound to it and the secrets, configmaps, PVCs, PVs and service accounts those pods
-//! use; its static rules are the `system:node` ClusterRole's). `system:masters` is allowed
-//! everything first, as kube-apiserver's privileged-group authorizer does. Changes to RBAC
-//! objects and pods take effect as soon as the cache has them: the rule index is rebuilt
-//! when any of the four RBAC stores moves.
+//! (Roles, ClusterRoles, RoleBindings, ClusterRoleBindings from the registry's stores),
+//! chained as kube-apiserver chains `--authorization-mode=Node,RBAC`: `system:masters` is
+//! allowed everything first (kube-apiserver's privileged-group authorizer), then the Node
+//! authorizer ([`crate::node`]) decides for kubelets, then RBAC. Changes to RBAC objects
+//! take effect as soon as the cache has them: the rule index is rebuilt when any of the four
+//! RBAC stores moves.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,20 +15,27 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 
 use crate::authorizer::{Attributes, Authorizer, Decision};
+use crate::node::NodeAuthorizer;
 
-#[derive(Deserialize, Clone, Debug, Default)]
+/// One RBAC `PolicyRule` (`rules[]` of a Role or ClusterRole).
+#[derive(Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-struct Rule {
+pub struct Rule {
+    /// Verbs (`*` for all).
     #[serde(default)]
-    verbs: Vec<String>,
+    pub verbs: Vec<String>,
+    /// API groups (`""` for core, `*` for all).
     #[serde(default)]
-    api_groups: Vec<String>,
+    pub api_groups: Vec<String>,
+    /// Resources, `resource/subresource` for subresources (`*`, `*/sub`).
     #[serde(default)]
-    resources: Vec<String>,
+    pub resources: Vec<String>,
+    /// Object names the rule is limited to (empty: any).
     #[serde(default)]
-    resource_names: Vec<String>,
+    pub resource_names: Vec<String>,
+    /// Non-resource paths (a trailing `*` matches a prefix).
     #[serde(default, rename = "nonResourceURLs")]
-    non_resource_urls: Vec<String>,
+    pub non_resource_urls: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -83,15 +89,15 @@ struct Index {
 /// The chained authorizer (privileged groups → Node → RBAC) over a registry's caches.
 pub struct ClusterAuthorizer {
     stores: [Option<Arc<Store>>; 4],
-    registry: Registry,
+    node: NodeAuthorizer,
     index: Mutex<Arc<Index>>,
 }
 
 const RBAC: &str = "rbac.authorization.k8s.io";
 
 impl ClusterAuthorizer {
-    /// An authorizer reading `registry`'s RBAC stores (and pods, nodes, PVCs for the Node
-    /// authorizer).
+    /// An authorizer reading `registry`'s RBAC stores (and pods, PVs, VolumeAttachments and
+    /// ResourceSlices for the Node authorizer).
     pub fn new(registry: &Registry) -> Self {
         let get = |r: &str| registry.get(RBAC, "v1", r);
         ClusterAuthorizer {
@@ -101,7 +107,7 @@ impl ClusterAuthorizer {
                 get("clusterrolebindings"),
                 get("rolebindings"),
             ],
-            registry: registry.clone(),
+            node: NodeAuthorizer::new(registry),
             index: Mutex::new(Arc::new(Index::default())),
         }
     }
@@ -170,202 +176,26 @@ impl ClusterAuthorizer {
         ix
     }
 
-    /// The decision for `a`: privileged groups, then the Node authorizer, then RBAC.
+    /// The decision for `a`: privileged groups, then the Node authorizer, then RBAC; when
+    /// none allows, their reasons joined by newlines (kube-apiserver's union authorizer).
     pub fn decide(&self, a: &Attributes) -> Decision {
         if a.user.groups.iter().any(|g| g == "system:masters") {
             return Decision::allow("");
         }
-        let ix = self.index();
-        if let Some(node) = a.user.name.strip_prefix("system:node:")
-            && a.user.groups.iter().any(|g| g == "system:nodes")
-            && self.node_allows(&ix, node, a)
-        {
-            return Decision::allow("");
+        let node = self.node.decide(a);
+        if node.allowed {
+            return node;
         }
-        rbac_decide(&ix, a)
-    }
-
-    /// kube-apiserver's Node authorizer, allow/no-opinion only.
-    fn node_allows(&self, ix: &Index, node: &str, a: &Attributes) -> bool {
-        if !a.resource_request {
-            return false;
+        let rbac = rbac_decide(&self.index(), a);
+        if rbac.allowed || node.reason.is_empty() {
+            return rbac;
         }
-        let graph_types = [
-            ("", "secrets"),
-            ("", "configmaps"),
-            ("", "persistentvolumeclaims"),
-            ("", "persistentvolumes"),
-            ("", "serviceaccounts"),
-            ("resource.k8s.io", "resourceclaims"),
-        ];
-        if graph_types.contains(&(a.api_group.as_str(), a.resource.as_str())) {
-            // Reads of objects a pod bound to this node uses; nothing else.
-            if a.verb != "get"
-                || a.name.is_empty()
-                || (a.namespace.is_empty() && a.resource != "persistentvolumes")
-            {
-                return false;
-            }
-            return self.node_uses(node, a);
-        }
-        let reads = matches!(a.verb.as_str(), "get" | "list" | "watch");
-        if a.api_group.is_empty() && a.resource == "nodes" && a.subresource.is_empty() && reads {
-            // Its own Node only; never all nodes.
-            return a.name == node;
-        }
-        if a.api_group.is_empty() && a.resource == "pods" && a.subresource.is_empty() && reads {
-            // A pod bound to it; lists and watches need a spec.nodeName field selector,
-            // which a review does not carry.
-            return a.verb == "get"
-                && !a.name.is_empty()
-                && self.pod_on_node(&a.namespace, &a.name, node);
-        }
-        // Everything else: the node rules (the system:node ClusterRole's).
-        ix.cluster_roles
-            .get("system:node")
-            .is_some_and(|rules| rules.iter().any(|rule| rule_allows(rule, a)))
+        let reasons: Vec<&str> = [node.reason.as_str(), rbac.reason.as_str()]
+            .into_iter()
+            .filter(|r| !r.is_empty())
+            .collect();
+        Decision::no_opinion(reasons.join("\n"))
     }
-
-    /// The pods bound to `node`, read from the `spec.nodeName` the pod cache already
-    /// indexes for field selectors: only those pods are parsed.
-    fn pods_on_node(&self, node: &str) -> Vec<Arc<listwatch_store::Record>> {
-        let Some(pods) = self.registry.get("", "v1", "pods") else {
-            return Vec::new();
-        };
-        let Some(field) = pods
-            .info()
-            .field_selectors
-            .iter()
-            .position(|f| f == "spec.nodeName")
-        else {
-            return Vec::new();
-        };
-        pods.current()
-            .items()
-            .values()
-            .filter(|r| r.field(field) == Some(node))
-            .cloned()
-            .collect()
-    }
-
-    fn pod_on_node(&self, namespace: &str, name: &str, node: &str) -> bool {
-        self.pods_on_node(node)
-            .iter()
-            .any(|r| r.namespace() == namespace && r.name() == name)
-    }
-
-    /// Whether a pod bound to `node` references the object `r`.
-    fn node_uses(&self, node: &str, r: &Attributes) -> bool {
-        for record in self.pods_on_node(node) {
-            let ns = record.namespace();
-            if r.resource != "persistentvolumes" && ns != r.namespace {
-                continue;
-            }
-            let pod: serde_json::Value = serde_json::from_slice(record.bytes()).unwrap_or_default();
-            let refs = pod_references(&pod);
-            let hit = match r.resource.as_str() {
-                "secrets" => refs.secrets.contains(&r.name),
-                "configmaps" => refs.configmaps.contains(&r.name),
-                "persistentvolumeclaims" => refs.pvcs.contains(&r.name),
-                "serviceaccounts" => refs.service_account == r.name,
-                "resourceclaims" => refs.claims.contains(&r.name),
-                "persistentvolumes" => refs.pvcs.iter().any(|c| self.pvc_volume(ns, c) == r.name),
-                _ => false,
-            };
-            if hit {
-                return true;
-            }
-        }
-        false
-    }
-
-    fn pvc_volume(&self, namespace: &str, claim: &str) -> String {
-        self.registry
-            .get("", "v1", "persistentvolumeclaims")
-            .and_then(|s| {
-                let snap = s.current();
-                let r = snap.get(&format!("{namespace}/{claim}"))?;
-                let v: serde_json::Value = serde_json::from_slice(r.bytes()).ok()?;
-                v["spec"]["volumeName"].as_str().map(str::to_string)
-            })
-            .unwrap_or_default()
-    }
-}
-
-#[derive(Default)]
-struct PodRefs {
-    secrets: Vec<String>,
-    configmaps: Vec<String>,
-    pvcs: Vec<String>,
-    claims: Vec<String>,
-    service_account: String,
-}
-
-fn pod_references(pod: &serde_json::Value) -> PodRefs {
-    let mut refs = PodRefs::default();
-    let spec = &pod["spec"];
-    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
-    refs.service_account = s(&spec["serviceAccountName"]);
-    for p in spec["imagePullSecrets"].as_array().into_iter().flatten() {
-        refs.secrets.push(s(&p["name"]));
-    }
-    for v in spec["volumes"].as_array().into_iter().flatten() {
-        refs.secrets.push(s(&v["secret"]["secretName"]));
-        refs.configmaps.push(s(&v["configMap"]["name"]));
-        refs.pvcs.push(s(&v["persistentVolumeClaim"]["claimName"]));
-        for src in v["projected"]["sources"].as_array().into_iter().flatten() {
-            refs.secrets.push(s(&src["secret"]["name"]));
-            refs.configmaps.push(s(&src["configMap"]["name"]));
-        }
-        for key in [
-            "azureFile",
-            "cephfs",
-            "cinder",
-            "flexVolume",
-            "iscsi",
-            "rbd",
-            "scaleIO",
-            "storageos",
-            "csi",
-        ] {
-            let sr = &v[key]["secretRef"];
-            refs.secrets.push(s(&sr["name"]));
-            refs.secrets
-                .push(s(&v[key]["nodePublishSecretRef"]["name"]));
-            refs.secrets.push(s(&v[key]["secretName"]));
-        }
-        // An ephemeral volume's claim is named after the pod and the volume.
-        if v.get("ephemeral").is_some() {
-            refs.pvcs
-                .push(format!("{}-{}", s(&pod["metadata"]["name"]), s(&v["name"])));
-        }
-    }
-    for list in ["containers", "initContainers", "ephemeralContainers"] {
-        for c in spec[list].as_array().into_iter().flatten() {
-            for e in c["envFrom"].as_array().into_iter().flatten() {
-                refs.secrets.push(s(&e["secretRef"]["name"]));
-                refs.configmaps.push(s(&e["configMapRef"]["name"]));
-            }
-            for e in c["env"].as_array().into_iter().flatten() {
-                refs.secrets
-                    .push(s(&e["valueFrom"]["secretKeyRef"]["name"]));
-                refs.configmaps
-                    .push(s(&e["valueFrom"]["configMapKeyRef"]["name"]));
-            }
-        }
-    }
-    for c in pod["status"]["resourceClaimStatuses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        refs.claims.push(s(&c["resourceClaimName"]));
-    }
-    refs.secrets.retain(|x| !x.is_empty());
-    refs.configmaps.retain(|x| !x.is_empty());
-    refs.pvcs.retain(|x| !x.is_empty());
-    refs.claims.retain(|x| !x.is_empty());
-    refs
 }
 
 fn subject_matches(s: &Subject, a: &Attributes, binding_ns: &str) -> bool {
@@ -389,7 +219,7 @@ fn has(list: &[String], want: &str) -> bool {
 }
 
 /// Whether one policy rule allows `a` (kube's `RuleAllows`).
-fn rule_allows(rule: &Rule, a: &Attributes) -> bool {
+pub(crate) fn rule_allows(rule: &Rule, a: &Attributes) -> bool {
     if !has(&rule.verbs, &a.verb) {
         return false;
     }

@@ -184,14 +184,22 @@ impl Service {
         let name = target.name.as_deref().unwrap_or("");
         // No user (a host that attached none): kube-apiserver's anonymous identity.
         let user = head.user.clone().unwrap_or_else(User::anonymous);
-        let attributes = Attributes::resource(user, verb, info, ns, name);
+        let mut attributes = Attributes::resource(user, verb, info, ns, name);
+        // kube-apiserver authorizes a list or watch with its selectors, but not one reached
+        // through the legacy `/watch/` prefix.
+        if target.name.is_none() && !target.legacy_watch {
+            let p = &head.params;
+            attributes = attributes.with_request_selectors(&p.field_selector, &p.label_selector);
+        }
         if authz.authorize(&attributes).allowed {
             return Ok(());
         }
         Err(ApiError::Forbidden(Box::new(Denied {
             user: head.user_name().to_string(),
             verb: verb.to_string(),
-            object: ObjectRef::new(info, name),
+            // The name a `metadata.name` field selector pinned, as kube-apiserver's message
+            // names it.
+            object: ObjectRef::new(info, &attributes.name),
             namespace: ns.map(str::to_string),
         })))
     }

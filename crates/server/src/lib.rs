@@ -152,7 +152,7 @@ impl App {
             return None;
         }
         let route = routes::route(&self.service.registry, path);
-        matches!(route, Route::Resource { .. }).then_some(route)
+        matches!(route, Route::Resource(_)).then_some(route)
     }
 
     /// The route of a GET of discovery (`/api`, `/apis`, their group-versions, in the

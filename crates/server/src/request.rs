@@ -4,7 +4,6 @@
 //! validated. Parse errors of a read are kept, not raised, so each surfaces where
 //! kube-apiserver raises it (after authentication and authorization).
 
-
 use http::{Method, Request, header};
 use listwatch_auth::User;
 use listwatch_auth::review::ReviewKind;
@@ -121,16 +120,13 @@ impl ApiRequest {
             .map(media_ranges);
         let mut verb = Verb::Other;
         let kind = match route {
-            Route::Resource {
-                target,
-                legacy_watch,
-            } => {
+            Route::Resource(target) => {
                 let object = target.name.is_some();
-                verb = Verb::of(parts.method.as_str(), object, legacy_watch || params.watch);
+                let watch = target.legacy_watch || params.watch;
+                verb = Verb::of(parts.method.as_str(), object, watch);
                 resource_kind(
                     target,
                     verb,
-                    legacy_watch,
                     &params,
                     ranges.as_deref(),
                     &parts.headers,
@@ -207,7 +203,6 @@ impl RequestHead {
 fn resource_kind(
     target: Target,
     verb: Verb,
-    legacy_watch: bool,
     params: &QueryParams,
     ranges: Option<&[listwatch_codec::render::MediaRange<'_>]>,
     headers: &http::HeaderMap,
@@ -225,7 +220,7 @@ fn resource_kind(
     let info = target.store.info();
     let options =
         ListOptions::from_params(params, info, target.namespace.as_deref()).map(|mut o| {
-            o.watch |= legacy_watch;
+            o.watch |= target.legacy_watch;
             if let (Verb::Watch, Some(name)) = (verb, &target.name) {
                 // Watching one object is a watch with a name field selector.
                 o.field_selector.terms.push(FieldTerm {

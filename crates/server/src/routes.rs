@@ -10,12 +10,7 @@ pub enum Route {
     /// A discovery or health endpoint.
     Discovery(DiscoveryPath),
     /// A served resource's collection or one of its objects.
-    Resource {
-        /// What the path names.
-        target: Target,
-        /// Reached through the legacy `/watch/` prefix.
-        legacy_watch: bool,
-    },
+    Resource(Target),
     /// A namespace or name that cannot name anything (a 400 with this message).
     Invalid(String),
     /// Nothing we serve.
@@ -30,6 +25,8 @@ pub struct Target {
     pub namespace: Option<String>,
     /// Object name (`None`: the collection).
     pub name: Option<String>,
+    /// Reached through the legacy `/watch/` prefix (authorized without its selectors).
+    pub legacy_watch: bool,
 }
 
 /// Discovery and operational endpoints.
@@ -157,13 +154,10 @@ fn resource(
     name: Option<String>,
     legacy_watch: bool,
 ) -> Route {
-    let target = Target {
+    Route::Resource(Target {
         store,
         namespace,
         name,
-    };
-    Route::Resource {
-        target,
         legacy_watch,
-    }
+    })
 }

@@ -1,7 +1,7 @@
 //! kube-apiserver 1.36's answers to 3,375 SubjectAccessReviews (`shared/reference/authz/`)
 //! over the RBAC objects and pods of the storage corpus: listwatch's chained authorizer
 //! (system:masters → Node → RBAC), reading the same objects through the etcd source, must
-//! give the same allow/deny for every one.
+//! give the same allow/deny for every one, and kube-apiserver's reason for every refusal.
 
 mod common;
 
@@ -21,6 +21,7 @@ async fn every_decision_matches_kube_apiserver() {
         std::fs::File::open(file).expect("reviews"),
     ));
     let (mut equal, mut total, mut allowed, mut same_reason) = (0, 0, 0, 0);
+    let mut refusal_reasons = 0;
     let mut failures = Vec::new();
     for line in reader.lines() {
         let o: Value = serde_json::from_str(&line.expect("line")).expect("json");
@@ -30,6 +31,18 @@ async fn every_decision_matches_kube_apiserver() {
         if got.allowed == want {
             equal += 1;
             allowed += usize::from(want);
+            // A refusal's reason is the Node authorizer's (RBAC gives none): word for word.
+            if !want {
+                let reason = o["status"]["reason"].as_str().unwrap_or_default();
+                if got.reason == reason {
+                    refusal_reasons += 1;
+                } else if failures.len() < 30 {
+                    failures.push(format!(
+                        "{} → reason {:?}, want {reason:?}",
+                        o["spec"], got.reason
+                    ));
+                }
+            }
             // Reasons name the first binding found; kube-apiserver visits its informer's
             // bindings in map order, so only the wording is comparable, not which binding.
             let reason = o["status"]["reason"].as_str().unwrap_or_default();
@@ -46,7 +59,7 @@ async fn every_decision_matches_kube_apiserver() {
         }
     }
     eprintln!(
-        "{equal} of {total} decisions equal ({allowed} allowed; {same_reason} RBAC reasons word for word)"
+        "{equal} of {total} decisions equal ({allowed} allowed; {same_reason} RBAC reasons and {refusal_reasons} refusal reasons word for word)"
     );
     assert!(
         failures.is_empty(),
@@ -55,6 +68,7 @@ async fn every_decision_matches_kube_apiserver() {
         failures.join("\n")
     );
     assert_eq!(total, 3375);
+    assert_eq!(refusal_reasons, total - allowed);
 }
 
 /// Test authentication: `Authorization: Bearer <user>[|<group>,<group>…]`.
@@ -205,6 +219,64 @@ async fn reviews_and_reads_over_http_follow_rbac() {
         status["message"],
         "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"team-b\""
     );
+
+    // A kubelet: node-1 runs the corpus's rich pod (corpus-a), and va-1 is attached to it.
+    // The request's field selector reaches the Node authorizer: its pods only with
+    // spec.nodeName=node-1 (not through the legacy /watch/ prefix, which kube-apiserver
+    // authorizes without selectors), its own Node (by a metadata.name selector too), the
+    // config map and service account its pod uses, its VolumeAttachment.
+    let as_node = |node: &str, path: &str| {
+        let (node, path) = (node.to_string(), path.to_string());
+        async move {
+            let auth = format!("Bearer system:node:{node}|system:nodes,system:authenticated");
+            listwatch_testkit::send(
+                addr,
+                "GET",
+                &path,
+                &[("Authorization", auth.as_str())],
+                None,
+            )
+            .await
+            .expect("response")
+            .status
+        }
+    };
+    // node | status | path (kube-root-ca.crt: allowed, its pod mounts it, but absent: no
+    // controller-manager ran)
+    const NODE_READS: &str = "
+        node-1 200 /api/v1/pods?fieldSelector=spec.nodeName%3Dnode-1
+        node-1 200 /api/v1/namespaces/corpus-a/pods?fieldSelector=spec.nodeName==node-1
+        node-1 200 /api/v1/pods?fieldSelector=spec.nodeName%3Dnode-1&watch=1&timeoutSeconds=1
+        node-1 403 /api/v1/watch/pods?fieldSelector=spec.nodeName%3Dnode-1&timeoutSeconds=1
+        node-1 403 /api/v1/pods
+        node-1 403 /api/v1/pods?fieldSelector=spec.nodeName%3Dnode-2
+        node-1 200 /api/v1/namespaces/corpus-a/pods/rich-pod
+        node-2 403 /api/v1/namespaces/corpus-a/pods/rich-pod
+        node-1 200 /api/v1/nodes/node-1
+        node-1 200 /api/v1/nodes?fieldSelector=metadata.name%3Dnode-1
+        node-1 403 /api/v1/nodes
+        node-1 403 /api/v1/nodes/node-2
+        node-1 200 /api/v1/namespaces/corpus-a/configmaps/settings
+        node-1 404 /api/v1/namespaces/corpus-a/configmaps/kube-root-ca.crt
+        node-1 403 /api/v1/namespaces/corpus-a/configmaps/empty
+        node-1 200 /api/v1/namespaces/corpus-a/configmaps?fieldSelector=metadata.name%3Dsettings
+        node-1 403 /api/v1/namespaces/team-a/configmaps/allowed-cm
+        node-1 200 /api/v1/namespaces/corpus-a/serviceaccounts/default
+        node-1 200 /apis/storage.k8s.io/v1/volumeattachments/va-1
+        node-2 403 /apis/storage.k8s.io/v1/volumeattachments/va-1
+        node-1 200 /apis/storage.k8s.io/v1/csinodes/node-1
+    ";
+    for line in NODE_READS.lines().filter(|l| !l.trim().is_empty()) {
+        let mut cols = line.split_whitespace();
+        let (node, code, path) = (
+            cols.next().expect("node"),
+            cols.next()
+                .and_then(|c| c.parse::<u16>().ok())
+                .expect("status"),
+            cols.next().expect("path"),
+        );
+        assert_eq!(as_node(node, path).await, code, "{node}: GET {path}");
+    }
 
     // Delete the RoleBinding in etcd: as soon as the cache has the deletion, alice is denied.
     etcd.client()

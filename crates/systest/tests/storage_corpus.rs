@@ -2,7 +2,8 @@
 //! (`shared/reference/storage/`: protobuf values, secrets encrypted with aescbc, aesgcm and
 //! secretbox, JSON custom resources), restored from its snapshot with every revision, then
 //! served by listwatch: every view of an object must read as the JSON kube-apiserver served
-//! for it (member order aside).
+//! for it (member order aside; 655 of 655, the one Lease kube-apiserver renewed after the
+//! capture apart from that renewal).
 
 mod common;
 
@@ -226,16 +227,18 @@ async fn every_builtin_view_reads_as_kube_apiserver_served_it() {
             ));
             continue;
         }
-        let got: Value = serde_json::from_str(&r.body).expect("JSON body");
+        let mut got: Value = serde_json::from_str(&r.body).expect("JSON body");
         let rv = |j: &Value| {
             j["metadata"]["resourceVersion"]
                 .as_str()
                 .map(str::to_string)
         };
         if rv(&got) != rv(&v.json) {
-            // Written again after kube-apiserver served the captured JSON (its own lease).
+            // Written again after kube-apiserver served the captured JSON: its own lease,
+            // renewed once more before the snapshot (whose compaction keeps no older
+            // revision). Compared apart from what a renewal writes.
             changed_after_capture.push(v.key.clone());
-            continue;
+            as_captured_renewal(&mut got, &v.json);
         }
         let diff = listwatch_testkit::json_diff(&got, &v.json, 6);
         if v.resource.2 == "customresourcedefinitions" {
@@ -255,8 +258,8 @@ async fn every_builtin_view_reads_as_kube_apiserver_served_it() {
         }
     }
     eprintln!(
-        "{equal} of {} views equal, {} resource types; changed after the capture: {changed_after_capture:?}; CRDs among them (v1beta1 storage): {}; not served: {not_served:?}",
-        views.len() - not_served.values().sum::<usize>() - changed_after_capture.len(),
+        "{equal} of {} views equal, {} resource types; renewed after the capture (equal apart from the renewal): {changed_after_capture:?}; CRDs among them (v1beta1 storage): {}; not served: {not_served:?}",
+        views.len(),
         types.len(),
         crds.len()
     );
@@ -287,6 +290,31 @@ async fn every_builtin_view_reads_as_kube_apiserver_served_it() {
         "only {} resource types compared",
         types.len()
     );
+    // Every view of every stored object, events.k8s.io/v1 and autoscaling/v1 included.
+    assert!(not_served.is_empty(), "not served: {not_served:?}");
+    assert_eq!((equal, views.len()), (655, 655));
+}
+
+/// `got` with what a Lease renewal rewrites (`resourceVersion`, `spec.renewTime`, each
+/// managed-fields entry's `time`) taken from the captured JSON.
+fn as_captured_renewal(got: &mut Value, captured: &Value) {
+    got["metadata"]["resourceVersion"] = captured["metadata"]["resourceVersion"].clone();
+    if let Some(t) = captured["spec"].get("renewTime") {
+        got["spec"]["renewTime"] = t.clone();
+    }
+    let times: Vec<Value> = captured["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| m["time"].clone())
+        .collect();
+    if let Some(fields) = got["metadata"]["managedFields"].as_array_mut() {
+        for (m, t) in fields.iter_mut().zip(times) {
+            if !t.is_null() {
+                m["time"] = t;
+            }
+        }
+    }
 }
 
 /// Deleting a CRD in etcd: its resources leave discovery and answer 404, and their open
