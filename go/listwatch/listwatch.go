@@ -89,6 +89,12 @@ type Config struct {
 	Discovery bool
 	// DrainGrace spreads the end of open watches on Close over this period.
 	DrainGrace time.Duration
+	// Initialized, when set, is called once per served request when what it had to send
+	// at its start has been written and flushed (a watch-list's initial events, a watch's
+	// headers) or the response ended. In kube-apiserver: signal priority-and-fairness
+	// that the watch is initialized (flowcontrol.WatchInitialized(r.Context())), so it
+	// stops holding a seat for it.
+	Initialized func(*http.Request)
 }
 
 // ListWatch is a running instance. Its Feed takes the host's committed changes.
@@ -321,6 +327,14 @@ func (lw *ListWatch) pump(w http.ResponseWriter, r *http.Request, stream *C.LwSt
 	rc := http.NewResponseController(w)
 	var frame C.LwFrame
 	wroteHead, unflushed := false, false
+	initialized := false
+	initDone := func() {
+		if !initialized && lw.cfg.Initialized != nil {
+			initialized = true
+			lw.cfg.Initialized(r)
+		}
+	}
+	defer initDone()
 	for {
 		// Polled after the waiter is registered: a wake-up before that is not lost.
 		switch code := C.lw_stream_poll(stream, &frame); code {
@@ -333,6 +347,7 @@ func (lw *ListWatch) pump(w http.ResponseWriter, r *http.Request, stream *C.LwSt
 				}
 				unflushed = false
 			}
+			initDone()
 			select {
 			case <-wake:
 			case <-r.Context().Done():

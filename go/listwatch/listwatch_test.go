@@ -182,7 +182,7 @@ func TestListAndGetMatchStandalone(t *testing.T) {
 		"/api/v1/namespaces/" + names[7],
 		"/api/v1/namespaces/demo-1/pods/missing",
 	}
-	for _, accept := range []string{"application/json", "application/vnd.kubernetes.protobuf", "application/json;as=Table;v=v1;g=meta.k8s.io"} {
+	for _, accept := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
 		for _, p := range paths {
 			wantCode, wantHdr, want := get(t, ref+p, accept)
 			code, hdr, got := get(t, h.srv.URL+p, accept)
@@ -201,7 +201,8 @@ func TestListAndGetMatchStandalone(t *testing.T) {
 
 // WATCH and watch-list through Wrap, with live events fed through Feed.
 func TestWatchAndWatchListWithLiveEvents(t *testing.T) {
-	h := newHost(t, Config{StartRV: 10})
+	var initialized atomic.Int64
+	h := newHost(t, Config{StartRV: 10, Initialized: func(*http.Request) { initialized.Add(1) }})
 	if err := h.lw.Feed.Put(ConfigMaps, 11, cm("a", "one", "1")); err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +229,10 @@ func TestWatchAndWatchListWithLiveEvents(t *testing.T) {
 	}
 	if ev := next(t, wl); ev.Type != "BOOKMARK" || ev.Object.Metadata.Annotations["k8s.io/initial-events-end"] != "true" {
 		t.Fatalf("watch-list bookmark: %+v", ev)
+	}
+	// GET and LIST ended, both watches have sent what they had: four requests initialized.
+	for initialized.Load() < 4 {
+		time.Sleep(time.Millisecond)
 	}
 
 	must := func(err error) {

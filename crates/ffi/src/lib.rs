@@ -107,13 +107,17 @@ struct Inner {
     lw: ListWatch,
     feed: Option<Feed>,
     /// The full states the host passed to [`lw_feed_relisted`], taken by the relist callback.
-    relisted: Arc<Mutex<HashMap<(String, String, String), Relisted>>>,
+    relisted: RelistSlots,
     notify: Arc<Notifier>,
     next_id: AtomicU64,
     maintenance: Mutex<Option<Maintenance>>,
     closed: AtomicBool,
     runtime: tokio::runtime::Runtime,
 }
+
+/// Full states passed by the host, by (group, version, resource), until the relist
+/// callback takes them.
+type RelistSlots = Arc<Mutex<HashMap<(String, String, String), Relisted>>>;
 
 /// Ready stream ids and the pipe that tells the host there are some.
 struct Notifier {
@@ -297,7 +301,7 @@ impl Inner {
             .build()
             .map_err(|e| format!("runtime: {e}"))?;
         let notify = Arc::new(Notifier::new().map_err(|e| format!("pipe: {e}"))?);
-        let relisted: Arc<Mutex<HashMap<(String, String, String), Relisted>>> = Default::default();
+        let relisted = RelistSlots::default();
         let mut builder = Builder::new().start_rv(config.start_rv.max(1));
         if let Some(resources) = config.resources.clone() {
             builder = builder.resources(resources);
@@ -446,7 +450,7 @@ pub unsafe extern "C" fn lw_handle(
         if out.is_null() || id.is_null() {
             return LW_ERR_ARG;
         }
-        // SAFETY (all five): the caller guarantees each pointer is valid for its length.
+        // SAFETY: the caller guarantees each of the five pointers is valid for its length.
         let parts = unsafe {
             (
                 bytes_arg(method, method_len),
