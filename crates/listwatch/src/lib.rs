@@ -37,7 +37,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Request, Response};
 #[cfg(feature = "etcd")]
-pub use listwatch_etcd::{EtcdConfig, EtcdError, EtcdTls};
+pub use listwatch_etcd::{Decryptor, EtcdConfig, EtcdError, EtcdTls, ValueDecoder};
 use listwatch_server::App;
 use listwatch_sources::HostFedSource;
 

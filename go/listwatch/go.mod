@@ -1,0 +1,3 @@
+module listwatch.local/listwatch
+
+go 1.22
