@@ -175,23 +175,6 @@ impl Gateway {
         &self.base
     }
 
-    /// This gateway's counters in Prometheus text form.
-    pub fn metrics_text(&self) -> String {
-        let c = &self.counters;
-        format!(
-            "listwatch_gateway_requests_total{{route=\"passed\"}} {}\n\
-             listwatch_gateway_requests_total{{route=\"refused\"}} {}\n\
-             listwatch_gateway_upstream_errors_total {}\n\
-             listwatch_gateway_open_streams {}\n\
-             listwatch_gateway_upstream_latency_seconds_sum {}\n",
-            c.passed.load(Ordering::Relaxed),
-            c.refused.load(Ordering::Relaxed),
-            c.errors.load(Ordering::Relaxed),
-            c.open_streams.load(Ordering::Relaxed),
-            c.latency_micros.load(Ordering::Relaxed) as f64 / 1e6,
-        )
-    }
-
     /// Forwards one request, or says why not as a `Status`.
     async fn pass(
         self: Arc<Self>,
@@ -199,6 +182,7 @@ impl Gateway {
         user: Option<User>,
     ) -> Result<Response<ResponseBody>, ApiError> {
         let permit = self.slots.clone().try_acquire_owned().map_err(|_| {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
             ApiError::TooManyRequests("too many requests in flight to the upstream".into())
         })?;
         let (mut parts, body) = req.into_parts();
@@ -341,6 +325,35 @@ impl Gateway {
 }
 
 impl PassThrough for Gateway {
+    /// Requests passed on and refused here, upstream errors and latency, streams and
+    /// upgraded connections open.
+    fn metrics_text(&self) -> String {
+        let c = &self.counters;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let passed = n(&c.passed);
+        format!(
+            "# HELP listwatch_gateway_requests Requests not served here: passed to the upstream or refused by the gateway.\n\
+             # TYPE listwatch_gateway_requests counter\n\
+             listwatch_gateway_requests_total{{route=\"passed\"}} {passed}\n\
+             listwatch_gateway_requests_total{{route=\"refused\"}} {}\n\
+             # HELP listwatch_gateway_upstream_errors Passed-through requests the upstream did not answer (503, 504).\n\
+             # TYPE listwatch_gateway_upstream_errors counter\n\
+             listwatch_gateway_upstream_errors_total {}\n\
+             # HELP listwatch_gateway_upstream_latency_seconds Time to the upstream's response head.\n\
+             # TYPE listwatch_gateway_upstream_latency_seconds summary\n\
+             listwatch_gateway_upstream_latency_seconds_sum {}\n\
+             listwatch_gateway_upstream_latency_seconds_count {}\n\
+             # HELP listwatch_gateway_open_streams Passed-through responses and upgraded connections open.\n\
+             # TYPE listwatch_gateway_open_streams gauge\n\
+             listwatch_gateway_open_streams {}\n",
+            n(&c.refused),
+            n(&c.errors),
+            n(&c.latency_micros) as f64 / 1e6,
+            passed + n(&c.errors),
+            c.open_streams.load(Ordering::Relaxed),
+        )
+    }
+
     fn forward(
         &self,
         req: Request<RequestBody>,

@@ -226,6 +226,12 @@ async fn impersonation_by_the_client_is_refused_before_the_upstream() {
         ];
         let (status, _) = send(gw, "GET", "/version", &headers).await;
         assert_eq!(status, 403);
+        let (_, metrics) = send(gw, "GET", "/metrics", &headers[..1]).await;
+        assert!(
+            metrics.contains("listwatch_gateway_requests_total{route=\"refused\"} 2\n"),
+            "{metrics}"
+        );
+        assert!(metrics.ends_with("# EOF\n"), "{metrics}");
     }
     assert!(
         seen.lock().expect("lock").is_empty(),
@@ -427,4 +433,124 @@ async fn a_silent_upstream_is_a_504_status() {
     )
     .await;
     assert_eq!(status, 504, "{body}");
+}
+
+/// A CA (certificate PEM and its issuer) for the client-certificate test.
+fn ca(name: &str) -> (rcgen::Certificate, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let cert = params.self_signed(&key).expect("ca");
+    (cert, rcgen::Issuer::new(params, key))
+}
+
+/// A leaf signed by `issuer`: certificate and key, PEM.
+fn leaf(
+    issuer: &rcgen::Issuer<'static, rcgen::KeyPair>,
+    sans: &[&str],
+    cn: &str,
+) -> (String, String) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+    let mut params = rcgen::CertificateParams::new(sans).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    let cert = params.signed_by(&key, issuer).expect("sign");
+    (cert.pem(), key.serialize_pem())
+}
+
+/// Sends one HTTP/1.1 request over TLS to `addr` with client certificate `client`; the
+/// response's status line, or the TLS or I/O error.
+async fn https_status(
+    addr: SocketAddr,
+    ca_pem: &str,
+    client: (String, String),
+) -> std::io::Result<String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("ca"))
+        .expect("root");
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_client_auth_cert(
+        vec![CertificateDer::from_pem_slice(client.0.as_bytes()).expect("cert")],
+        PrivateKeyDer::from_pem_slice(client.1.as_bytes()).expect("key"),
+    )
+    .expect("client auth");
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("127.0.0.1").expect("name");
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await?;
+    tls.write_all(b"POST /api/v1/namespaces/dev/configmaps HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut out = Vec::new();
+    tls.read_to_end(&mut out).await?;
+    let text = String::from_utf8_lossy(&out);
+    Ok(text.lines().next().unwrap_or_default().to_string())
+}
+
+#[tokio::test]
+async fn a_client_certificate_failing_verification_never_reaches_the_upstream() {
+    let (up, seen) = upstream().await;
+    let (ca_cert, ca_issuer) = ca("cluster-ca");
+    let (_, rogue) = ca("rogue-ca");
+    let dir = std::env::temp_dir().join(format!("lw-gw-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (server_cert, server_key) = leaf(&ca_issuer, &["127.0.0.1"], "listwatch");
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    };
+    let (cert, key, client_ca) = (
+        file("tls.crt", &server_cert),
+        file("tls.key", &server_key),
+        file("ca.crt", &ca_cert.pem()),
+    );
+    let tls = listwatch_auth::tls::tls_config(&cert, &key, Some(&client_ca)).expect("tls");
+    let mut config = GatewayConfig::new(format!("http://{up}"), Identity::FrontProxy);
+    config.client_cert = Some(proxy_cert());
+    let registry = listwatch_sources::Registry::new(
+        listwatch_core::builtin_resources(),
+        1,
+        &Default::default(),
+    );
+    let app = App::embedded(
+        listwatch_sources::EmbeddedSource::new(registry),
+        ServerConfig::default(),
+    );
+    app.set_pass_through(Gateway::new(config).expect("gateway"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let options = ServeOptions {
+        tls: Some(tls),
+        authenticator: Some(Arc::new(Authenticator::certificates_only(false))),
+        ..ServeOptions::default()
+    };
+    tokio::spawn(serve_with(app, listener, options, std::future::pending()));
+    // Signed by a CA listwatch does not trust: refused (handshake or 401), never passed on.
+    let refused = https_status(addr, &ca_cert.pem(), leaf(&rogue, &[], "admin")).await;
+    assert!(
+        refused.as_ref().map_or(true, |s| s.contains(" 401 ")),
+        "{refused:?}"
+    );
+    assert!(seen.lock().expect("lock").is_empty());
+    // A verified one is passed on as its CN.
+    let ok = https_status(addr, &ca_cert.pem(), leaf(&ca_issuer, &[], "carol"))
+        .await
+        .expect("served");
+    assert!(ok.contains(" 200 "), "{ok}");
+    let seen = seen.lock().expect("lock");
+    assert_eq!(all(&seen[0].1, "x-remote-user"), ["carol"]);
 }

@@ -92,6 +92,7 @@ impl Service {
                     source: &*self.source,
                     advertise: &self.config.advertise,
                     metrics: &self.metrics,
+                    pass_through: self.pass_through.get().map(|p| &**p),
                 };
                 d.respond(path, accept.as_deref(), head.params.verbose)
             }

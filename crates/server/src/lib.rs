@@ -90,6 +90,11 @@ pub trait PassThrough: Send + Sync {
         req: Request<RequestBody>,
         user: Option<listwatch_auth::User>,
     ) -> futures::future::BoxFuture<'static, Response<ResponseBody>>;
+
+    /// Its metrics in OpenMetrics text (without `# EOF`), added to `/metrics`.
+    fn metrics_text(&self) -> String {
+        String::new()
+    }
 }
 
 /// A request body of any type the host uses (boxed once per request).
