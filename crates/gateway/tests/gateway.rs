@@ -122,6 +122,19 @@ async fn gateway_with(mut config: GatewayConfig, anonymous: bool) -> SocketAddr 
     let tokens = dir.join("tokens.csv");
     std::fs::write(&tokens, "alice-token,alice,1,\"dev\"\n").expect("tokens");
     let authn = Authenticator::from_token_file(&tokens, anonymous).expect("authn");
+    let app = front(config);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let options = ServeOptions {
+        authenticator: Some(Arc::new(authn)),
+        ..ServeOptions::default()
+    };
+    tokio::spawn(serve_with(app, listener, options, std::future::pending()));
+    addr
+}
+
+/// listwatch on an empty embedded store, passing what it does not serve as `config` says.
+fn front(config: GatewayConfig) -> Arc<App> {
     let registry = listwatch_sources::Registry::new(
         listwatch_core::builtin_resources(),
         1,
@@ -132,14 +145,7 @@ async fn gateway_with(mut config: GatewayConfig, anonymous: bool) -> SocketAddr 
         ServerConfig::default(),
     );
     app.set_pass_through(Gateway::new(config).expect("gateway"));
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let options = ServeOptions {
-        authenticator: Some(Arc::new(authn)),
-        ..ServeOptions::default()
-    };
-    tokio::spawn(serve_with(app, listener, options, std::future::pending()));
-    addr
+    app
 }
 
 fn rand_id() -> u64 {
@@ -521,16 +527,7 @@ async fn a_client_certificate_failing_verification_never_reaches_the_upstream() 
     let tls = listwatch_auth::tls::tls_config(&cert, &key, Some(&client_ca)).expect("tls");
     let mut config = GatewayConfig::new(format!("http://{up}"), Identity::FrontProxy);
     config.client_cert = Some(proxy_cert());
-    let registry = listwatch_sources::Registry::new(
-        listwatch_core::builtin_resources(),
-        1,
-        &Default::default(),
-    );
-    let app = App::embedded(
-        listwatch_sources::EmbeddedSource::new(registry),
-        ServerConfig::default(),
-    );
-    app.set_pass_through(Gateway::new(config).expect("gateway"));
+    let app = front(config);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let options = ServeOptions {

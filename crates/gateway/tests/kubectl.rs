@@ -58,6 +58,22 @@ async fn kubectl(addr: SocketAddr, args: &[&str], stdin: Option<&str>) -> (bool,
     )
 }
 
+/// `data.a` of configmap default/c1 as the upstream has it.
+async fn upstream_value(upstream: SocketAddr) -> String {
+    let get = [
+        "get",
+        "configmap",
+        "c1",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.data.a}",
+    ];
+    let (ok, out) = kubectl(upstream, &get, None).await;
+    assert!(ok, "{out}");
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_writes_through_the_gateway_land_upstream() {
     let upstream = serve(app()).await;
@@ -88,39 +104,11 @@ async fn kubectl_writes_through_the_gateway_land_upstream() {
     )
     .await;
     assert!(ok, "{out}");
-    let (ok, out) = kubectl(
-        upstream,
-        &[
-            "get",
-            "configmap",
-            "c1",
-            "-n",
-            "default",
-            "-o",
-            "jsonpath={.data.a}",
-        ],
-        None,
-    )
-    .await;
-    assert!(ok && out == "b", "{out}");
+    assert_eq!(upstream_value(upstream).await, "b");
     let manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c1\n  namespace: default\ndata:\n  a: changed\n";
     let (ok, out) = kubectl(gw, &["replace", "-f", "-"], Some(manifest)).await;
     assert!(ok, "{out}");
-    let (ok, out) = kubectl(
-        upstream,
-        &[
-            "get",
-            "configmap",
-            "c1",
-            "-n",
-            "default",
-            "-o",
-            "jsonpath={.data.a}",
-        ],
-        None,
-    )
-    .await;
-    assert!(ok && out == "changed", "{out}");
+    assert_eq!(upstream_value(upstream).await, "changed");
     let (ok, out) = kubectl(gw, &["delete", "configmap", "c1", "-n", "default"], None).await;
     assert!(ok, "{out}");
     let (ok, out) = kubectl(upstream, &["get", "configmap", "c1", "-n", "default"], None).await;
