@@ -47,8 +47,43 @@ enum SourceKind {
     Etcd,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum UpstreamIdentity {
+    FrontProxy,
+    Impersonate,
+    Forward,
+}
+
 #[derive(clap::Args)]
 struct ServeArgs {
+    /// Pass every request listwatch does not serve itself (writes, subresources, logs,
+    /// exec, aggregated APIs, discovery, /openapi, /version) to this apiserver
+    /// (docs/gateway.md).
+    #[arg(long)]
+    upstream: Option<String>,
+    /// kubeconfig for the upstream: its CA, and listwatch's own credential (with
+    /// `--upstream-identity impersonate`); its server when `--upstream` is not given.
+    #[arg(long)]
+    upstream_kubeconfig: Option<PathBuf>,
+    /// How the client's identity reaches the upstream: `front-proxy` (X-Remote-* headers
+    /// over `--proxy-client-cert-file`), `impersonate` (Impersonate-* headers with the
+    /// kubeconfig's credential) or `forward` (the client's own bearer token). Default:
+    /// front-proxy with a proxy certificate, else impersonate with a kubeconfig
+    /// credential, else forward.
+    #[arg(long, value_enum)]
+    upstream_identity: Option<UpstreamIdentity>,
+    /// Client certificate (PEM) the upstream trusts as a front proxy (kube-apiserver's flag).
+    #[arg(long, requires = "proxy_client_key_file")]
+    proxy_client_cert_file: Option<PathBuf>,
+    /// The front-proxy certificate's private key (PEM).
+    #[arg(long, requires = "proxy_client_cert_file")]
+    proxy_client_key_file: Option<PathBuf>,
+    /// Seconds the upstream has to answer a passed-through request's head (504 after).
+    #[arg(long, default_value_t = 60)]
+    upstream_timeout: u64,
+    /// Requests in flight to the upstream at once, streams included (429 beyond).
+    #[arg(long, default_value_t = 2048)]
+    upstream_max_in_flight: usize,
     /// Where objects live: `embedded` (in-process, default) or `etcd` (needs a binary
     /// built with `--features etcd`).
     #[arg(long, value_enum, default_value = "embedded")]
@@ -327,6 +362,10 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         App::new(source.clone(), config, authorizer)
     };
+    if let Some(gateway) = gateway(&args)? {
+        tracing::info!(upstream = %gateway.upstream(), "passing what is not served here to the upstream");
+        app.set_pass_through(gateway);
+    }
     tracing::info!(listen = %local, "serving");
     serve_with(app, listener, options, shutdown_signal())
         .await
@@ -393,6 +432,51 @@ fn authenticator(
         ));
     }
     Ok(Some(Arc::new(a)))
+}
+
+/// The pass-through to the upstream the flags describe, if any.
+fn gateway(args: &ServeArgs) -> anyhow::Result<Option<Arc<listwatch_gateway::Gateway>>> {
+    use listwatch_gateway::{Gateway, GatewayConfig, Identity, Kubeconfig};
+    let kubeconfig = match &args.upstream_kubeconfig {
+        Some(p) => Kubeconfig::from_file(p).map_err(|e| anyhow!("--upstream-kubeconfig {e}"))?,
+        None => Kubeconfig::default(),
+    };
+    let Some(url) = args.upstream.clone().or(kubeconfig.server.clone()) else {
+        return Ok(None);
+    };
+    let read = |flag: &str, p: &PathBuf| {
+        std::fs::read(p).with_context(|| format!("--{flag} {}", p.display()))
+    };
+    let proxy_cert = match (&args.proxy_client_cert_file, &args.proxy_client_key_file) {
+        (Some(c), Some(k)) => Some((
+            read("proxy-client-cert-file", c)?,
+            read("proxy-client-key-file", k)?,
+        )),
+        _ => None,
+    };
+    let own = kubeconfig.client_cert.is_some() || kubeconfig.token.is_some();
+    let identity = match args.upstream_identity {
+        Some(UpstreamIdentity::FrontProxy) => Identity::FrontProxy,
+        Some(UpstreamIdentity::Impersonate) => Identity::Impersonate,
+        Some(UpstreamIdentity::Forward) => Identity::Forward,
+        None if proxy_cert.is_some() => Identity::FrontProxy,
+        None if own => Identity::Impersonate,
+        None => Identity::Forward,
+    };
+    let mut config = GatewayConfig::new(url.clone(), identity);
+    config.ca_pem = kubeconfig.ca_pem;
+    config.client_cert = match identity {
+        Identity::FrontProxy => proxy_cert,
+        _ => kubeconfig.client_cert,
+    };
+    config.token = kubeconfig
+        .token
+        .filter(|_| identity == Identity::Impersonate);
+    config.response_timeout = std::time::Duration::from_secs(args.upstream_timeout.max(1));
+    config.max_in_flight = args.upstream_max_in_flight;
+    Ok(Some(
+        Gateway::new(config).map_err(|e| anyhow!("--upstream {url}: {e}"))?,
+    ))
 }
 
 /// The etcd source the flags describe.

@@ -21,6 +21,8 @@ pub struct Discovery<'a> {
     pub advertise: &'a str,
     /// The metrics `/metrics` renders.
     pub metrics: &'a Metrics,
+    /// The pass-through, whose metrics `/metrics` adds.
+    pub pass_through: Option<&'a dyn crate::PassThrough>,
 }
 
 impl Discovery<'_> {
@@ -49,9 +51,13 @@ impl Discovery<'_> {
             DiscoveryPath::Health => Ok(response::text(StatusCode::OK, TEXT, "ok")),
             DiscoveryPath::Ready => Ok(self.readyz(verbose)),
             DiscoveryPath::Metrics => {
-                let text = self
+                let mut text = self
                     .metrics
                     .render(self.registry.stores().iter(), self.source.skipped_values());
+                if let Some(p) = self.pass_through {
+                    let end = text.rfind("# EOF").unwrap_or(text.len());
+                    text.insert_str(end, &p.metrics_text());
+                }
                 Ok(response::text(
                     StatusCode::OK,
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",

@@ -31,6 +31,8 @@ pub(crate) struct Service {
     pub limits: limits::Limits,
     /// The OpenAPI documents, rebuilt when what is served changes.
     pub openapi: listwatch_openapi::OpenApiCache,
+    /// Where requests not served here go, when an upstream is configured.
+    pub pass_through: std::sync::OnceLock<Arc<dyn crate::PassThrough>>,
 }
 
 impl Service {
@@ -39,7 +41,7 @@ impl Service {
     pub async fn handle(&self, req: Request<RequestBody>, route: Route) -> Response<ResponseBody> {
         let start = Instant::now();
         let uri_len = req.uri().path().len() + req.uri().query().map_or(0, str::len);
-        let mut req = ApiRequest::parse(req, route);
+        let mut req = ApiRequest::parse(req, route, self.pass_through.get().is_some());
         let in_flight = req.head.in_flight.take();
         let resource = req.resource_label();
         let (verb, uri, error_encoding) = (req.head.verb, req.head.uri(), req.head.error_encoding);
@@ -90,6 +92,7 @@ impl Service {
                     source: &*self.source,
                     advertise: &self.config.advertise,
                     metrics: &self.metrics,
+                    pass_through: self.pass_through.get().map(|p| &**p),
                 };
                 d.respond(path, accept.as_deref(), head.params.verbose)
             }
@@ -105,6 +108,10 @@ impl Service {
                 body,
             } => self.access_review(&head, kind, content_type, body).await,
             RequestKind::Refused(e) => Err(e),
+            RequestKind::PassThrough(req) => match self.pass_through.get() {
+                Some(p) => Ok(p.forward(req, head.user).await),
+                None => Err(ApiError::UnknownPath),
+            },
         }
     }
 

@@ -80,6 +80,23 @@ pub struct App {
     service: dispatch::Service,
 }
 
+/// Where the requests an app does not serve go (writes, subresources, aggregated APIs,
+/// discovery, anything unknown): the gateway to an upstream apiserver.
+pub trait PassThrough: Send + Sync {
+    /// Forwards `req` (head and body as the client sent them) on behalf of `user` (the
+    /// authenticated user; `None` when no authenticator ran) and answers with the result.
+    fn forward(
+        &self,
+        req: Request<RequestBody>,
+        user: Option<listwatch_auth::User>,
+    ) -> futures::future::BoxFuture<'static, Response<ResponseBody>>;
+
+    /// Its metrics in OpenMetrics text (without `# EOF`), added to `/metrics`.
+    fn metrics_text(&self) -> String {
+        String::new()
+    }
+}
+
 /// A request body of any type the host uses (boxed once per request).
 pub type RequestBody =
     http_body_util::combinators::UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
@@ -110,6 +127,7 @@ impl App {
                 authorizer,
                 limits: limits::Limits::new(config.limits.clone()),
                 openapi: listwatch_openapi::OpenApiCache::default(),
+                pass_through: std::sync::OnceLock::new(),
                 config,
             },
         })
@@ -257,6 +275,12 @@ impl App {
     /// A `Status` response for a request refused before routing (e.g. 401).
     pub fn refuse(&self, e: &ApiError) -> Response<ResponseBody> {
         response::error(e, listwatch_codec::Encoding::Json)
+    }
+
+    /// Sends every request not served here to `p` from now on (once; later calls are
+    /// ignored).
+    pub fn set_pass_through(&self, p: Arc<dyn PassThrough>) {
+        let _ = self.service.pass_through.set(p);
     }
 
     /// Server tunables.

@@ -104,76 +104,26 @@ impl Metrics {
         let skipped = Family::<SkipLabel, Gauge>::default();
         let rss = Gauge::default();
         let log_suppressed = Counter::default();
-        registry.register(
-            "listwatch_request_log_lines_suppressed",
-            "Requests logged at DEBUG only because the INFO request log was at its rate limit",
-            log_suppressed.clone(),
-        );
-        registry.register(
-            "apiserver_request",
-            "Requests by verb, resource and HTTP code",
-            requests.clone(),
-        );
-        registry.register(
-            "apiserver_request_duration_seconds",
-            "Time until a response (or stream) ended",
-            duration.clone(),
-        );
-        registry.register(
-            "listwatch_response_bytes",
-            "Bytes sent in response bodies",
-            bytes.clone(),
-        );
-        registry.register(
-            "apiserver_longrunning_requests",
-            "LISTs and watches in flight",
-            longrunning.clone(),
-        );
-        registry.register(
-            "apiserver_registered_watchers",
-            "Open watches per resource",
-            watchers.clone(),
-        );
-        registry.register(
-            "apiserver_storage_objects",
-            "Objects in the store per resource",
-            objects.clone(),
-        );
-        registry.register(
-            "listwatch_store_object_bytes",
-            "Serialized bytes of stored objects per resource",
-            object_bytes.clone(),
-        );
-        registry.register(
-            "listwatch_event_log_events",
-            "Events held in the event log per resource",
-            events.clone(),
-        );
-        registry.register(
-            "listwatch_event_log_oldest_resource_version",
-            "Oldest RV a watch can start from",
-            oldest_rv.clone(),
-        );
-        registry.register(
-            "listwatch_snapshots_retained",
-            "Retained snapshots per resource",
-            snapshots.clone(),
-        );
-        registry.register(
-            "listwatch_watch_lag_events",
-            "Events the slowest open watch on the resource has yet to read",
-            watch_lag.clone(),
-        );
-        registry.register(
-            "listwatch_source_values_skipped",
-            "Stored values the source could not read (KMS-encrypted, no key, malformed) and skipped so far",
-            skipped.clone(),
-        );
-        registry.register(
-            "process_resident_memory_bytes",
-            "Resident set size",
-            rss.clone(),
-        );
+        // One line per metric: name, help, value.
+        macro_rules! register {
+            ($($name:literal, $help:literal, $m:ident;)*) => { $(registry.register($name, $help, $m.clone());)* };
+        }
+        register! {
+            "listwatch_request_log_lines_suppressed", "Requests logged at DEBUG only because the INFO request log was at its rate limit", log_suppressed;
+            "apiserver_request", "Requests by verb, resource and HTTP code", requests;
+            "apiserver_request_duration_seconds", "Time until a response (or stream) ended", duration;
+            "listwatch_response_bytes", "Bytes sent in response bodies", bytes;
+            "apiserver_longrunning_requests", "LISTs and watches in flight", longrunning;
+            "apiserver_registered_watchers", "Open watches per resource", watchers;
+            "apiserver_storage_objects", "Objects in the store per resource", objects;
+            "listwatch_store_object_bytes", "Serialized bytes of stored objects per resource", object_bytes;
+            "listwatch_event_log_events", "Events held in the event log per resource", events;
+            "listwatch_event_log_oldest_resource_version", "Oldest RV a watch can start from", oldest_rv;
+            "listwatch_snapshots_retained", "Retained snapshots per resource", snapshots;
+            "listwatch_watch_lag_events", "Events the slowest open watch on the resource has yet to read", watch_lag;
+            "listwatch_source_values_skipped", "Stored values the source could not read (KMS-encrypted, no key, malformed) and skipped so far", skipped;
+            "process_resident_memory_bytes", "Resident set size", rss;
+        }
         Metrics {
             registry,
             requests,

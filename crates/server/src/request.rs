@@ -96,12 +96,26 @@ pub enum RequestKind {
     },
     /// Not served here: the error it is answered with (the gateway passes these on).
     Refused(ApiError),
+    /// Not served here, for the configured [`crate::PassThrough`]: head and body intact.
+    PassThrough(Request<RequestBody>),
 }
 
 impl ApiRequest {
-    /// Parses `req`, whose path `routes::route` already decoded into `route`.
-    pub fn parse(req: Request<RequestBody>, route: Route) -> ApiRequest {
+    /// Parses `req`, whose path `routes::route` already decoded into `route`; with `pass`
+    /// (an upstream is configured) what is not a read or a local probe is passed on.
+    pub fn parse(req: Request<RequestBody>, route: Route, pass: bool) -> ApiRequest {
+        let passes = pass
+            && match &route {
+                Route::Resource(_) => req.method() != Method::GET,
+                Route::Discovery(p) => !p.is_local(),
+                _ => true,
+            };
         let (mut parts, body) = req.into_parts();
+        let (path, method) = (parts.uri.path().to_string(), parts.method.clone());
+        let (user, in_flight) = (
+            parts.extensions.get::<User>().cloned(),
+            parts.extensions.remove::<InFlight>(),
+        );
         let header = |name: header::HeaderName| {
             parts
                 .headers
@@ -120,10 +134,11 @@ impl ApiRequest {
             .map(media_ranges);
         let mut verb = Verb::Other;
         let kind = match route {
+            _ if passes => RequestKind::PassThrough(Request::from_parts(parts, body)),
             Route::Resource(target) => {
                 let object = target.name.is_some();
                 let watch = target.legacy_watch || params.watch;
-                verb = Verb::of(parts.method.as_str(), object, watch);
+                verb = Verb::of(method.as_str(), object, watch);
                 resource_kind(
                     target,
                     verb,
@@ -134,19 +149,19 @@ impl ApiRequest {
                     body,
                 )
             }
-            Route::Discovery(DiscoveryPath::OpenApi) if parts.method == Method::GET => {
+            Route::Discovery(DiscoveryPath::OpenApi) if method == Method::GET => {
                 RequestKind::OpenApi {
                     headers: parts.headers.clone(),
                 }
             }
-            Route::Discovery(path) if parts.method == Method::GET => RequestKind::Discovery {
-                path,
+            Route::Discovery(p) if method == Method::GET => RequestKind::Discovery {
+                path: p,
                 accept: accept.clone(),
             },
             Route::Discovery(_) => RequestKind::Refused(ApiError::MethodNotAllowed),
             Route::Invalid(why) => RequestKind::Refused(ApiError::BadRequest(why)),
-            Route::NotFound => match ReviewKind::from_path(parts.uri.path()) {
-                Some(kind) if parts.method == Method::POST => RequestKind::AccessReview {
+            Route::NotFound => match ReviewKind::from_path(&path) {
+                Some(kind) if method == Method::POST => RequestKind::AccessReview {
                     kind,
                     content_type,
                     body,
@@ -156,14 +171,14 @@ impl ApiRequest {
         };
         let error_encoding = error_encoding(ranges.as_deref());
         let head = RequestHead {
-            path: parts.uri.path().to_string(),
+            path,
             query,
             verb,
             error_encoding,
-            user: parts.extensions.get::<User>().cloned(),
-            in_flight: parts.extensions.remove::<InFlight>(),
+            user,
+            in_flight,
             params,
-            method: parts.method,
+            method,
         };
         ApiRequest { head, kind }
     }

@@ -51,6 +51,13 @@ pub enum DiscoveryPath {
     OpenApi,
 }
 
+impl DiscoveryPath {
+    /// Probes and metrics: this process's own, never passed on to an upstream.
+    pub fn is_local(&self) -> bool {
+        matches!(self, Self::Health | Self::Ready | Self::Metrics)
+    }
+}
+
 /// Why a path segment (namespace or name) cannot name anything, as kube-apiserver's
 /// `ValidatePathSegmentName` words it — checked after percent-decoding, as Go's server
 /// decodes paths (`%2e%2e` is `..`).

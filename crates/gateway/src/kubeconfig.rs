@@ -1,0 +1,133 @@
+//! The few kubeconfig fields the gateway needs: the current context's server, the CA its
+//! serving certificate is verified against, and listwatch's own credential (client
+//! certificate or bearer token), inline (`*-data`) or as files (relative to the kubeconfig).
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use serde::Deserialize;
+
+use crate::GatewayError;
+
+/// What a kubeconfig says about reaching one cluster as one user.
+#[derive(Clone, Debug, Default)]
+pub struct Kubeconfig {
+    /// `clusters[].cluster.server`.
+    pub server: Option<String>,
+    /// The CA bundle (PEM).
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate and key (PEM).
+    pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    /// Bearer token (`token` or the contents of `tokenFile`).
+    pub token: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct File {
+    #[serde(rename = "current-context", default)]
+    current_context: String,
+    #[serde(default)]
+    contexts: Vec<Named<Context>>,
+    #[serde(default)]
+    clusters: Vec<Named<Cluster>>,
+    #[serde(default)]
+    users: Vec<Named<UserEntry>>,
+}
+
+#[derive(Deserialize)]
+struct Named<T> {
+    name: String,
+    #[serde(alias = "context", alias = "cluster", alias = "user")]
+    value: T,
+}
+
+#[derive(Deserialize)]
+struct Context {
+    cluster: String,
+    #[serde(default)]
+    user: String,
+}
+
+#[derive(Deserialize)]
+struct Cluster {
+    server: Option<String>,
+    #[serde(rename = "certificate-authority")]
+    ca_file: Option<PathBuf>,
+    #[serde(rename = "certificate-authority-data")]
+    ca_data: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct UserEntry {
+    #[serde(rename = "client-certificate")]
+    cert_file: Option<PathBuf>,
+    #[serde(rename = "client-certificate-data")]
+    cert_data: Option<String>,
+    #[serde(rename = "client-key")]
+    key_file: Option<PathBuf>,
+    #[serde(rename = "client-key-data")]
+    key_data: Option<String>,
+    token: Option<String>,
+    #[serde(rename = "tokenFile")]
+    token_file: Option<PathBuf>,
+}
+
+impl Kubeconfig {
+    /// Reads `path`'s current context (the first context when none is current).
+    pub fn from_file(path: &Path) -> Result<Kubeconfig, GatewayError> {
+        let bad = |why: String| GatewayError::Config(format!("{}: {why}", path.display()));
+        let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+        let file: File = serde_yaml::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let context = file
+            .contexts
+            .iter()
+            .find(|c| c.name == file.current_context)
+            .or(file.contexts.first())
+            .ok_or_else(|| bad("no context".into()))?;
+        let cluster = file
+            .clusters
+            .iter()
+            .find(|c| c.name == context.value.cluster)
+            .ok_or_else(|| bad(format!("no cluster {:?}", context.value.cluster)))?;
+        let default = UserEntry::default();
+        let user = file
+            .users
+            .iter()
+            .find(|u| u.name == context.value.user)
+            .map_or(&default, |u| &u.value);
+        let material = |data: &Option<String>, file: &Option<PathBuf>, what: &str| {
+            if let Some(d) = data {
+                return base64::engine::general_purpose::STANDARD
+                    .decode(d.trim())
+                    .map(Some)
+                    .map_err(|e| bad(format!("{what}-data: {e}")));
+            }
+            file.as_ref()
+                .map(|f| {
+                    std::fs::read(dir.join(f))
+                        .map_err(|e| bad(format!("{what} {}: {e}", f.display())))
+                })
+                .transpose()
+        };
+        let c = &cluster.value;
+        let cert = material(&user.cert_data, &user.cert_file, "client-certificate")?;
+        let key = material(&user.key_data, &user.key_file, "client-key")?;
+        let token = match (&user.token, &user.token_file) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(f)) => Some(
+                std::fs::read_to_string(dir.join(f))
+                    .map_err(|e| bad(format!("tokenFile {}: {e}", f.display())))?
+                    .trim()
+                    .to_string(),
+            ),
+            (None, None) => None,
+        };
+        Ok(Kubeconfig {
+            server: c.server.clone(),
+            ca_pem: material(&c.ca_data, &c.ca_file, "certificate-authority")?,
+            client_cert: cert.zip(key),
+            token,
+        })
+    }
+}

@@ -1,0 +1,532 @@
+//! listwatch-gateway: everything listwatch does not serve itself — writes, subresources
+//! (`log` streamed, `exec`/`attach`/`portforward` over HTTP/1.1 Upgrade), aggregated APIs,
+//! discovery, `/openapi`, `/version`, unknown paths — goes on to an upstream apiserver.
+//!
+//! Bodies stream both ways (nothing is buffered whole); connections come from a bounded
+//! pool; the upstream's silence or absence is a 504 or 503 `Status`, never a hang. The
+//! client's identity crosses the hop in one of three ways ([`Identity`]); identity headers
+//! the client sent itself (`X-Remote-*`, and `Impersonate-*` unless the token is forwarded)
+//! never reach the upstream.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, header};
+use http_body::{Body, Frame};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use listwatch_auth::User;
+use listwatch_core::ApiError;
+use listwatch_server::body::ResponseBody;
+use listwatch_server::{PassThrough, RequestBody};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::sync::Semaphore;
+
+mod kubeconfig;
+pub use kubeconfig::Kubeconfig;
+
+/// Why the gateway cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// A flag or file is wrong.
+    #[error("{0}")]
+    Config(String),
+    /// The TLS material is unusable.
+    #[error("TLS: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+/// How the client's identity is carried to the upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// `X-Remote-User`/`X-Remote-Group` over a client certificate the upstream trusts as
+    /// a front proxy (its `--requestheader-client-ca-file`).
+    FrontProxy,
+    /// `Impersonate-User`/`Impersonate-Group` with listwatch's own credential, which the
+    /// upstream must allow to `impersonate` users and groups.
+    Impersonate,
+    /// The client's own `Authorization` header as it came (and its `Impersonate-*`, which
+    /// the upstream then checks against that credential); listwatch adds nothing.
+    Forward,
+}
+
+/// How to reach the upstream and carry identities there.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// The upstream's base URL (`https://host:6443`).
+    pub upstream: String,
+    /// CA bundle (PEM) the upstream's serving certificate is verified against (https).
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate and key (PEM) presented to the upstream: the front-proxy
+    /// certificate, or listwatch's own from its kubeconfig.
+    pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    /// listwatch's own bearer token (with [`Identity::Impersonate`]).
+    pub token: Option<String>,
+    /// How identities cross the hop.
+    pub identity: Identity,
+    /// Connecting (TCP and TLS) gives up after this: 503.
+    pub connect_timeout: Duration,
+    /// The upstream's response head must arrive within this: 504 (bodies then stream
+    /// for as long as they last: watches, `logs -f`).
+    pub response_timeout: Duration,
+    /// Requests in flight to the upstream at once, streams and upgraded connections
+    /// included: 429 beyond.
+    pub max_in_flight: usize,
+    /// Idle connections kept per upstream host.
+    pub max_idle: usize,
+}
+
+impl GatewayConfig {
+    /// Defaults for `upstream` with `identity`.
+    pub fn new(upstream: impl Into<String>, identity: Identity) -> Self {
+        GatewayConfig {
+            upstream: upstream.into(),
+            ca_pem: None,
+            client_cert: None,
+            token: None,
+            identity,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(60),
+            max_in_flight: 2048,
+            max_idle: 64,
+        }
+    }
+}
+
+/// Counters of what was passed through (rendered by [`Gateway::metrics_text`]).
+#[derive(Default)]
+struct Counters {
+    passed: AtomicU64,
+    refused: AtomicU64,
+    errors: AtomicU64,
+    open_streams: AtomicI64,
+    latency_micros: AtomicU64,
+}
+
+/// The pass-through to one upstream.
+pub struct Gateway {
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, RequestBody>,
+    base: Uri,
+    identity: Identity,
+    token: Option<HeaderValue>,
+    response_timeout: Duration,
+    slots: Arc<Semaphore>,
+    counters: Arc<Counters>,
+}
+
+impl Gateway {
+    /// A gateway as `config` says; fails on a bad URL or unusable TLS material.
+    pub fn new(config: GatewayConfig) -> Result<Arc<Gateway>, GatewayError> {
+        let base: Uri = config
+            .upstream
+            .parse()
+            .map_err(|e| GatewayError::Config(format!("--upstream {}: {e}", config.upstream)))?;
+        if base.authority().is_none() || !matches!(base.scheme_str(), Some("http" | "https")) {
+            return Err(GatewayError::Config(format!(
+                "--upstream {}: expected http(s)://host:port",
+                config.upstream
+            )));
+        }
+        if config.identity == Identity::FrontProxy && config.client_cert.is_none() {
+            return Err(GatewayError::Config(
+                "front-proxy identity needs --proxy-client-cert-file and --proxy-client-key-file"
+                    .into(),
+            ));
+        }
+        let tls = tls_config(&config)?;
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(config.connect_timeout));
+        http.set_nodelay(true);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(config.max_idle)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        let token = match &config.token {
+            Some(t) => Some(
+                HeaderValue::try_from(format!("Bearer {t}"))
+                    .map_err(|_| GatewayError::Config("token is not a header value".into()))?,
+            ),
+            None => None,
+        };
+        Ok(Arc::new(Gateway {
+            client,
+            base,
+            identity: config.identity,
+            token,
+            response_timeout: config.response_timeout,
+            slots: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
+            counters: Arc::default(),
+        }))
+    }
+
+    /// The upstream's base URL.
+    pub fn upstream(&self) -> &Uri {
+        &self.base
+    }
+
+    /// Forwards one request, or says why not as a `Status`.
+    async fn pass(
+        self: Arc<Self>,
+        req: Request<RequestBody>,
+        user: Option<User>,
+    ) -> Result<Response<ResponseBody>, ApiError> {
+        let permit = self.slots.clone().try_acquire_owned().map_err(|_| {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            ApiError::TooManyRequests("too many requests in flight to the upstream".into())
+        })?;
+        let (mut parts, body) = req.into_parts();
+        let upgrade = is_upgrade(&parts.headers);
+        // The client's half of an upgraded connection, taken before the head is rewritten.
+        let client_side = upgrade
+            .then(|| parts.extensions.remove::<hyper::upgrade::OnUpgrade>())
+            .flatten();
+        self.rewrite(&mut parts, user)?;
+        let start = Instant::now();
+        let sent = tokio::time::timeout(
+            self.response_timeout,
+            self.client.request(Request::from_parts(parts, body)),
+        )
+        .await;
+        let counters = &self.counters;
+        counters
+            .latency_micros
+            .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+        let mut resp = match sent {
+            Err(_) => {
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                return Err(ApiError::Timeout(format!(
+                    "the upstream {} did not answer within {:?}",
+                    self.base, self.response_timeout
+                )));
+            }
+            Ok(Err(e)) => {
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(upstream = %self.base, error = ?e, "upstream request failed");
+                return Err(ApiError::Unavailable(format!(
+                    "the upstream {} is unavailable: {}",
+                    self.base,
+                    if e.is_connect() {
+                        "cannot connect"
+                    } else {
+                        "request failed"
+                    }
+                )));
+            }
+            Ok(Ok(r)) => r,
+        };
+        counters.passed.fetch_add(1, Ordering::Relaxed);
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let Some(client_side) = client_side else {
+                return Err(ApiError::Internal(
+                    "upstream switched protocols unasked".into(),
+                ));
+            };
+            let upstream_side = hyper::upgrade::on(&mut resp);
+            let counters = self.counters.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let _open = Open::new(&counters);
+                match futures::try_join!(client_side, upstream_side) {
+                    Ok((c, u)) => {
+                        let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
+                        if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
+                            tracing::debug!(error = %e, "upgraded connection ended");
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "upgrade failed"),
+                }
+            });
+            let (mut parts, _) = resp.into_parts();
+            strip_hop_by_hop(&mut parts.headers, true);
+            return Ok(Response::from_parts(
+                parts,
+                listwatch_server::body::full(Bytes::new()),
+            ));
+        }
+        let (mut parts, body) = resp.into_parts();
+        strip_hop_by_hop(&mut parts.headers, false);
+        let body = Relay {
+            inner: body,
+            _permit: permit,
+            _open: Open::new(&self.counters),
+        };
+        Ok(Response::from_parts(
+            parts,
+            http_body_util::BodyExt::boxed(body),
+        ))
+    }
+
+    /// Points the request at the upstream and puts the identity on it: identity headers
+    /// the client sent are removed (or refused) first.
+    fn rewrite(
+        &self,
+        parts: &mut http::request::Parts,
+        user: Option<User>,
+    ) -> Result<(), ApiError> {
+        let h = &mut parts.headers;
+        let impersonating = h.keys().any(|k| k.as_str().starts_with("impersonate-"));
+        if impersonating && self.identity != Identity::Forward {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::ServerResponse {
+                code: 403,
+                message: "impersonation is not allowed through this listwatch gateway".into(),
+            });
+        }
+        let forged: Vec<HeaderName> = h
+            .keys()
+            .filter(|k| k.as_str().starts_with("x-remote-"))
+            .cloned()
+            .collect();
+        for k in forged {
+            h.remove(k);
+        }
+        strip_hop_by_hop(h, is_upgrade(h));
+        h.remove(header::HOST);
+        // No authenticator ran: the client is anonymous here, and stays so upstream.
+        let user = user.unwrap_or_else(User::anonymous);
+        match self.identity {
+            Identity::Forward => {}
+            Identity::FrontProxy => {
+                h.remove(header::AUTHORIZATION);
+                put_identity(h, "x-remote-user", "x-remote-group", &user)?;
+            }
+            Identity::Impersonate => {
+                h.remove(header::AUTHORIZATION);
+                if let Some(t) = &self.token {
+                    h.insert(header::AUTHORIZATION, t.clone());
+                }
+                put_identity(h, "impersonate-user", "impersonate-group", &user)?;
+            }
+        }
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let base = self.base.path().trim_end_matches('/');
+        let mut uri = Uri::builder().path_and_query(format!("{base}{path}"));
+        if let (Some(s), Some(a)) = (self.base.scheme(), self.base.authority()) {
+            uri = uri.scheme(s.clone()).authority(a.clone());
+        }
+        parts.uri = uri
+            .build()
+            .map_err(|e| ApiError::BadRequest(format!("invalid path: {e}")))?;
+        // The upstream connection is HTTP/1.1 whatever the client spoke.
+        parts.version = http::Version::HTTP_11;
+        Ok(())
+    }
+}
+
+impl PassThrough for Gateway {
+    /// Requests passed on and refused here, upstream errors and latency, streams and
+    /// upgraded connections open.
+    fn metrics_text(&self) -> String {
+        let c = &self.counters;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let passed = n(&c.passed);
+        format!(
+            "# HELP listwatch_gateway_requests Requests not served here: passed to the upstream or refused by the gateway.\n\
+             # TYPE listwatch_gateway_requests counter\n\
+             listwatch_gateway_requests_total{{route=\"passed\"}} {passed}\n\
+             listwatch_gateway_requests_total{{route=\"refused\"}} {}\n\
+             # HELP listwatch_gateway_upstream_errors Passed-through requests the upstream did not answer (503, 504).\n\
+             # TYPE listwatch_gateway_upstream_errors counter\n\
+             listwatch_gateway_upstream_errors_total {}\n\
+             # HELP listwatch_gateway_upstream_latency_seconds Time to the upstream's response head.\n\
+             # TYPE listwatch_gateway_upstream_latency_seconds summary\n\
+             listwatch_gateway_upstream_latency_seconds_sum {}\n\
+             listwatch_gateway_upstream_latency_seconds_count {}\n\
+             # HELP listwatch_gateway_open_streams Passed-through responses and upgraded connections open.\n\
+             # TYPE listwatch_gateway_open_streams gauge\n\
+             listwatch_gateway_open_streams {}\n",
+            n(&c.refused),
+            n(&c.errors),
+            n(&c.latency_micros) as f64 / 1e6,
+            passed + n(&c.errors),
+            c.open_streams.load(Ordering::Relaxed),
+        )
+    }
+
+    fn forward(
+        &self,
+        req: Request<RequestBody>,
+        user: Option<User>,
+    ) -> BoxFuture<'static, Response<ResponseBody>> {
+        let this = Arc::new(self.clone_handle());
+        Box::pin(async move {
+            this.pass(req, user).await.unwrap_or_else(|e| {
+                listwatch_server::response::error(&e, listwatch_codec::Encoding::Json)
+            })
+        })
+    }
+}
+
+impl Gateway {
+    /// A handle sharing this gateway's pool, slots and counters.
+    fn clone_handle(&self) -> Gateway {
+        Gateway {
+            client: self.client.clone(),
+            base: self.base.clone(),
+            identity: self.identity,
+            token: self.token.clone(),
+            response_timeout: self.response_timeout,
+            slots: self.slots.clone(),
+            counters: self.counters.clone(),
+        }
+    }
+}
+
+/// Sets the user and group headers (names `user_h`, `group_h`) to `user`'s.
+fn put_identity(
+    h: &mut HeaderMap,
+    user_h: &'static str,
+    group_h: &'static str,
+    user: &User,
+) -> Result<(), ApiError> {
+    let value = |s: &str| {
+        HeaderValue::from_str(s)
+            .map_err(|_| ApiError::BadRequest("user name is not a header value".into()))
+    };
+    h.insert(user_h, value(&user.name)?);
+    for g in &user.groups {
+        h.append(group_h, value(g)?);
+    }
+    Ok(())
+}
+
+/// Whether the request or response asks to switch protocols (SPDY, WebSocket).
+fn is_upgrade(h: &HeaderMap) -> bool {
+    h.contains_key(header::UPGRADE)
+        && h.get_all(header::CONNECTION).iter().any(|v| {
+            v.to_str().is_ok_and(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+        })
+}
+
+/// Removes the headers that belong to one hop (RFC 9110 §7.6.1), keeping `Connection:
+/// Upgrade` and `Upgrade` when the protocol switch is to cross the hop.
+fn strip_hop_by_hop(h: &mut HeaderMap, upgrade: bool) {
+    // Headers `Connection` names are hop-by-hop too.
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .filter(|n| !(upgrade && *n == header::UPGRADE))
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in [
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+    ] {
+        h.remove(n);
+    }
+    if upgrade {
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    } else {
+        h.remove(header::CONNECTION);
+        h.remove(header::UPGRADE);
+    }
+}
+
+/// The rustls client configuration: the CA to verify the upstream against, the client
+/// certificate to present.
+fn tls_config(config: &GatewayConfig) -> Result<rustls::ClientConfig, GatewayError> {
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(ca) = &config.ca_pem {
+        for c in CertificateDer::pem_slice_iter(ca) {
+            let c = c.map_err(|e| GatewayError::Config(format!("CA bundle: {e}")))?;
+            roots.add(c)?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    // ALPN is hyper-rustls's: HTTP/1.1 only, as protocol upgrades (exec, attach,
+    // port-forward) need it.
+    let tls = match &config.client_cert {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| GatewayError::Config(format!("client certificate: {e}")))?;
+            let key = PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| GatewayError::Config(format!("client key: {e}")))?;
+            builder.with_client_auth_cert(chain, key)?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(tls)
+}
+
+/// Counts a stream or upgraded connection as open while it lives.
+struct Open(Arc<Counters>);
+
+impl Open {
+    fn new(c: &Arc<Counters>) -> Open {
+        c.open_streams.fetch_add(1, Ordering::Relaxed);
+        Open(c.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open_streams.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The upstream's response body relayed chunk by chunk, holding its in-flight slot until
+/// it ends.
+struct Relay {
+    inner: hyper::body::Incoming,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _open: Open,
+}
+
+impl Body for Relay {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        use std::task::Poll;
+        match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) => Poll::Ready(Some(Ok(f))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Err(e))) => {
+                // The response type cannot carry an error: end it. With a Content-Length
+                // the client sees it short; chunked, it is cut (see docs/gateway.md).
+                tracing::warn!(error = %e, "upstream response body failed");
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,553 @@
+//! The gateway against a recording upstream (a small hyper server): identity headers the
+//! client forges never reach it, refused clients never reach it, anonymous stays anonymous,
+//! bodies stream, protocol upgrades (exec) cross the hop, and a missing upstream is a 503.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response};
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use listwatch_auth::authn::Authenticator;
+use listwatch_gateway::{Gateway, GatewayConfig, Identity};
+use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+type Seen = Arc<Mutex<Vec<(String, HeaderMap)>>>;
+type UpBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
+
+/// The recording upstream: answers `…/log` with three chunks 50 ms apart, an Upgrade with
+/// 101 and an echo, anything else with a small JSON body; records every request's path and
+/// headers.
+async fn upstream() -> (SocketAddr, Seen) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let record = record.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                    record
+                        .lock()
+                        .expect("lock")
+                        .push((req.uri().to_string(), req.headers().clone()));
+                    async move {
+                        let path = req.uri().path().to_string();
+                        let resp: Response<UpBody> = if req.headers().contains_key("upgrade") {
+                            let on = hyper::upgrade::on(&mut req);
+                            tokio::spawn(async move {
+                                if let Ok(up) = on.await {
+                                    let mut io = TokioIo::new(up);
+                                    let mut buf = [0u8; 64];
+                                    while let Ok(n) = io.read(&mut buf).await {
+                                        if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                                            break;
+                                        }
+                                    }
+                                }
+                            });
+                            Response::builder()
+                                .status(101)
+                                .header("connection", "Upgrade")
+                                .header("upgrade", "SPDY/3.1")
+                                .body(Empty::new().boxed())
+                                .expect("response")
+                        } else if path.ends_with("/log") {
+                            let lines = futures::stream::unfold(0, |i| async move {
+                                if i == 3 {
+                                    return None;
+                                }
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                let f = Frame::data(Bytes::from(format!("line {i}\n")));
+                                Some((Ok::<_, std::convert::Infallible>(f), i + 1))
+                            });
+                            Response::new(StreamBody::new(lines).boxed())
+                        } else {
+                            let body = req.into_body().collect().await.expect("body").to_bytes();
+                            Response::builder()
+                                .header("content-type", "application/json")
+                                .body(Full::new(body).boxed())
+                                .expect("response")
+                        };
+                        Ok::<_, std::convert::Infallible>(resp)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// A front-proxy certificate the gateway presents (any will do over plain http).
+fn proxy_cert() -> (Vec<u8>, Vec<u8>) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "front-proxy-client");
+    let cert = params.self_signed(&key).expect("cert");
+    (cert.pem().into_bytes(), key.serialize_pem().into_bytes())
+}
+
+/// listwatch (embedded store, tokens `alice-token` for alice in `dev`) passing through to
+/// `upstream` with `identity`; `anonymous` lets credential-less requests in.
+async fn gateway(upstream: SocketAddr, identity: Identity, anonymous: bool) -> SocketAddr {
+    gateway_with(
+        GatewayConfig::new(format!("http://{upstream}"), identity),
+        anonymous,
+    )
+    .await
+}
+
+async fn gateway_with(mut config: GatewayConfig, anonymous: bool) -> SocketAddr {
+    config.token = Some("listwatch-own-token".into());
+    if config.identity == Identity::FrontProxy {
+        config.client_cert = Some(proxy_cert());
+    }
+    let dir = std::env::temp_dir().join(format!("lw-gw-{}-{}", std::process::id(), rand_id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let tokens = dir.join("tokens.csv");
+    std::fs::write(&tokens, "alice-token,alice,1,\"dev\"\n").expect("tokens");
+    let authn = Authenticator::from_token_file(&tokens, anonymous).expect("authn");
+    let app = front(config);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let options = ServeOptions {
+        authenticator: Some(Arc::new(authn)),
+        ..ServeOptions::default()
+    };
+    tokio::spawn(serve_with(app, listener, options, std::future::pending()));
+    addr
+}
+
+/// listwatch on an empty embedded store, passing what it does not serve as `config` says.
+fn front(config: GatewayConfig) -> Arc<App> {
+    let registry = listwatch_sources::Registry::new(
+        listwatch_core::builtin_resources(),
+        1,
+        &Default::default(),
+    );
+    let app = App::embedded(
+        listwatch_sources::EmbeddedSource::new(registry),
+        ServerConfig::default(),
+    );
+    app.set_pass_through(Gateway::new(config).expect("gateway"));
+    app
+}
+
+fn rand_id() -> u64 {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sends `method path` with `headers` to `addr`; status and body.
+async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let mut req = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = client
+        .request(
+            req.body(Full::new(Bytes::from_static(b"{\"kind\":\"ConfigMap\"}")))
+                .expect("req"),
+        )
+        .await
+        .expect("response");
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn all(h: &HeaderMap, name: &str) -> Vec<String> {
+    h.get_all(name)
+        .iter()
+        .map(|v| v.to_str().expect("text").to_string())
+        .collect()
+}
+
+const FORGED: &[(&str, &str)] = &[
+    ("authorization", "Bearer alice-token"),
+    ("x-remote-user", "admin"),
+    ("x-remote-group", "system:masters"),
+    ("x-remote-extra-scopes", "all"),
+    ("X-Remote-Uid", "0"),
+];
+
+#[tokio::test]
+async fn forged_front_proxy_headers_never_reach_the_upstream() {
+    let (up, seen) = upstream().await;
+    let gw = gateway(up, Identity::FrontProxy, false).await;
+    let (status, body) = send(gw, "POST", "/api/v1/namespaces/dev/configmaps", FORGED).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, "{\"kind\":\"ConfigMap\"}", "the body crossed the hop");
+    let seen = seen.lock().expect("lock");
+    let (uri, h) = &seen[0];
+    assert_eq!(uri, "/api/v1/namespaces/dev/configmaps");
+    assert_eq!(all(h, "x-remote-user"), ["alice"]);
+    assert_eq!(all(h, "x-remote-group"), ["dev", "system:authenticated"]);
+    assert!(h.get("x-remote-extra-scopes").is_none() && h.get("x-remote-uid").is_none());
+    assert!(
+        h.get("authorization").is_none(),
+        "the client's token stays here"
+    );
+}
+
+#[tokio::test]
+async fn impersonation_by_the_client_is_refused_before_the_upstream() {
+    let (up, seen) = upstream().await;
+    for identity in [Identity::FrontProxy, Identity::Impersonate] {
+        let gw = gateway(up, identity, false).await;
+        let headers = [
+            ("authorization", "Bearer alice-token"),
+            ("impersonate-user", "admin"),
+        ];
+        let (status, body) = send(gw, "DELETE", "/api/v1/namespaces/dev/pods/p", &headers).await;
+        assert_eq!(status, 403, "{body}");
+        assert!(body.contains("impersonation"), "{body}");
+        let headers = [
+            ("authorization", "Bearer alice-token"),
+            ("Impersonate-Group", "system:masters"),
+        ];
+        let (status, _) = send(gw, "GET", "/version", &headers).await;
+        assert_eq!(status, 403);
+        let (_, metrics) = send(gw, "GET", "/metrics", &headers[..1]).await;
+        assert!(
+            metrics.contains("listwatch_gateway_requests_total{route=\"refused\"} 2\n"),
+            "{metrics}"
+        );
+        assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+    }
+    assert!(
+        seen.lock().expect("lock").is_empty(),
+        "nothing reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn impersonate_mode_names_the_user_with_listwatch_s_own_credential() {
+    let (up, seen) = upstream().await;
+    let gw = gateway(up, Identity::Impersonate, false).await;
+    let (status, _) = send(gw, "POST", "/api/v1/namespaces/dev/configmaps", FORGED).await;
+    assert_eq!(status, 200);
+    let seen = seen.lock().expect("lock");
+    let h = &seen[0].1;
+    assert_eq!(all(h, "authorization"), ["Bearer listwatch-own-token"]);
+    assert_eq!(all(h, "impersonate-user"), ["alice"]);
+    assert_eq!(all(h, "impersonate-group"), ["dev", "system:authenticated"]);
+    assert!(h.keys().all(|k| !k.as_str().starts_with("x-remote-")));
+}
+
+#[tokio::test]
+async fn unauthenticated_clients_never_reach_the_upstream() {
+    let (up, seen) = upstream().await;
+    let gw = gateway(up, Identity::FrontProxy, false).await;
+    // An unknown token, and no credential with anonymous off: 401 here.
+    let (status, _) = send(
+        gw,
+        "POST",
+        "/api/v1/namespaces/dev/configmaps",
+        &[("authorization", "Bearer forged")],
+    )
+    .await;
+    assert_eq!(status, 401);
+    let (status, _) = send(
+        gw,
+        "GET",
+        "/apis/metrics.k8s.io/v1beta1/pods",
+        &[("x-remote-user", "admin")],
+    )
+    .await;
+    assert_eq!(status, 401);
+    assert!(seen.lock().expect("lock").is_empty());
+}
+
+#[tokio::test]
+async fn anonymous_clients_stay_anonymous_upstream() {
+    let (up, seen) = upstream().await;
+    for identity in [Identity::FrontProxy, Identity::Impersonate] {
+        let gw = gateway(up, identity, true).await;
+        let (status, _) = send(
+            gw,
+            "GET",
+            "/apis/metrics.k8s.io/v1beta1/pods",
+            &[("x-remote-user", "admin")],
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    let seen = seen.lock().expect("lock");
+    let (front, imp) = (&seen[0].1, &seen[1].1);
+    assert_eq!(all(front, "x-remote-user"), ["system:anonymous"]);
+    assert_eq!(all(front, "x-remote-group"), ["system:unauthenticated"]);
+    assert_eq!(all(imp, "impersonate-user"), ["system:anonymous"]);
+    assert_eq!(all(imp, "impersonate-group"), ["system:unauthenticated"]);
+    assert!(imp.get("x-remote-user").is_none());
+}
+
+#[tokio::test]
+async fn forward_mode_passes_the_client_s_credential_as_it_came() {
+    let (up, seen) = upstream().await;
+    let gw = gateway(up, Identity::Forward, false).await;
+    let headers = [
+        ("authorization", "Bearer alice-token"),
+        ("impersonate-user", "bob"),
+        ("x-remote-user", "admin"),
+    ];
+    let (status, _) = send(gw, "PUT", "/api/v1/namespaces/dev/configmaps/c", &headers).await;
+    assert_eq!(status, 200);
+    let seen = seen.lock().expect("lock");
+    let h = &seen[0].1;
+    assert_eq!(all(h, "authorization"), ["Bearer alice-token"]);
+    // The upstream checks this impersonation against alice's own token.
+    assert_eq!(all(h, "impersonate-user"), ["bob"]);
+    assert!(h.get("x-remote-user").is_none());
+}
+
+#[tokio::test]
+async fn reads_of_served_resources_stay_here() {
+    let (up, seen) = upstream().await;
+    let gw = gateway(up, Identity::FrontProxy, false).await;
+    let auth = [("authorization", "Bearer alice-token")];
+    let (status, body) = send(gw, "GET", "/api/v1/namespaces/dev/configmaps", &auth).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("\"kind\":\"ConfigMapList\""), "{body}");
+    let (status, _) = send(gw, "GET", "/readyz", &auth).await;
+    assert_eq!(status, 200);
+    assert!(seen.lock().expect("lock").is_empty());
+    // Subresources are not: they go on.
+    let (status, _) = send(gw, "GET", "/api/v1/namespaces/dev/pods/p/status", &auth).await;
+    assert_eq!(status, 200);
+    assert_eq!(seen.lock().expect("lock").len(), 1);
+}
+
+#[tokio::test]
+async fn logs_stream_through_chunk_by_chunk() {
+    let (up, _) = upstream().await;
+    let gw = gateway(up, Identity::FrontProxy, false).await;
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build_http::<Empty<Bytes>>();
+    let req = Request::get(format!(
+        "http://{gw}/api/v1/namespaces/dev/pods/p/log?follow=true"
+    ))
+    .header("authorization", "Bearer alice-token")
+    .body(Empty::new())
+    .expect("req");
+    let mut body = client.request(req).await.expect("response").into_body();
+    // Each line arrives as its own frame, before the upstream has written the next.
+    let mut frames = Vec::new();
+    while let Some(f) = body.frame().await {
+        if let Ok(d) = f.expect("frame").into_data() {
+            frames.push(String::from_utf8_lossy(&d).into_owned());
+        }
+    }
+    assert_eq!(frames, ["line 0\n", "line 1\n", "line 2\n"]);
+}
+
+#[tokio::test]
+async fn exec_upgrades_cross_the_hop() {
+    let (up, seen) = upstream().await;
+    let gw = gateway(up, Identity::FrontProxy, false).await;
+    let mut tcp = tokio::net::TcpStream::connect(gw).await.expect("connect");
+    tcp.write_all(
+        b"POST /api/v1/namespaces/dev/pods/p/exec?command=sh HTTP/1.1\r\nHost: x\r\n\
+          Authorization: Bearer alice-token\r\nX-Remote-User: admin\r\n\
+          Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n",
+    )
+    .await
+    .expect("write");
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        tcp.read_exact(&mut b).await.expect("head");
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("upgrade: spdy/3.1"), "{head}");
+    tcp.write_all(b"ping").await.expect("write");
+    let mut echo = [0u8; 4];
+    tcp.read_exact(&mut echo).await.expect("echo");
+    assert_eq!(&echo, b"ping");
+    let seen = seen.lock().expect("lock");
+    let h = &seen[0].1;
+    assert_eq!(all(h, "x-remote-user"), ["alice"]);
+    assert_eq!(all(h, "x-stream-protocol-version"), ["v4.channel.k8s.io"]);
+}
+
+#[tokio::test]
+async fn an_absent_upstream_is_a_503_status_not_a_hang() {
+    // A port nothing listens on.
+    let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = closed.local_addr().expect("addr");
+    drop(closed);
+    let gw = gateway(addr, Identity::FrontProxy, false).await;
+    let (status, body) = send(
+        gw,
+        "POST",
+        "/api/v1/namespaces/dev/configmaps",
+        &[("authorization", "Bearer alice-token")],
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("\"kind\":\"Status\"") && body.contains("unavailable"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_silent_upstream_is_a_504_status() {
+    // Accepts and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = silent.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let mut config = GatewayConfig::new(format!("http://{addr}"), Identity::FrontProxy);
+    config.response_timeout = Duration::from_millis(300);
+    let gw = gateway_with(config, false).await;
+    let (status, body) = send(
+        gw,
+        "GET",
+        "/version",
+        &[("authorization", "Bearer alice-token")],
+    )
+    .await;
+    assert_eq!(status, 504, "{body}");
+}
+
+/// A CA (certificate PEM and its issuer) for the client-certificate test.
+fn ca(name: &str) -> (rcgen::Certificate, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let cert = params.self_signed(&key).expect("ca");
+    (cert, rcgen::Issuer::new(params, key))
+}
+
+/// A leaf signed by `issuer`: certificate and key, PEM.
+fn leaf(
+    issuer: &rcgen::Issuer<'static, rcgen::KeyPair>,
+    sans: &[&str],
+    cn: &str,
+) -> (String, String) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+    let mut params = rcgen::CertificateParams::new(sans).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    let cert = params.signed_by(&key, issuer).expect("sign");
+    (cert.pem(), key.serialize_pem())
+}
+
+/// Sends one HTTP/1.1 request over TLS to `addr` with client certificate `client`; the
+/// response's status line, or the TLS or I/O error.
+async fn https_status(
+    addr: SocketAddr,
+    ca_pem: &str,
+    client: (String, String),
+) -> std::io::Result<String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("ca"))
+        .expect("root");
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_client_auth_cert(
+        vec![CertificateDer::from_pem_slice(client.0.as_bytes()).expect("cert")],
+        PrivateKeyDer::from_pem_slice(client.1.as_bytes()).expect("key"),
+    )
+    .expect("client auth");
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("127.0.0.1").expect("name");
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await?;
+    tls.write_all(b"POST /api/v1/namespaces/dev/configmaps HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut out = Vec::new();
+    tls.read_to_end(&mut out).await?;
+    let text = String::from_utf8_lossy(&out);
+    Ok(text.lines().next().unwrap_or_default().to_string())
+}
+
+#[tokio::test]
+async fn a_client_certificate_failing_verification_never_reaches_the_upstream() {
+    let (up, seen) = upstream().await;
+    let (ca_cert, ca_issuer) = ca("cluster-ca");
+    let (_, rogue) = ca("rogue-ca");
+    let dir = std::env::temp_dir().join(format!("lw-gw-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (server_cert, server_key) = leaf(&ca_issuer, &["127.0.0.1"], "listwatch");
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    };
+    let (cert, key, client_ca) = (
+        file("tls.crt", &server_cert),
+        file("tls.key", &server_key),
+        file("ca.crt", &ca_cert.pem()),
+    );
+    let tls = listwatch_auth::tls::tls_config(&cert, &key, Some(&client_ca)).expect("tls");
+    let mut config = GatewayConfig::new(format!("http://{up}"), Identity::FrontProxy);
+    config.client_cert = Some(proxy_cert());
+    let app = front(config);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let options = ServeOptions {
+        tls: Some(tls),
+        authenticator: Some(Arc::new(Authenticator::certificates_only(false))),
+        ..ServeOptions::default()
+    };
+    tokio::spawn(serve_with(app, listener, options, std::future::pending()));
+    // Signed by a CA listwatch does not trust: refused (handshake or 401), never passed on.
+    let refused = https_status(addr, &ca_cert.pem(), leaf(&rogue, &[], "admin")).await;
+    assert!(
+        refused.as_ref().map_or(true, |s| s.contains(" 401 ")),
+        "{refused:?}"
+    );
+    assert!(seen.lock().expect("lock").is_empty());
+    // A verified one is passed on as its CN.
+    let ok = https_status(addr, &ca_cert.pem(), leaf(&ca_issuer, &[], "carol"))
+        .await
+        .expect("served");
+    assert!(ok.contains(" 200 "), "{ok}");
+    let seen = seen.lock().expect("lock");
+    assert_eq!(all(&seen[0].1, "x-remote-user"), ["carol"]);
+}
