@@ -326,6 +326,7 @@ impl Store {
                         object: record,
                         prev,
                         at: Instant::now(),
+                        encoded: g.log.encodings(),
                     }
                 }
                 Change::Delete { key, rv } => match items.remove(key.as_str()) {
@@ -337,6 +338,7 @@ impl Store {
                             object: prev.clone(),
                             prev: Some(prev),
                             at: Instant::now(),
+                            encoded: g.log.encodings(),
                         }
                     }
                     None => {
