@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use crate::event_log::{Event, EventLog, EventType, LogLimits};
 use crate::record::Record;
-use crate::snapshot::{RecordMap, Snapshot};
+use crate::snapshot::{FieldIndex, RecordMap, Snapshot};
 
 /// Tunables of a store.
 #[derive(Clone, Debug)]
@@ -210,7 +210,8 @@ impl Store {
         config: StoreConfig,
     ) -> Arc<Store> {
         let (items, bytes) = build_map(records);
-        let current = Snapshot::new(rv, items);
+        let index = indexed_field(&info).map(|f| FieldIndex::build(f, &items));
+        let current = Snapshot::indexed(rv, items, index);
         let inner = Inner {
             checkpoints: VecDeque::from([(Instant::now(), current.clone())]),
             current,
@@ -295,6 +296,7 @@ impl Store {
         let start_rv = g.current.rv();
         let mut batch_rv = None;
         let mut items = g.current.items().clone();
+        let mut index = g.current.index().cloned();
         let mut n = 0;
         let mut result = Ok(());
         for change in changes {
@@ -311,6 +313,12 @@ impl Store {
                 Change::Put(record) => {
                     let record = Arc::new(record);
                     let prev = items.insert(record.key().clone(), record.clone());
+                    if let Some(ix) = &mut index {
+                        if let Some(p) = &prev {
+                            ix.remove(p);
+                        }
+                        ix.insert(&record);
+                    }
                     g.object_bytes += record.bytes().len();
                     if let Some(p) = &prev {
                         g.object_bytes -= p.bytes().len();
@@ -332,6 +340,9 @@ impl Store {
                 Change::Delete { key, rv } => match items.remove(key.as_str()) {
                     Some(prev) => {
                         g.object_bytes -= prev.bytes().len();
+                        if let Some(ix) = &mut index {
+                            ix.remove(&prev);
+                        }
                         Event {
                             kind: EventType::Deleted,
                             rv,
@@ -352,7 +363,7 @@ impl Store {
             n += 1;
         }
         if let Some(rv) = batch_rv {
-            g.current = Snapshot::new(rv, items);
+            g.current = Snapshot::indexed(rv, items, index);
             g.since_checkpoint += n;
             if g.since_checkpoint >= self.config.checkpoint_every {
                 let snap = g.current.clone();
@@ -386,8 +397,9 @@ impl Store {
     /// open watch ends with 410 and clients relist, as after a kube-apiserver cache reset.
     pub fn replace(&self, rv: u64, records: impl IntoIterator<Item = impl Into<Arc<Record>>>) {
         let (items, bytes) = build_map(records);
+        let index = indexed_field(&self.info).map(|f| FieldIndex::build(f, &items));
         let mut g = self.inner.lock();
-        g.current = Snapshot::new(rv, items);
+        g.current = Snapshot::indexed(rv, items, index);
         g.object_bytes = bytes;
         g.log.reset(rv);
         g.checkpoints.clear();
@@ -440,17 +452,24 @@ impl Store {
         let events = g.log.between(rv, base.rv());
         drop(g);
         let mut items = base.items().clone();
+        let mut index = base.index().cloned();
         for e in events.iter().rev() {
+            if let Some(ix) = &mut index {
+                ix.remove(&e.object);
+            }
             match (&e.kind, &e.prev) {
                 (EventType::Added, _) | (_, None) => {
                     items.remove(e.object.key().as_ref());
                 }
                 (_, Some(prev)) => {
                     items.insert(prev.key().clone(), prev.clone());
+                    if let Some(ix) = &mut index {
+                        ix.insert(prev);
+                    }
                 }
             }
         }
-        Ok(Snapshot::new(rv, items))
+        Ok(Snapshot::indexed(rv, items, index))
     }
 
     /// Keeps `snap` for the retention window so later pages of a paged LIST (continue
@@ -547,6 +566,18 @@ impl Store {
             rv: g.current.rv(),
             snapshots: g.checkpoints.len(),
         }
+    }
+}
+
+/// The selectable field a resource's snapshots index: pods' `spec.nodeName`, which every
+/// kubelet lists and watches by.
+fn indexed_field(info: &ResourceInfo) -> Option<usize> {
+    if info.group.is_empty() && info.resource == "pods" {
+        info.field_selectors
+            .iter()
+            .position(|f| f == "spec.nodeName")
+    } else {
+        None
     }
 }
 
