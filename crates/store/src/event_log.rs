@@ -237,6 +237,11 @@ impl EventLog {
         self.base_seq + self.events.partition_point(|e| e.rv <= rv) as u64
     }
 
+    /// The sequence number of the oldest event held.
+    pub fn first_seq(&self) -> u64 {
+        self.base_seq
+    }
+
     /// Whether events from `seq` on are still held.
     pub fn holds(&self, seq: u64) -> bool {
         seq >= self.base_seq
