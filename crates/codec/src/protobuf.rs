@@ -4,7 +4,7 @@
 //! its `metadata`, in both encodings.
 
 use listwatch_core::{ApiError, ResourceInfo};
-use listwatch_protobuf::encode::{begin, end, put_bytes, varint_len, write_envelope};
+use listwatch_protobuf::encode::{begin, end, put_bytes, put_varint, varint_len, write_envelope};
 use listwatch_protobuf::{MessageId, ProtoEncoder, ProtoError, Schema};
 use listwatch_store::Record;
 use listwatch_store::record::EncodedForm;
@@ -274,7 +274,14 @@ pub fn watch_error_body(status_json: &[u8]) -> Result<Vec<u8>, ProtoError> {
 /// Appends one watch frame: the event's length (4 bytes, big-endian), then the
 /// `WatchEvent{type, object: RawExtension{raw: envelope}}` message.
 pub fn write_watch_frame(event_type: &str, envelope: &[u8], out: &mut Vec<u8>) {
-    let raw_len = 1 + varint_len(envelope.len() as u64) + envelope.len();
+    write_watch_frame_head(event_type, envelope.len(), out);
+    out.extend_from_slice(envelope);
+}
+
+/// Appends a watch frame up to its envelope of `envelope_len` bytes, which the caller
+/// sends next (shared bytes framed without a copy into a scratch buffer).
+pub fn write_watch_frame_head(event_type: &str, envelope_len: usize, out: &mut Vec<u8>) {
+    let raw_len = 1 + varint_len(envelope_len as u64) + envelope_len;
     let len = 1
         + varint_len(event_type.len() as u64)
         + event_type.len()
@@ -283,9 +290,10 @@ pub fn write_watch_frame(event_type: &str, envelope: &[u8], out: &mut Vec<u8>) {
         + raw_len;
     out.extend_from_slice(&(len as u32).to_be_bytes());
     put_bytes(out, 1, event_type.as_bytes());
-    let at = begin(out, 2);
-    put_bytes(out, 1, envelope);
-    end(out, at);
+    out.push(0x12);
+    put_varint(out, raw_len as u64);
+    out.push(0x0a);
+    put_varint(out, envelope_len as u64);
 }
 
 /// `PartialObjectMetadata`'s JSON head; the object's `metadata` and `}` follow.

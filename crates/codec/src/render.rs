@@ -10,9 +10,11 @@ use listwatch_core::json::push_go_string;
 use listwatch_core::{ApiError, QueryParams, ResourceInfo, Verb};
 use listwatch_protobuf::encode::{put_type_meta, put_varint, varint_bytes, varint_len};
 use listwatch_protobuf::{MAGIC, ProtoError};
-use listwatch_store::{EventType, Record};
+use listwatch_store::{Event, EventForm, EventType, FilteredEvent, Record};
 
-use crate::protobuf::{self as pb, META_V1, PARTIAL_HEAD, ProtoObjects, write_watch_frame};
+use crate::protobuf::{
+    self as pb, META_V1, PARTIAL_HEAD, ProtoObjects, write_watch_frame, write_watch_frame_head,
+};
 use crate::table::{IncludeObject, TableFormat};
 use crate::watch::{bookmark_object, partial_bookmark_object, write_error, write_event};
 use crate::{ChunkWriter, Encoding};
@@ -286,6 +288,53 @@ impl ObjectWriter {
                 out.put_slice(&self.frame);
             }
         }
+        Ok(())
+    }
+
+    /// One logged event `e` as a watcher's filter sees it (`v`). A protobuf form frames
+    /// the event's own encoding, made by the first watcher of that form and shared by every
+    /// other (the JSON forms are slices of the record already); Table ages at `now`.
+    pub fn logged_event(
+        &mut self,
+        out: &mut ChunkWriter,
+        e: &Event,
+        v: &FilteredEvent<'_>,
+        now: i64,
+    ) -> Result<(), ProtoError> {
+        let Style::Protobuf(p) = &mut self.style else {
+            return self.event(out, v.kind, v.object, v.stamp_rv, now);
+        };
+        let form = if p.metadata_only() {
+            EventForm::ProtobufMetadata
+        } else {
+            EventForm::Protobuf
+        };
+        // A view stamps only the previous object, and only with the event's RV: one
+        // encoding per (form, stamped) serves every watcher.
+        let scratch = &mut self.scratch;
+        let mut failed = None;
+        let envelope = e
+            .encoded
+            .get_or_encode(form, v.stamp_rv.is_some(), || {
+                scratch.clear();
+                match p.write_envelope(v.object, v.stamp_rv, scratch) {
+                    // Copied out at its exact size: the log holds it for the window.
+                    Ok(()) => Some(Bytes::copy_from_slice(scratch)),
+                    Err(err) => {
+                        failed = Some(err);
+                        None
+                    }
+                }
+            })
+            .ok_or_else(|| {
+                failed.unwrap_or(ProtoError::Malformed(
+                    "the event's object cannot be encoded",
+                ))
+            })?;
+        self.frame.clear();
+        write_watch_frame_head(v.kind.as_str(), envelope.len(), &mut self.frame);
+        out.put_slice(&self.frame);
+        out.put_bytes(envelope);
         Ok(())
     }
 

@@ -269,13 +269,7 @@ impl WatchEncoder {
                     let mut ok = true;
                     while let Some(e) = self.pending.pop_front() {
                         if let Some(v) = self.filter.view(&e) {
-                            ok = encoded(self.writer.event(
-                                &mut self.out,
-                                v.kind,
-                                v.object,
-                                v.stamp_rv,
-                                wall,
-                            ));
+                            ok = encoded(self.writer.logged_event(&mut self.out, &e, &v, wall));
                         }
                         if !ok || self.out.is_full() {
                             break;

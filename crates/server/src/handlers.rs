@@ -233,7 +233,7 @@ async fn watch(
     let (cursor, initial_reader, initial_rv) = if opts.wants_initial_events() {
         let snap = ctx.read_snapshot(&store, &opts).await?;
         let rv = snap.rv();
-        let cursor = store.watch_from(rv)?;
+        let cursor = store.watch_matching(rv, &filter)?;
         let reader = SnapshotReader::new(snap, filter.clone(), None, None);
         (cursor, Some(reader), rv)
     } else {
@@ -242,7 +242,7 @@ async fn watch(
             ResourceVersion::Any => store.rv(),
             ResourceVersion::Unset => ctx.consistent_snapshot(&store).await?.rv(),
         };
-        match store.watch_from(from) {
+        match store.watch_matching(from, &filter) {
             Ok(c) => (c, None, from),
             // kube-apiserver answers 200 and a single ERROR event for a too-old RV.
             Err(e) => {

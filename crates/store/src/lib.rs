@@ -13,8 +13,8 @@ pub mod record;
 pub mod snapshot;
 pub mod store;
 
-pub use event_log::{Event, EventLog, EventType, LogLimits};
+pub use event_log::{EncodedEvent, Event, EventForm, EventLog, EventType, LogLimits};
 pub use reader::SnapshotReader;
 pub use record::{IngestError, Record};
-pub use snapshot::{Filter, FilteredEvent, RecordMap, Snapshot};
+pub use snapshot::{FieldIndex, Filter, FilteredEvent, RecordMap, Snapshot};
 pub use store::{Change, Store, StoreConfig, StoreError, StoreStats, WatchCursor};

@@ -62,7 +62,16 @@ impl SnapshotReader {
         let mut full = false;
         {
             let (key, exclusive) = (&self.at.0, self.at.1);
-            let mut iter = self.snap.range(key, exclusive, self.filter.prefix());
+            // A selector on the indexed field walks that value's records only (the
+            // kubelet's `spec.nodeName=` LIST reads its node's pods, not the collection).
+            let by_index = self.snap.index().and_then(|ix| {
+                let value = self.filter.field_equals(ix.field())?;
+                self.snap.range_by_field(ix.field(), value, key, exclusive)
+            });
+            let mut iter = match by_index {
+                Some(it) => Either::Index(it),
+                None => Either::Keys(self.snap.range(key, exclusive, self.filter.prefix())),
+            };
             loop {
                 if self.limit.is_some_and(|l| self.emitted >= l) {
                     full = true;
@@ -114,5 +123,26 @@ impl SnapshotReader {
         self.filter
             .selects_all_in_prefix()
             .then(|| self.snap.range(last, true, self.filter.prefix()).count() as u64)
+    }
+}
+
+/// One of two iterators over records, without boxing per batch.
+enum Either<I, K> {
+    Index(I),
+    Keys(K),
+}
+
+impl<'a, I, K> Iterator for Either<I, K>
+where
+    I: Iterator<Item = &'a Arc<Record>>,
+    K: Iterator<Item = &'a Arc<Record>>,
+{
+    type Item = &'a Arc<Record>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Either::Index(i) => i.next(),
+            Either::Keys(k) => k.next(),
+        }
     }
 }

@@ -4,7 +4,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use imbl::OrdMap;
+use imbl::{OrdMap, OrdSet};
 use listwatch_core::fields::FieldSelector;
 use listwatch_core::labels::LabelSelector;
 use listwatch_core::{ListOptions, ResourceInfo};
@@ -15,17 +15,100 @@ use crate::record::Record;
 /// etcd and kube-apiserver list in).
 pub type RecordMap = OrdMap<Arc<str>, Arc<Record>>;
 
+/// Keys by the value of one selectable field (pods: `spec.nodeName`, the kubelet's
+/// selector): `(value, key)` pairs, so one value's records are a range, in key order.
+/// Structurally shared like [`RecordMap`]; an absent field indexes as `""`.
+#[derive(Clone, Debug)]
+pub struct FieldIndex {
+    /// Position of the field in the resource's `field_selectors`.
+    field: usize,
+    keys: OrdSet<(Arc<str>, Arc<str>)>,
+}
+
+impl FieldIndex {
+    /// The index of field `field` over `items`.
+    pub fn build(field: usize, items: &RecordMap) -> FieldIndex {
+        let mut ix = FieldIndex {
+            field,
+            keys: OrdSet::new(),
+        };
+        for r in items.values() {
+            ix.insert(r);
+        }
+        ix
+    }
+
+    fn entry(&self, r: &Record) -> (Arc<str>, Arc<str>) {
+        (r.field(self.field).unwrap_or("").into(), r.key().clone())
+    }
+
+    /// Adds `r` under its field's value.
+    pub fn insert(&mut self, r: &Record) {
+        self.keys.insert(self.entry(r));
+    }
+
+    /// Removes `r` (as it was: its own field value).
+    pub fn remove(&mut self, r: &Record) {
+        self.keys.remove(&self.entry(r));
+    }
+
+    /// The field this index is over.
+    pub fn field(&self) -> usize {
+        self.field
+    }
+}
+
 /// An immutable collection at one RV. Cloning is O(1): the map is structurally shared.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     rv: u64,
     items: RecordMap,
+    index: Option<FieldIndex>,
 }
 
 impl Snapshot {
     /// A snapshot of `items` at `rv`.
     pub fn new(rv: u64, items: RecordMap) -> Self {
-        Snapshot { rv, items }
+        Snapshot {
+            rv,
+            items,
+            index: None,
+        }
+    }
+
+    /// A snapshot of `items` at `rv` with `index` kept over the same items.
+    pub fn indexed(rv: u64, items: RecordMap, index: Option<FieldIndex>) -> Self {
+        Snapshot { rv, items, index }
+    }
+
+    /// The field index kept with the items, if the resource has one.
+    pub fn index(&self) -> Option<&FieldIndex> {
+        self.index.as_ref()
+    }
+
+    /// The records whose indexed field is `value`, with key ≥ `start` (> when
+    /// `exclusive`), in key order; `None` when this snapshot has no index over `field`.
+    pub fn range_by_field<'a>(
+        &'a self,
+        field: usize,
+        value: &str,
+        start: &str,
+        exclusive: bool,
+    ) -> Option<impl Iterator<Item = &'a Arc<Record>> + 'a> {
+        let ix = self.index.as_ref().filter(|ix| ix.field == field)?;
+        let value: Arc<str> = value.into();
+        let lower = (value.clone(), Arc::<str>::from(start));
+        let lower = if exclusive {
+            Bound::Excluded(lower)
+        } else {
+            Bound::Included(lower)
+        };
+        Some(
+            ix.keys
+                .range((lower, Bound::Unbounded))
+                .take_while(move |(v, _)| *v == value)
+                .filter_map(|(_, k)| self.items.get(k)),
+        )
     }
 
     /// The RV this snapshot represents.
@@ -38,6 +121,7 @@ impl Snapshot {
         Snapshot {
             rv,
             items: self.items.clone(),
+            index: self.index.clone(),
         }
     }
 
@@ -152,6 +236,14 @@ impl Filter {
     /// The key prefix (`"ns/"` or `""`).
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The value field `i` must equal (a non-negated `i=value` term), for an index lookup.
+    pub fn field_equals(&self, i: usize) -> Option<&str> {
+        self.fields.iter().find_map(|(f, want, negated)| match f {
+            FieldRef::Index(j) if *j == i && !*negated => Some(want.as_str()),
+            _ => None,
+        })
     }
 
     /// Whether only the prefix restricts (so counts over the key range are exact).

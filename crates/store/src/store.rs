@@ -1,7 +1,7 @@
 //! `Store`: one resource's cache — the current snapshot, retained snapshots, the event log
 //! and the clock — and `WatchCursor`, a watcher's position in the log.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use crate::event_log::{Event, EventLog, EventType, LogLimits};
 use crate::record::Record;
-use crate::snapshot::{RecordMap, Snapshot};
+use crate::snapshot::{FieldIndex, Filter, RecordMap, Snapshot};
 
 /// Tunables of a store.
 #[derive(Clone, Debug)]
@@ -99,6 +99,31 @@ impl CursorPositions {
     fn prune(&mut self) {
         self.live.retain(|c| c.strong_count() > 0);
         self.prune_at = (2 * self.live.len()).max(64);
+    }
+}
+
+/// Wake-up channels of watchers selecting one value of the indexed field (kube cacher's
+/// triggers): an event wakes only the channels of its object's and previous object's
+/// values. Each holds a log end sequence at or after the last event for its value, so a
+/// cursor knows whether events trimmed before it read them could have concerned it.
+#[derive(Default)]
+struct Triggers {
+    by_value: HashMap<Arc<str>, watch::Sender<u64>>,
+    prune_at: usize,
+}
+
+impl Triggers {
+    /// A receiver for `value`; a new channel starts at `end` (events before it may be for
+    /// this value: a cursor behind it is never told otherwise).
+    fn subscribe(&mut self, value: &str, end: u64) -> watch::Receiver<u64> {
+        if self.by_value.len() >= self.prune_at {
+            self.by_value.retain(|_, tx| tx.receiver_count() > 0);
+            self.prune_at = (2 * self.by_value.len()).max(64);
+        }
+        self.by_value
+            .entry(value.into())
+            .or_insert_with(|| watch::Sender::new(end))
+            .subscribe()
     }
 }
 
@@ -199,6 +224,10 @@ pub struct Store {
     drain: watch::Sender<Option<Duration>>,
     /// Where each open cursor is in the log (its next sequence number).
     cursors: Mutex<CursorPositions>,
+    /// The selectable field snapshots index and watchers are woken by (pods: node).
+    index_field: Option<usize>,
+    /// Locked after `inner` when both are held.
+    triggers: Mutex<Triggers>,
 }
 
 impl Store {
@@ -210,7 +239,9 @@ impl Store {
         config: StoreConfig,
     ) -> Arc<Store> {
         let (items, bytes) = build_map(records);
-        let current = Snapshot::new(rv, items);
+        let index_field = indexed_field(&info);
+        let index = index_field.map(|f| FieldIndex::build(f, &items));
+        let current = Snapshot::indexed(rv, items, index);
         let inner = Inner {
             checkpoints: VecDeque::from([(Instant::now(), current.clone())]),
             current,
@@ -228,6 +259,8 @@ impl Store {
             retired: AtomicBool::new(false),
             drain: watch::Sender::new(None),
             cursors: Mutex::new(CursorPositions::default()),
+            index_field,
+            triggers: Mutex::new(Triggers::default()),
         })
     }
 
@@ -295,6 +328,9 @@ impl Store {
         let start_rv = g.current.rv();
         let mut batch_rv = None;
         let mut items = g.current.items().clone();
+        let mut index = g.current.index().cloned();
+        // Objects whose field values the batch's events touch (to wake their watchers).
+        let mut touched: Vec<Arc<Record>> = Vec::new();
         let mut n = 0;
         let mut result = Ok(());
         for change in changes {
@@ -311,6 +347,12 @@ impl Store {
                 Change::Put(record) => {
                     let record = Arc::new(record);
                     let prev = items.insert(record.key().clone(), record.clone());
+                    if let Some(ix) = &mut index {
+                        if let Some(p) = &prev {
+                            ix.remove(p);
+                        }
+                        ix.insert(&record);
+                    }
                     g.object_bytes += record.bytes().len();
                     if let Some(p) = &prev {
                         g.object_bytes -= p.bytes().len();
@@ -326,17 +368,22 @@ impl Store {
                         object: record,
                         prev,
                         at: Instant::now(),
+                        encoded: g.log.encodings(),
                     }
                 }
                 Change::Delete { key, rv } => match items.remove(key.as_str()) {
                     Some(prev) => {
                         g.object_bytes -= prev.bytes().len();
+                        if let Some(ix) = &mut index {
+                            ix.remove(&prev);
+                        }
                         Event {
                             kind: EventType::Deleted,
                             rv,
                             object: prev.clone(),
                             prev: Some(prev),
                             at: Instant::now(),
+                            encoded: g.log.encodings(),
                         }
                     }
                     None => {
@@ -346,24 +393,51 @@ impl Store {
                 },
             };
             batch_rv = Some(rv);
+            if self.index_field.is_some() {
+                touched.push(event.object.clone());
+                touched.extend(event.prev.clone());
+            }
             g.log.push(Arc::new(event));
             n += 1;
         }
         if let Some(rv) = batch_rv {
-            g.current = Snapshot::new(rv, items);
+            g.current = Snapshot::indexed(rv, items, index);
             g.since_checkpoint += n;
             if g.since_checkpoint >= self.config.checkpoint_every {
                 let snap = g.current.clone();
                 self.push_checkpoint(&mut g, snap);
             }
-            self.publish(g, rv);
+            self.publish(g, rv, Some(&touched));
         }
         result
     }
 
-    /// Releases the lock, then wakes LIST waiters (clock) and watchers (log head).
-    fn publish(&self, g: parking_lot::MutexGuard<'_, Inner>, rv: u64) {
+    /// Wakes the watchers of the touched objects' field values (all of them when
+    /// `touched` is `None`: a relist), still under the lock so a trigger is never behind
+    /// the log; then releases it and wakes LIST waiters (clock) and watchers (log head).
+    fn publish(
+        &self,
+        g: parking_lot::MutexGuard<'_, Inner>,
+        rv: u64,
+        touched: Option<&[Arc<Record>]>,
+    ) {
         let end = g.log.end_seq();
+        if let Some(f) = self.index_field {
+            let t = self.triggers.lock();
+            match touched {
+                _ if t.by_value.is_empty() => {}
+                None => t.by_value.values().for_each(|tx| {
+                    tx.send_replace(end);
+                }),
+                Some(records) => {
+                    for r in records {
+                        if let Some(tx) = t.by_value.get(r.field(f).unwrap_or("")) {
+                            tx.send_replace(end);
+                        }
+                    }
+                }
+            }
+        }
         drop(g);
         self.clock.send_replace(rv);
         self.head.send_replace(end);
@@ -384,14 +458,15 @@ impl Store {
     /// open watch ends with 410 and clients relist, as after a kube-apiserver cache reset.
     pub fn replace(&self, rv: u64, records: impl IntoIterator<Item = impl Into<Arc<Record>>>) {
         let (items, bytes) = build_map(records);
+        let index = self.index_field.map(|f| FieldIndex::build(f, &items));
         let mut g = self.inner.lock();
-        g.current = Snapshot::new(rv, items);
+        g.current = Snapshot::indexed(rv, items, index);
         g.object_bytes = bytes;
         g.log.reset(rv);
         g.checkpoints.clear();
         let snap = g.current.clone();
         self.push_checkpoint(&mut g, snap);
-        self.publish(g, rv);
+        self.publish(g, rv, None);
     }
 
     /// Waits (without polling) until the store reaches `rv`, at most `timeout`.
@@ -438,17 +513,24 @@ impl Store {
         let events = g.log.between(rv, base.rv());
         drop(g);
         let mut items = base.items().clone();
+        let mut index = base.index().cloned();
         for e in events.iter().rev() {
+            if let Some(ix) = &mut index {
+                ix.remove(&e.object);
+            }
             match (&e.kind, &e.prev) {
                 (EventType::Added, _) | (_, None) => {
                     items.remove(e.object.key().as_ref());
                 }
                 (_, Some(prev)) => {
                     items.insert(prev.key().clone(), prev.clone());
+                    if let Some(ix) = &mut index {
+                        ix.insert(prev);
+                    }
                 }
             }
         }
-        Ok(Snapshot::new(rv, items))
+        Ok(Snapshot::indexed(rv, items, index))
     }
 
     /// Keeps `snap` for the retention window so later pages of a paged LIST (continue
@@ -491,6 +573,26 @@ impl Store {
 
     /// A cursor delivering every event with RV > `rv`, or `TooOld` if some are gone.
     pub fn watch_from(self: &Arc<Self>, rv: u64) -> Result<WatchCursor, StoreError> {
+        self.watch_cursor(rv, None)
+    }
+
+    /// A cursor for a watch through `filter`: as [`Store::watch_from`], but one selecting a
+    /// single value of the indexed field (a kubelet's node) is woken only by events whose
+    /// object, new or previous, has that value.
+    pub fn watch_matching(
+        self: &Arc<Self>,
+        rv: u64,
+        filter: &Filter,
+    ) -> Result<WatchCursor, StoreError> {
+        let value = self.index_field.and_then(|f| filter.field_equals(f));
+        self.watch_cursor(rv, value)
+    }
+
+    fn watch_cursor(
+        self: &Arc<Self>,
+        rv: u64,
+        trigger_value: Option<&str>,
+    ) -> Result<WatchCursor, StoreError> {
         let g = self.inner.lock();
         if rv < g.log.start_rv() {
             return Err(StoreError::TooOld {
@@ -499,6 +601,7 @@ impl Store {
             });
         }
         let seq = g.log.seq_after(rv);
+        let trigger = trigger_value.map(|v| self.triggers.lock().subscribe(v, g.log.end_seq()));
         drop(g);
         let position = Arc::new(AtomicU64::new(seq));
         self.cursors.lock().add(&position);
@@ -507,6 +610,7 @@ impl Store {
             seq,
             rv,
             head: self.head.subscribe(),
+            trigger,
             position,
         })
     }
@@ -548,6 +652,18 @@ impl Store {
     }
 }
 
+/// The selectable field a resource's snapshots index: pods' `spec.nodeName`, which every
+/// kubelet lists and watches by.
+fn indexed_field(info: &ResourceInfo) -> Option<usize> {
+    if info.group.is_empty() && info.resource == "pods" {
+        info.field_selectors
+            .iter()
+            .position(|f| f == "spec.nodeName")
+    } else {
+        None
+    }
+}
+
 fn build_map(records: impl IntoIterator<Item = impl Into<Arc<Record>>>) -> (RecordMap, usize) {
     let mut bytes = 0;
     let items: RecordMap = records
@@ -569,6 +685,8 @@ pub struct WatchCursor {
     seq: u64,
     rv: u64,
     head: watch::Receiver<u64>,
+    /// The cursor's value trigger, waited on instead of `head` (see [`Triggers`]).
+    trigger: Option<watch::Receiver<u64>>,
     /// `seq`, published for the store's watcher-lag figure.
     position: Arc<AtomicU64>,
 }
@@ -588,12 +706,19 @@ impl WatchCursor {
     /// waiting. When the cursor catches up, its RV advances to the store's RV.
     pub fn poll(&mut self, max: usize, out: &mut Vec<Arc<Event>>) -> Result<(), StoreError> {
         self.head.borrow_and_update();
+        let last_relevant = self.trigger.as_mut().map(|t| *t.borrow_and_update());
         let g = self.store.inner.lock();
         if !g.log.holds(self.seq) {
-            return Err(StoreError::TooOld {
-                requested: self.rv,
-                oldest: g.log.start_rv(),
-            });
+            // A value-triggered cursor sleeps through other values' events; those trimmed
+            // meanwhile are skipped when none of its value's came after its position.
+            if last_relevant.is_none_or(|end| end > self.seq) {
+                return Err(StoreError::TooOld {
+                    requested: self.rv,
+                    oldest: g.log.start_rv(),
+                });
+            }
+            self.seq = g.log.first_seq();
+            self.rv = self.rv.max(g.log.start_rv());
         }
         let before = out.len();
         self.seq = g.log.read_from(self.seq, max, out);
@@ -620,9 +745,22 @@ impl WatchCursor {
         Ok(())
     }
 
+    /// Whether the log may have news for this cursor since it last polled.
+    pub fn has_news(&self) -> bool {
+        match &self.trigger {
+            Some(t) => t.has_changed(),
+            None => self.head.has_changed(),
+        }
+        .unwrap_or(false)
+    }
+
     /// Waits until the log may have new events for this cursor.
     pub async fn changed(&mut self) {
-        if self.head.changed().await.is_err() {
+        let changed = match &mut self.trigger {
+            Some(t) => t.changed().await,
+            None => self.head.changed().await,
+        };
+        if changed.is_err() {
             // The store is gone; never wake again (the watch ends by timeout or shutdown).
             std::future::pending::<()>().await;
         }
