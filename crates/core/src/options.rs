@@ -180,6 +180,7 @@ impl WriteOptions {
             let kind = match verb {
                 crate::Verb::Delete => "DeleteOptions",
                 crate::Verb::Update => "UpdateOptions",
+                crate::Verb::Patch | crate::Verb::Apply => "PatchOptions",
                 _ => "CreateOptions",
             };
             // Go prints the bad value as the []string it is.

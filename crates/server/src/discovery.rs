@@ -130,7 +130,9 @@ const TEXT: &str = "text/plain; charset=utf-8";
 /// Verbs advertised for every resource (the embedded source accepts writes).
 pub fn verbs(writable: bool) -> Vec<&'static str> {
     if writable {
-        vec!["create", "delete", "get", "list", "update", "watch"]
+        vec![
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ]
     } else {
         vec!["get", "list", "watch"]
     }

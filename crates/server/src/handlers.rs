@@ -13,7 +13,8 @@ use listwatch_core::options::list_prefix;
 use listwatch_core::{
     ApiError, ContinueToken, ListOptions, ObjectRef, ResourceVersion, RvMatch, Verb, WriteOptions,
 };
-use listwatch_sources::Source;
+use listwatch_patch::PatchType;
+use listwatch_sources::{Source, SourceWriter, WriteResult};
 use listwatch_store::{Filter, Snapshot, SnapshotReader, Store, StoreError};
 use tokio::time::Instant;
 
@@ -143,6 +144,19 @@ pub async fn write(
             let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
             writer.update(store, ns, name, &bytes, options).await?
         }
+        (Verb::Patch | Verb::Apply, Some(name)) => {
+            patch(
+                ctx,
+                writer,
+                store,
+                ns,
+                name,
+                content_type.as_deref(),
+                body,
+                options,
+            )
+            .await?
+        }
         (Verb::Delete, Some(name)) => {
             let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
             let options = WriteOptions::for_delete(&head.params, &bytes)?;
@@ -153,6 +167,67 @@ pub async fn write(
     let code = StatusCode::from_u16(w.code)
         .map_err(|_| ApiError::Internal(format!("the source answered code {}", w.code)))?;
     Ok(typed(code, "application/json", full(with_newline(w.body))))
+}
+
+/// How many times a PATCH without a `resourceVersion` of its own is re-applied to a newer
+/// object when a concurrent write got in first (kube's `GuaranteedUpdate` retries so too).
+const PATCH_ATTEMPTS: usize = 5;
+
+/// PATCH: the patch applied to the stored object (`listwatch-patch`), then sent through the
+/// writer's update, so embedded and etcd sources check and store it as a PUT. The patched
+/// object's `resourceVersion` is the update's precondition: the stored one unless the patch
+/// set another (then a stale one is 409, as kube-apiserver answers). `dryRun` answers the
+/// patched object without storing it (the update's own dry run).
+#[allow(clippy::too_many_arguments)]
+async fn patch(
+    ctx: Ctx<'_>,
+    writer: &dyn SourceWriter,
+    store: &Arc<Store>,
+    ns: Option<&str>,
+    name: &str,
+    content_type: Option<&str>,
+    body: RequestBody,
+    options: WriteOptions,
+) -> Result<WriteResult, ApiError> {
+    let info = store.info();
+    let api_version = info.api_version();
+    // An object's own apiVersion/kind decides: built-in types have strategies to merge by.
+    let builtin = listwatch_patch::GoNode::kind(&api_version, &info.kind).is_some();
+    let patch_type = PatchType::from_content_type(content_type.unwrap_or(""), builtin)?;
+    if patch_type == PatchType::Apply {
+        return Err(listwatch_patch::PatchError::ApplyNotSupported { builtin }.into());
+    }
+    let patch = read_body_bytes(ctx.config, body).await?;
+    let type_of = builtin.then_some((api_version.as_str(), info.kind.as_str()));
+    let key = info.key(ns.unwrap_or(""), name);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let snap = ctx.consistent_snapshot(store).await?;
+        let Some(current) = snap.get(&key) else {
+            return Err(ApiError::NotFound(ObjectRef::new(info, name)));
+        };
+        let patched = listwatch_patch::apply(patch_type, type_of, current.bytes(), &patch)?;
+        match writer.update(store, ns, name, &patched, options).await {
+            // Our own precondition went stale (the patch named none): patch the newer one.
+            Err(ApiError::Conflict(_))
+                if attempt < PATCH_ATTEMPTS && patched_rv(&patched) == Some(current.rv()) =>
+            {
+                continue;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The `metadata.resourceVersion` of a patched object, when it is a number.
+fn patched_rv(json: &[u8]) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_slice(json).ok()?;
+    v.get("metadata")?
+        .get("resourceVersion")?
+        .as_str()?
+        .parse()
+        .ok()
 }
 
 async fn list(
@@ -285,6 +360,15 @@ pub async fn read_request_body(
     if media != "application/json" && !media.is_empty() && !protobuf {
         return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf".to_string()));
     }
+    let buf = read_body_bytes(config, body).await?;
+    if protobuf {
+        return listwatch_codec::protobuf::request_body_to_json(&buf).map(Bytes::from);
+    }
+    Ok(buf)
+}
+
+/// Reads a request body as it is, bounded by `max_body_bytes`.
+async fn read_body_bytes(config: &ServerConfig, body: RequestBody) -> Result<Bytes, ApiError> {
     let mut body = body;
     let mut buf = bytes::BytesMut::new();
     while let Some(frame) = body.frame().await {
@@ -296,9 +380,6 @@ pub async fn read_request_body(
             }
             buf.extend_from_slice(data);
         }
-    }
-    if protobuf {
-        return listwatch_codec::protobuf::request_body_to_json(&buf).map(Bytes::from);
     }
     Ok(buf.freeze())
 }

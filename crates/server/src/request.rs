@@ -13,6 +13,7 @@ use listwatch_codec::render::{error_encoding, media_ranges, negotiate};
 use listwatch_codec::{Encoding, Rendering};
 use listwatch_core::fields::FieldTerm;
 use listwatch_core::{ApiError, ListOptions, QueryParams, Verb};
+use listwatch_patch::PatchType;
 use listwatch_store::Store;
 
 use crate::RequestBody;
@@ -161,6 +162,14 @@ impl ApiRequest {
                 legacy_watch,
             } => {
                 verb = Verb::of(parts.method.as_str(), true, legacy_watch || params.watch);
+                // kube's request info labels a server-side apply `APPLY`, other patches `PATCH`.
+                if verb == Verb::Patch
+                    && content_type
+                        .as_deref()
+                        .is_some_and(|ct| ct.starts_with(PatchType::Apply.media_type()))
+                {
+                    verb = Verb::Apply;
+                }
                 let target = Target {
                     store,
                     namespace,
