@@ -84,6 +84,14 @@ impl Service {
                 self.authorize(&head, &target)?;
                 handlers::write(ctx, &head, target, content_type, body).await
             }
+            RequestKind::Scale {
+                target,
+                content_type,
+                body,
+            } => {
+                self.authorize(&head, &target)?;
+                handlers::scale(ctx, &head, target, content_type, body).await
+            }
             RequestKind::Discovery { path, accept } => {
                 let d = discovery::Discovery {
                     registry: &self.registry,

@@ -16,6 +16,7 @@ use listwatch_core::{
 use listwatch_patch::PatchType;
 use listwatch_sources::{Source, SourceWriter, WriteResult};
 use listwatch_store::{Filter, Snapshot, SnapshotReader, Store, StoreError};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::body::{StreamedBody, full};
@@ -218,6 +219,164 @@ async fn patch(
             other => return other,
         }
     }
+}
+
+/// GET, PUT or PATCH of `…/scale`: the object's `spec.replicas` as an autoscaling/v1
+/// `Scale`. A write changes `spec.replicas` only, through the writer's update, with the
+/// Scale's `resourceVersion` (the object's) as its precondition.
+pub async fn scale(
+    ctx: Ctx<'_>,
+    head: &RequestHead,
+    target: Target,
+    content_type: Option<String>,
+    body: RequestBody,
+) -> Answer {
+    let (store, ns) = (&target.store, target.namespace.as_deref());
+    let name = target.name.as_deref().ok_or(ApiError::MethodNotAllowed)?;
+    ctx.ready(store)?;
+    let info = store.info();
+    let snap = ctx.consistent_snapshot(store).await?;
+    let Some(current) = snap.get(&info.key(ns.unwrap_or(""), name)).cloned() else {
+        return Err(ApiError::NotFound(ObjectRef::new(info, name)));
+    };
+    let obj: Value =
+        serde_json::from_slice(current.bytes()).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let answer = match head.verb {
+        Verb::Get => scale_of(&obj),
+        Verb::Update | Verb::Patch | Verb::Apply => {
+            let writer = ctx
+                .source
+                .writer()
+                .ok_or_else(|| ctx.source.refuse_write())?;
+            let options = WriteOptions::from_params(&head.params, head.verb)?;
+            let wanted: Value = if head.verb == Verb::Update {
+                let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
+                serde_json::from_slice(&bytes).map_err(|e| {
+                    ApiError::BadRequest(format!(
+                        "couldn't get version/kind; json parse error: {e}"
+                    ))
+                })?
+            } else {
+                let patch_type =
+                    PatchType::from_content_type(content_type.as_deref().unwrap_or(""), true)?;
+                if patch_type == PatchType::Apply {
+                    return Err(
+                        listwatch_patch::PatchError::ApplyNotSupported { builtin: true }.into(),
+                    );
+                }
+                let patch = read_body_bytes(ctx.config, body).await?;
+                let original = serde_json::to_vec(&scale_of(&obj))
+                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                let patched = listwatch_patch::apply(
+                    patch_type,
+                    Some(("autoscaling/v1", "Scale")),
+                    &original,
+                    &patch,
+                )?;
+                serde_json::from_slice(&patched).map_err(|e| ApiError::Internal(e.to_string()))?
+            };
+            let replicas = wanted
+                .get("spec")
+                .and_then(|s| s.get("replicas"))
+                .cloned()
+                .unwrap_or(Value::from(0));
+            if !replicas
+                .as_i64()
+                .is_some_and(|r| (0..=i64::from(i32::MAX)).contains(&r))
+            {
+                return Err(ApiError::InvalidObject {
+                    kind: "Scale".into(),
+                    group: "autoscaling".into(),
+                    name: name.into(),
+                    causes: vec![listwatch_core::FieldError {
+                        field: "spec.replicas".into(),
+                        kind: listwatch_core::status::FieldErrorKind::Invalid(replicas.to_string()),
+                        detail: "must be greater than or equal to 0".into(),
+                    }],
+                });
+            }
+            let mut new = obj.clone();
+            new["spec"]["replicas"] = replicas;
+            if let Some(rv) = wanted
+                .get("metadata")
+                .and_then(|m| m.get("resourceVersion"))
+                .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+            {
+                new["metadata"]["resourceVersion"] = rv.clone();
+            }
+            let bytes = serde_json::to_vec(&new).map_err(|e| ApiError::Internal(e.to_string()))?;
+            let w = writer.update(store, ns, name, &bytes, options).await?;
+            let stored: Value =
+                serde_json::from_slice(&w.body).map_err(|e| ApiError::Internal(e.to_string()))?;
+            scale_of(&stored)
+        }
+        _ => return Err(ApiError::MethodNotAllowed),
+    };
+    let body = serde_json::to_vec(&answer).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(typed(
+        StatusCode::OK,
+        "application/json",
+        full(with_newline(Bytes::from(body))),
+    ))
+}
+
+/// The autoscaling/v1 `Scale` of a scalable object (kube's `scaleFromDeployment` and
+/// kin): its identity, `spec.replicas`, `status.replicas` and its selector as a string.
+fn scale_of(obj: &Value) -> Value {
+    let meta = &obj["metadata"];
+    let mut m = serde_json::Map::new();
+    for f in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
+        if let Some(v) = meta.get(f) {
+            m.insert(f.into(), v.clone());
+        }
+    }
+    let selector = &obj["spec"]["selector"];
+    // apps kinds have a LabelSelector; ReplicationControllers a plain map.
+    let labels = selector
+        .get("matchLabels")
+        .or_else(|| {
+            selector
+                .as_object()
+                .filter(|o| !o.contains_key("matchExpressions"))
+                .map(|_| selector)
+        })
+        .and_then(Value::as_object);
+    let mut pairs: Vec<String> = labels
+        .map(|l| {
+            l.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}")))
+                .collect()
+        })
+        .unwrap_or_default();
+    pairs.sort();
+    let mut status = serde_json::Map::new();
+    status.insert(
+        "replicas".into(),
+        obj["status"]
+            .get("replicas")
+            .cloned()
+            .unwrap_or(Value::from(0)),
+    );
+    if !pairs.is_empty() {
+        status.insert("selector".into(), Value::String(pairs.join(",")));
+    }
+    let mut spec = serde_json::Map::new();
+    if let Some(r) = obj["spec"].get("replicas") {
+        spec.insert("replicas".into(), r.clone());
+    }
+    serde_json::json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": m,
+        "spec": spec,
+        "status": status,
+    })
 }
 
 /// The `metadata.resourceVersion` of a patched object, when it is a number.

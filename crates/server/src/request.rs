@@ -86,6 +86,15 @@ pub enum RequestKind {
         /// The body.
         body: RequestBody,
     },
+    /// GET, PUT or PATCH of an object's `scale` subresource (autoscaling/v1 `Scale`).
+    Scale {
+        /// The scaled object.
+        target: Target,
+        /// `Content-Type` of the body.
+        content_type: Option<String>,
+        /// The body.
+        body: RequestBody,
+    },
     /// A GET of discovery, health, readiness, metrics.
     Discovery {
         /// Which.
@@ -160,6 +169,7 @@ impl ApiRequest {
                 namespace,
                 name,
                 legacy_watch,
+                subresource,
             } => {
                 verb = Verb::of(parts.method.as_str(), true, legacy_watch || params.watch);
                 // kube's request info labels a server-side apply `APPLY`, other patches `PATCH`.
@@ -175,16 +185,25 @@ impl ApiRequest {
                     namespace,
                     name: Some(name),
                 };
-                resource_kind(
-                    target,
-                    verb,
-                    legacy_watch,
-                    &params,
-                    ranges.as_deref(),
-                    &parts.headers,
-                    content_type,
-                    body,
-                )
+                if subresource.is_some() {
+                    // Routes serve one subresource: `scale`.
+                    RequestKind::Scale {
+                        target,
+                        content_type,
+                        body,
+                    }
+                } else {
+                    resource_kind(
+                        target,
+                        verb,
+                        legacy_watch,
+                        &params,
+                        ranges.as_deref(),
+                        &parts.headers,
+                        content_type,
+                        body,
+                    )
+                }
             }
             Route::Discovery(DiscoveryPath::OpenApi) if parts.method == Method::GET => {
                 RequestKind::OpenApi {
@@ -223,9 +242,9 @@ impl ApiRequest {
     /// The resource label of metrics and logs ("" for non-resource paths).
     pub fn resource_label(&self) -> String {
         match &self.kind {
-            RequestKind::Read { target, .. } | RequestKind::Write { target, .. } => {
-                target.store.info().resource.clone()
-            }
+            RequestKind::Read { target, .. }
+            | RequestKind::Write { target, .. }
+            | RequestKind::Scale { target, .. } => target.store.info().resource.clone(),
             _ => String::new(),
         }
     }

@@ -28,6 +28,8 @@ pub enum Route {
         name: String,
         /// Reached through the legacy `/watch/` prefix.
         legacy_watch: bool,
+        /// The subresource named after the object (`scale`), if any.
+        subresource: Option<String>,
     },
     /// A namespace or name that cannot name anything (a 400 with this message).
     Invalid(String),
@@ -117,7 +119,9 @@ pub fn route(registry: &Registry, path: &str) -> Route {
     let lookup = |r: &str| registry.get(group, version, r).filter(|s| !s.is_retired());
     for (what, s) in match rest {
         ["namespaces", ns, _] => vec![("namespace", *ns)],
-        ["namespaces", ns, _, name] => vec![("namespace", *ns), ("name", *name)],
+        ["namespaces", ns, _, name] | ["namespaces", ns, _, name, _] => {
+            vec![("namespace", *ns), ("name", *name)]
+        }
         [_, name] => vec![("name", *name)],
         _ => vec![],
     } {
@@ -135,15 +139,16 @@ pub fn route(registry: &Registry, path: &str) -> Route {
             },
             None => Route::NotFound,
         },
-        ["namespaces", ns, r, name] if valid(ns) && valid(name) => {
+        ["namespaces", ns, r, name, sub @ ..] if valid(ns) && valid(name) && sub.len() < 2 => {
             match lookup(r).filter(|s| s.info().namespaced) {
-                Some(store) => Route::Object {
+                Some(store) if subresource_served(&store, sub) => Route::Object {
                     store,
                     namespace: Some(ns.to_string()),
                     name: name.to_string(),
                     legacy_watch,
+                    subresource: sub.first().map(|s| s.to_string()),
                 },
-                None => Route::NotFound,
+                _ => Route::NotFound,
             }
         }
         [r] => match lookup(r) {
@@ -154,15 +159,37 @@ pub fn route(registry: &Registry, path: &str) -> Route {
             },
             None => Route::NotFound,
         },
-        [r, name] if valid(name) => match lookup(r).filter(|s| !s.info().namespaced) {
-            Some(store) => Route::Object {
-                store,
-                namespace: None,
-                name: name.to_string(),
-                legacy_watch,
-            },
-            None => Route::NotFound,
-        },
+        [r, name, sub @ ..] if valid(name) && sub.len() < 2 => {
+            match lookup(r).filter(|s| !s.info().namespaced) {
+                Some(store) if subresource_served(&store, sub) => Route::Object {
+                    store,
+                    namespace: None,
+                    name: name.to_string(),
+                    legacy_watch,
+                    subresource: sub.first().map(|s| s.to_string()),
+                },
+                _ => Route::NotFound,
+            }
+        }
         _ => Route::NotFound,
+    }
+}
+
+/// The kinds with a `scale` subresource (autoscaling/v1 `Scale`), as kube-apiserver serves
+/// it: their `spec.replicas` is what it scales.
+pub const SCALABLE: &[(&str, &str)] = &[
+    ("apps", "deployments"),
+    ("apps", "replicasets"),
+    ("apps", "statefulsets"),
+    ("", "replicationcontrollers"),
+];
+
+/// Whether `sub` (empty: the object itself) is served for `store`'s resource.
+fn subresource_served(store: &Store, sub: &[&str]) -> bool {
+    let info = store.info();
+    match sub {
+        [] => true,
+        ["scale"] => SCALABLE.contains(&(info.group.as_str(), info.resource.as_str())),
+        _ => false,
     }
 }
