@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use listwatch_core::{ApiError, ObjectRef, WriteOptions};
+use listwatch_core::{ApiError, ObjectRef, Propagation, WriteOptions};
 use listwatch_store::{Change, Record, Store};
 use parking_lot::Mutex;
 
@@ -179,6 +179,7 @@ impl EmbeddedSource {
             if !options.dry_run {
                 self.remove(store, &mut rev, replacement.key.clone());
                 drop(rev);
+                self.collect_garbage(&json, namespace, Propagation::Background);
                 if let Some(ns) = namespace {
                     self.finish_namespace(ns);
                 }
@@ -255,6 +256,7 @@ impl EmbeddedSource {
                 if !options.dry_run {
                     self.remove(store, &mut rev, key);
                     drop(rev);
+                    self.collect_garbage(existing.bytes(), namespace, options.propagation);
                     if let Some(ns) = namespace {
                         self.finish_namespace(ns);
                     }
@@ -265,6 +267,68 @@ impl EmbeddedSource {
                 })
             }
         }
+    }
+
+    /// The garbage collector's work for a removed owner (`owner`: its JSON), in-process:
+    /// its dependents (objects whose `ownerReferences` name its uid, in its namespace, or
+    /// anywhere for a cluster-scoped owner) are deleted (Background, Foreground) or lose
+    /// that reference (Orphan).
+    fn collect_garbage(&self, owner: &[u8], namespace: Option<&str>, propagation: Propagation) {
+        let Some(uid) = serde_json::from_slice::<serde_json::Value>(owner)
+            .ok()
+            .and_then(|v| Some(v.get("metadata")?.get("uid")?.as_str()?.to_string()))
+        else {
+            return;
+        };
+        let names_owner = |refs: &serde_json::Value| {
+            refs.as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|r| r.get("uid").and_then(|u| u.as_str()) == Some(uid.as_str()))
+            })
+        };
+        for store in self.registry.source_stores() {
+            let dependents: Vec<Arc<Record>> = store
+                .current()
+                .items()
+                .values()
+                .filter(|r| namespace.is_none_or(|ns| r.namespace() == ns))
+                .filter(|r| {
+                    serde_json::from_slice::<serde_json::Value>(r.bytes())
+                        .ok()
+                        .is_some_and(|v| names_owner(&v["metadata"]["ownerReferences"]))
+                })
+                .cloned()
+                .collect();
+            for dep in dependents {
+                let ns = Some(dep.namespace()).filter(|n| !n.is_empty());
+                let result = match propagation {
+                    Propagation::Orphan => self.orphan(&store, &dep, &uid),
+                    _ => self
+                        .delete_with(&store, ns, dep.name(), WriteOptions::default())
+                        .map(|_| ()),
+                };
+                if let Err(e) = result {
+                    tracing::warn!(name = dep.name(), error = %e, "collecting a dependent");
+                }
+            }
+        }
+    }
+
+    /// Removes the `ownerReferences` entry naming `uid` from `dep`.
+    fn orphan(&self, store: &Arc<Store>, dep: &Record, uid: &str) -> Result<(), ApiError> {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(dep.bytes()).map_err(|e| ApiError::Internal(e.to_string()))?;
+        if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
+            refs.retain(|r| r.get("uid").and_then(|u| u.as_str()) != Some(uid));
+            if refs.is_empty() {
+                if let Some(m) = v["metadata"].as_object_mut() {
+                    m.remove("ownerReferences");
+                }
+            }
+        }
+        let json = serde_json::to_vec(&v).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let mut rev = self.revision.lock();
+        self.commit(store, &mut rev, &json).map(|_| ())
     }
 
     /// Removes `key` from `store` at the next revision.
