@@ -33,6 +33,15 @@ pub struct Ctx<'a> {
     pub config: &'a ServerConfig,
 }
 
+impl<'a> Ctx<'a> {
+    /// The source's writer (the source's own refusal when it takes no writes).
+    fn writer(&self) -> Result<&'a dyn SourceWriter, ApiError> {
+        self.source
+            .writer()
+            .ok_or_else(|| self.source.refuse_write())
+    }
+}
+
 impl Ctx<'_> {
     /// Refuses reads of a cache its source no longer vouches for (being loaded or relisted
     /// after a lost event), as kube-apiserver does while its watch cache (re)initializes.
@@ -130,10 +139,7 @@ pub async fn write(
     content_type: Option<String>,
     body: RequestBody,
 ) -> Answer {
-    let writer = ctx
-        .source
-        .writer()
-        .ok_or_else(|| ctx.source.refuse_write())?;
+    let writer = ctx.writer()?;
     let options = WriteOptions::from_params(&head.params, head.verb)?;
     let (store, ns) = (&target.store, target.namespace.as_deref());
     let w = match (head.verb, target.name.as_deref()) {
@@ -244,10 +250,7 @@ pub async fn scale(
     let answer = match head.verb {
         Verb::Get => scale_of(&obj),
         Verb::Update | Verb::Patch | Verb::Apply => {
-            let writer = ctx
-                .source
-                .writer()
-                .ok_or_else(|| ctx.source.refuse_write())?;
+            let writer = ctx.writer()?;
             let options = WriteOptions::from_params(&head.params, head.verb)?;
             let wanted: Value = if head.verb == Verb::Update {
                 let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use listwatch_core::{ApiError, ObjectRef, Propagation, WriteOptions};
+use listwatch_core::{ApiError, ObjectRef, Propagation, ResourceInfo, WriteOptions};
 use listwatch_store::{Change, Record, Store};
 use parking_lot::Mutex;
 
@@ -174,8 +174,7 @@ impl EmbeddedSource {
         let json = replacement.merge(&info, existing.bytes(), existing.rv())?;
         if objects::deletes_on_update(&info, &json) {
             // The last finalizer of a deleting object is gone: the update deletes it.
-            let record = Record::ingest(&json, &info, *rev + 1)
-                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            let answer = answer_at(&json, &info, *rev + 1)?;
             if !options.dry_run {
                 self.remove(store, &mut rev, replacement.key.clone());
                 drop(rev);
@@ -184,18 +183,10 @@ impl EmbeddedSource {
                     self.finish_namespace(ns);
                 }
             }
-            return Ok(WriteResult {
-                code: 200,
-                body: record.bytes().clone(),
-            });
+            return Ok(answer);
         }
         if options.dry_run {
-            let record = Record::ingest(&json, &info, existing.rv())
-                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-            return Ok(WriteResult {
-                code: 200,
-                body: record.bytes().clone(),
-            });
+            return answer_at(&json, &info, existing.rv());
         }
         let record = self.commit(store, &mut rev, &json)?;
         Ok(WriteResult {
@@ -236,12 +227,7 @@ impl EmbeddedSource {
             }),
             DeleteStep::Mark(json) => {
                 if options.dry_run {
-                    let record = Record::ingest(&json, &info, existing.rv())
-                        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-                    return Ok(WriteResult {
-                        code: 200,
-                        body: record.bytes().clone(),
-                    });
+                    return answer_at(&json, &info, existing.rv());
                 }
                 let body = self.commit(store, &mut rev, &json)?;
                 drop(rev);
@@ -320,11 +306,14 @@ impl EmbeddedSource {
             serde_json::from_slice(dep.bytes()).map_err(|e| ApiError::Internal(e.to_string()))?;
         if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
             refs.retain(|r| r.get("uid").and_then(|u| u.as_str()) != Some(uid));
-            if refs.is_empty() {
-                if let Some(m) = v["metadata"].as_object_mut() {
-                    m.remove("ownerReferences");
-                }
-            }
+        }
+        // kube's GC patches the reference out; an emptied list is omitted, as Go omits it.
+        if v["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|a| a.is_empty())
+            && let Some(m) = v["metadata"].as_object_mut()
+        {
+            m.remove("ownerReferences");
         }
         let json = serde_json::to_vec(&v).map_err(|e| ApiError::Internal(e.to_string()))?;
         let mut rev = self.revision.lock();
@@ -423,6 +412,15 @@ impl EmbeddedSource {
         self.progress_others(store, rv);
         Ok(out)
     }
+}
+
+/// A 200 answering with `json` as it would be stored at `rv` (checked as a commit checks it).
+fn answer_at(json: &[u8], info: &ResourceInfo, rv: u64) -> Result<WriteResult, ApiError> {
+    let record = Record::ingest(json, info, rv).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok(WriteResult {
+        code: 200,
+        body: record.bytes().clone(),
+    })
 }
 
 impl Source for EmbeddedSource {
