@@ -14,7 +14,8 @@ use listwatch_server::ServerConfig;
 use serde_json::Value;
 use tokio::process::Command;
 
-/// Every distinct kubectl on `PATH` (by its version line), plus `/usr/bin/kubectl`.
+/// Every distinct kubectl (by its version line) on `PATH`, at `/usr/bin/kubectl` and at
+/// `$LISTWATCH_EXTRA_KUBECTL` (where scripts/test installs the newest).
 fn kubectls() -> Vec<PathBuf> {
     common::require("kubectl");
     let mut found: Vec<(String, PathBuf)> = Vec::new();
@@ -22,7 +23,8 @@ fn kubectls() -> Vec<PathBuf> {
     let candidates = path
         .split(':')
         .map(|d| Path::new(d).join("kubectl"))
-        .chain([PathBuf::from("/usr/bin/kubectl")]);
+        .chain([PathBuf::from("/usr/bin/kubectl")])
+        .chain(std::env::var_os("LISTWATCH_EXTRA_KUBECTL").map(PathBuf::from));
     for bin in candidates {
         let Ok(out) = std::process::Command::new(&bin)
             .args(["version", "--client"])
