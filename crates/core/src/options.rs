@@ -108,6 +108,12 @@ pub struct QueryParams {
     pub dry_run: Vec<String>,
     /// `verbose` given (health checks list every check, as kube-apiserver's).
     pub verbose: bool,
+    /// `propagationPolicy` (DELETE).
+    pub propagation_policy: Option<String>,
+    /// `orphanDependents` (DELETE, deprecated), undecoded.
+    pub orphan_dependents: Option<String>,
+    /// `gracePeriodSeconds` (DELETE), undecoded.
+    pub grace_period_seconds: Option<String>,
 }
 
 impl QueryParams {
@@ -136,6 +142,9 @@ impl QueryParams {
                 "timeoutSeconds" => p.timeout_seconds = Some(v.into_owned()),
                 "includeObject" => p.include_object = Some(v.into_owned()),
                 "verbose" => p.verbose = true,
+                "propagationPolicy" => p.propagation_policy = Some(v.into_owned()),
+                "orphanDependents" => p.orphan_dependents = Some(v.into_owned()),
+                "gracePeriodSeconds" => p.grace_period_seconds = Some(v.into_owned()),
                 _ => {}
             }
         }
@@ -149,6 +158,22 @@ impl QueryParams {
 pub struct WriteOptions {
     /// `dryRun=All`: validate and answer as the write would, commit nothing.
     pub dry_run: bool,
+    /// DELETE: what happens to the object's dependents (`ownerReferences` naming it).
+    pub propagation: Propagation,
+    /// DELETE: `gracePeriodSeconds`, when given (only pods have graceful deletion).
+    pub grace_period_seconds: Option<i64>,
+}
+
+/// `DeleteOptions.propagationPolicy`, as kube's garbage collector reads it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// Dependents are deleted after the owner (kube's default for every served kind).
+    #[default]
+    Background,
+    /// Dependents are deleted before the owner goes.
+    Foreground,
+    /// Dependents stay, their `ownerReferences` to the owner removed.
+    Orphan,
 }
 
 impl WriteOptions {
@@ -161,18 +186,72 @@ impl WriteOptions {
     /// The options of a DELETE, whose `DeleteOptions` may come in the body as well as the
     /// query (kubectl sends them in the body): `body` is its JSON, if any.
     pub fn for_delete(params: &QueryParams, body: &[u8]) -> Result<Self, ApiError> {
+        use serde_json::Value;
         let mut dry_run = params.dry_run.clone();
+        let mut policy = params.propagation_policy.clone();
+        let mut orphan = params.orphan_dependents.is_some();
+        let bad_query = |what: &str, v: &str| {
+            ApiError::BadRequest(format!(
+                "failed to parse {what} {}",
+                crate::json::go_string(v)
+            ))
+        };
+        let mut grace = match &params.grace_period_seconds {
+            Some(v) => Some(
+                v.parse::<i64>()
+                    .map_err(|_| bad_query("gracePeriodSeconds", v))?,
+            ),
+            None => None,
+        };
         if !body.trim_ascii().is_empty() {
-            let options: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+            let options: Value = serde_json::from_slice(body).map_err(|e| {
                 ApiError::BadRequest(format!(
                     "the body of the request could not be read as DeleteOptions: {e}"
                 ))
             })?;
-            if let Some(values) = options.get("dryRun").and_then(serde_json::Value::as_array) {
+            if let Some(values) = options.get("dryRun").and_then(Value::as_array) {
                 dry_run.extend(values.iter().map(|v| v.as_str().unwrap_or("").to_string()));
             }
+            if let Some(p) = options.get("propagationPolicy").and_then(Value::as_str) {
+                policy = Some(p.to_string());
+            }
+            orphan |= options
+                .get("orphanDependents")
+                .is_some_and(|v| !v.is_null());
+            if let Some(g) = options.get("gracePeriodSeconds").and_then(Value::as_i64) {
+                grace = Some(g);
+            }
         }
-        Self::from_dry_run(&dry_run, crate::Verb::Delete)
+        // kube's ValidateDeleteOptions.
+        let invalid = |error: crate::FieldError| ApiError::InvalidObject {
+            kind: "DeleteOptions".into(),
+            group: "meta.k8s.io".into(),
+            name: String::new(),
+            causes: vec![error],
+        };
+        if let (true, Some(p)) = (orphan, &policy) {
+            return Err(invalid(crate::FieldError {
+                field: "propagationPolicy".into(),
+                kind: crate::status::FieldErrorKind::Invalid(format!("\"{p}\"")),
+                detail: "orphanDependents and deletionPropagation cannot be both set".into(),
+            }));
+        }
+        let propagation = match policy.as_deref() {
+            None | Some("Background") => Propagation::Background,
+            Some("Foreground") => Propagation::Foreground,
+            Some("Orphan") => Propagation::Orphan,
+            Some(other) => {
+                return Err(invalid(crate::FieldError::not_supported(
+                    "propagationPolicy",
+                    other,
+                    &["Foreground", "Background", "Orphan", "nil"],
+                )));
+            }
+        };
+        let mut options = Self::from_dry_run(&dry_run, crate::Verb::Delete)?;
+        options.propagation = propagation;
+        options.grace_period_seconds = grace;
+        Ok(options)
     }
 
     fn from_dry_run(dry_run: &[String], verb: crate::Verb) -> Result<Self, ApiError> {
@@ -180,6 +259,7 @@ impl WriteOptions {
             let kind = match verb {
                 crate::Verb::Delete => "DeleteOptions",
                 crate::Verb::Update => "UpdateOptions",
+                crate::Verb::Patch | crate::Verb::Apply => "PatchOptions",
                 _ => "CreateOptions",
             };
             // Go prints the bad value as the []string it is.
@@ -195,6 +275,7 @@ impl WriteOptions {
         }
         Ok(WriteOptions {
             dry_run: !dry_run.is_empty(),
+            ..WriteOptions::default()
         })
     }
 }

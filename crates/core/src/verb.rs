@@ -15,6 +15,11 @@ pub enum Verb {
     Update,
     /// DELETE of one object.
     Delete,
+    /// PATCH of one object (JSON, merge or strategic merge patch).
+    Patch,
+    /// PATCH of one object with `application/apply-patch+yaml` (server-side apply): kube
+    /// labels its metrics `APPLY`; authorizers see `patch`.
+    Apply,
     /// Discovery, health, metrics, or a method we do not serve.
     Other,
 }
@@ -30,6 +35,7 @@ impl Verb {
             "POST" if !object => Verb::Create,
             "PUT" if object => Verb::Update,
             "DELETE" if object => Verb::Delete,
+            "PATCH" if object => Verb::Patch,
             _ => Verb::Other,
         }
     }
@@ -43,6 +49,8 @@ impl Verb {
             Verb::Create => "POST",
             Verb::Update => "PUT",
             Verb::Delete => "DELETE",
+            Verb::Patch => "PATCH",
+            Verb::Apply => "APPLY",
             Verb::Other => "OTHER",
         }
     }
@@ -56,6 +64,7 @@ impl Verb {
             Verb::Create => "create",
             Verb::Update => "update",
             Verb::Delete => "delete",
+            Verb::Patch | Verb::Apply => "patch",
             Verb::Other => "other",
         }
     }

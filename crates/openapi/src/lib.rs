@@ -1,4 +1,5 @@
-//! The OpenAPI documents of what listwatch serves, as kube-apiserver publishes them:
+//! The API's description of itself: the discovery documents ([`discovery`]) and the
+//! OpenAPI documents of what listwatch serves, as kube-apiserver publishes them:
 //! `/openapi/v2` (JSON, and gnostic's protobuf, which kubectl's client-side validation
 //! reads) and `/openapi/v3` (an index, then one document per group-version, which `kubectl
 //! explain` and kubectl's field-validation check read).
@@ -17,6 +18,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha512};
 
 mod crd;
+pub mod discovery;
 mod paths;
 pub mod proto;
 pub mod schema;

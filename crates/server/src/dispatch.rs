@@ -86,6 +86,14 @@ impl Service {
                 self.authorize(&head, &target)?;
                 handlers::write(ctx, &head, target, content_type, body).await
             }
+            RequestKind::Scale {
+                target,
+                content_type,
+                body,
+            } => {
+                self.authorize(&head, &target)?;
+                handlers::scale(ctx, &head, target, content_type, body).await
+            }
             RequestKind::Discovery { path, accept } => {
                 let d = discovery::Discovery {
                     registry: &self.registry,
@@ -97,7 +105,7 @@ impl Service {
                 d.respond(path, accept.as_deref(), head.params.verbose)
             }
             RequestKind::OpenApi { headers } => {
-                let verbs = discovery::verbs(self.source.writer().is_some());
+                let verbs = listwatch_openapi::discovery::verbs(self.source.writer().is_some());
                 let docs = self.openapi.docs(&self.registry, &verbs);
                 listwatch_openapi::respond(&docs, &head.path, &head.query, &headers)
                     .map(|r| r.map(crate::body::full))

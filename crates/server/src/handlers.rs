@@ -13,7 +13,8 @@ use listwatch_core::options::list_prefix;
 use listwatch_core::{
     ApiError, ContinueToken, ListOptions, ObjectRef, ResourceVersion, RvMatch, Verb, WriteOptions,
 };
-use listwatch_sources::Source;
+use listwatch_patch::PatchType;
+use listwatch_sources::{Source, SourceWriter, WriteResult, writes};
 use listwatch_store::{Filter, Snapshot, SnapshotReader, Store, StoreError};
 use tokio::time::Instant;
 
@@ -31,6 +32,15 @@ pub struct Ctx<'a> {
     pub config: &'a ServerConfig,
 }
 
+impl<'a> Ctx<'a> {
+    /// The source's writer (the source's own refusal when it takes no writes).
+    fn writer(&self) -> Result<&'a dyn SourceWriter, ApiError> {
+        self.source
+            .writer()
+            .ok_or_else(|| self.source.refuse_write())
+    }
+}
+
 impl Ctx<'_> {
     /// Refuses reads of a cache its source no longer vouches for (being loaded or relisted
     /// after a lost event), as kube-apiserver does while its watch cache (re)initializes.
@@ -46,18 +56,12 @@ impl Ctx<'_> {
 
     /// Waits until `store` has reached `rv` (bounded by the configured wait).
     async fn wait_for(&self, store: &Store, rv: u64) -> Result<(), ApiError> {
-        if store.rv() < rv {
-            self.source.request_progress(store);
-        }
-        store.wait_for(rv, self.config.rv_wait).await?;
-        Ok(())
+        writes::wait_for(self.source, store, rv, self.config.rv_wait).await
     }
 
     /// A snapshot at least as new as the source's current revision (consistent read).
     async fn consistent_snapshot(&self, store: &Store) -> Result<Snapshot, ApiError> {
-        let target = self.source.consistent_revision(store).await?;
-        self.wait_for(store, target).await?;
-        Ok(store.current())
+        writes::consistent_snapshot(self.source, store, self.config.rv_wait).await
     }
 
     /// The snapshot a LIST/GET/watch-list reads, by the RV rules of kube-apiserver.
@@ -128,10 +132,7 @@ pub async fn write(
     content_type: Option<String>,
     body: RequestBody,
 ) -> Answer {
-    let writer = ctx
-        .source
-        .writer()
-        .ok_or_else(|| ctx.source.refuse_write())?;
+    let writer = ctx.writer()?;
     let options = WriteOptions::from_params(&head.params, head.verb)?;
     let (store, ns) = (&target.store, target.namespace.as_deref());
     let w = match (head.verb, target.name.as_deref()) {
@@ -143,6 +144,9 @@ pub async fn write(
             let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
             writer.update(store, ns, name, &bytes, options).await?
         }
+        (Verb::Patch | Verb::Apply, Some(name)) => {
+            patch(ctx, &target, name, content_type.as_deref(), body, options).await?
+        }
         (Verb::Delete, Some(name)) => {
             let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
             let options = WriteOptions::for_delete(&head.params, &bytes)?;
@@ -153,6 +157,86 @@ pub async fn write(
     let code = StatusCode::from_u16(w.code)
         .map_err(|_| ApiError::Internal(format!("the source answered code {}", w.code)))?;
     Ok(typed(code, "application/json", full(with_newline(w.body))))
+}
+
+/// PATCH: the patch (`listwatch-patch`) applied to the stored object and sent through the
+/// writer's update (`listwatch_sources::writes::patch`); server-side apply is a 415.
+async fn patch(
+    ctx: Ctx<'_>,
+    target: &Target,
+    name: &str,
+    content_type: Option<&str>,
+    body: RequestBody,
+    options: WriteOptions,
+) -> Result<WriteResult, ApiError> {
+    let info = target.store.info();
+    let builtin = listwatch_patch::GoNode::kind(&info.api_version(), &info.kind).is_some();
+    let patch_type = patch_type(content_type, builtin)?;
+    let patch = read_body_bytes(ctx.config, body).await?;
+    let wait = ctx.config.rv_wait;
+    let (source, writer) = (ctx.source, ctx.writer()?);
+    let ns = target.namespace.as_deref();
+    writes::patch(
+        source,
+        writer,
+        &target.store,
+        ns,
+        name,
+        patch_type,
+        &patch,
+        options,
+        wait,
+    )
+    .await
+}
+
+/// The patch type of `content_type`; server-side apply is answered 415 (docs/resources.md).
+fn patch_type(content_type: Option<&str>, builtin: bool) -> Result<PatchType, ApiError> {
+    match PatchType::from_content_type(content_type.unwrap_or(""), builtin)? {
+        PatchType::Apply => Err(listwatch_patch::PatchError::ApplyNotSupported { builtin }.into()),
+        t => Ok(t),
+    }
+}
+
+/// GET, PUT or PATCH of `…/scale`: the object's `spec.replicas` as an autoscaling/v1
+/// `Scale` (`listwatch_sources::writes`); a write changes `spec.replicas` only, through the
+/// writer's update with the Scale's `resourceVersion` as its precondition.
+pub async fn scale(
+    ctx: Ctx<'_>,
+    head: &RequestHead,
+    target: Target,
+    content_type: Option<String>,
+    body: RequestBody,
+) -> Answer {
+    let (store, ns) = (&target.store, target.namespace.as_deref());
+    let name = target.name.as_deref().ok_or(ApiError::MethodNotAllowed)?;
+    ctx.ready(store)?;
+    let snap = ctx.consistent_snapshot(store).await?;
+    let current = writes::current(&snap, store.info(), ns, name)?;
+    let answer = match head.verb {
+        Verb::Get => writes::scale_of(&current),
+        Verb::Update | Verb::Patch | Verb::Apply => {
+            let writer = ctx.writer()?;
+            let options = WriteOptions::from_params(&head.params, head.verb)?;
+            let wanted = if head.verb == Verb::Update {
+                read_request_body(ctx.config, content_type.as_deref(), body).await?
+            } else {
+                let patch_type = patch_type(content_type.as_deref(), true)?;
+                let patch = read_body_bytes(ctx.config, body).await?;
+                writes::patch_scale(&current, patch_type, &patch)?
+            };
+            let bytes = writes::scaled(&current, &wanted, name)?;
+            let w = writer.update(store, ns, name, &bytes, options).await?;
+            writes::scale_of(&writes::parse(&w.body)?)
+        }
+        _ => return Err(ApiError::MethodNotAllowed),
+    };
+    let body = serde_json::to_vec(&answer).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(typed(
+        StatusCode::OK,
+        "application/json",
+        full(with_newline(Bytes::from(body))),
+    ))
 }
 
 async fn list(
@@ -285,6 +369,15 @@ pub async fn read_request_body(
     if media != "application/json" && !media.is_empty() && !protobuf {
         return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf".to_string()));
     }
+    let buf = read_body_bytes(config, body).await?;
+    if protobuf {
+        return listwatch_codec::protobuf::request_body_to_json(&buf).map(Bytes::from);
+    }
+    Ok(buf)
+}
+
+/// Reads a request body as it is, bounded by `max_body_bytes`.
+async fn read_body_bytes(config: &ServerConfig, body: RequestBody) -> Result<Bytes, ApiError> {
     let mut body = body;
     let mut buf = bytes::BytesMut::new();
     while let Some(frame) = body.frame().await {
@@ -296,9 +389,6 @@ pub async fn read_request_body(
             }
             buf.extend_from_slice(data);
         }
-    }
-    if protobuf {
-        return listwatch_codec::protobuf::request_body_to_json(&buf).map(Bytes::from);
     }
     Ok(buf.freeze())
 }

@@ -11,6 +11,7 @@ use listwatch_codec::render::{error_encoding, media_ranges, negotiate};
 use listwatch_codec::{Encoding, Rendering};
 use listwatch_core::fields::FieldTerm;
 use listwatch_core::{ApiError, ListOptions, QueryParams, Verb};
+use listwatch_patch::PatchType;
 
 use crate::RequestBody;
 use crate::connection::InFlight;
@@ -67,6 +68,15 @@ pub enum RequestKind {
     /// Any other method on a served resource: the source's writer decides.
     Write {
         /// What is written.
+        target: Target,
+        /// `Content-Type` of the body.
+        content_type: Option<String>,
+        /// The body.
+        body: RequestBody,
+    },
+    /// GET, PUT or PATCH of an object's `scale` subresource (autoscaling/v1 `Scale`).
+    Scale {
+        /// The scaled object.
         target: Target,
         /// `Content-Type` of the body.
         content_type: Option<String>,
@@ -139,15 +149,33 @@ impl ApiRequest {
                 let object = target.name.is_some();
                 let watch = target.legacy_watch || params.watch;
                 verb = Verb::of(method.as_str(), object, watch);
-                resource_kind(
-                    target,
-                    verb,
-                    &params,
-                    ranges.as_deref(),
-                    &parts.headers,
-                    content_type,
-                    body,
-                )
+                // kube's request info labels a server-side apply `APPLY`, other patches `PATCH`.
+                let apply = PatchType::Apply.media_type();
+                if verb == Verb::Patch
+                    && content_type
+                        .as_deref()
+                        .is_some_and(|ct| ct.starts_with(apply))
+                {
+                    verb = Verb::Apply;
+                }
+                if target.subresource.is_some() {
+                    // Routes serve one subresource: `scale`.
+                    RequestKind::Scale {
+                        target,
+                        content_type,
+                        body,
+                    }
+                } else {
+                    resource_kind(
+                        target,
+                        verb,
+                        &params,
+                        ranges.as_deref(),
+                        &parts.headers,
+                        content_type,
+                        body,
+                    )
+                }
             }
             Route::Discovery(DiscoveryPath::OpenApi) if method == Method::GET => {
                 RequestKind::OpenApi {
@@ -186,9 +214,9 @@ impl ApiRequest {
     /// The resource label of metrics and logs ("" for non-resource paths).
     pub fn resource_label(&self) -> String {
         match &self.kind {
-            RequestKind::Read { target, .. } | RequestKind::Write { target, .. } => {
-                target.store.info().resource.clone()
-            }
+            RequestKind::Read { target, .. }
+            | RequestKind::Write { target, .. }
+            | RequestKind::Scale { target, .. } => target.store.info().resource.clone(),
             _ => String::new(),
         }
     }

@@ -27,6 +27,8 @@ pub struct Target {
     pub name: Option<String>,
     /// Reached through the legacy `/watch/` prefix (authorized without its selectors).
     pub legacy_watch: bool,
+    /// The subresource named after the object (`scale`), if any.
+    pub subresource: Option<String>,
 }
 
 /// Discovery and operational endpoints.
@@ -118,7 +120,9 @@ pub fn route(registry: &Registry, path: &str) -> Route {
     let lookup = |r: &str| registry.get(group, version, r).filter(|s| !s.is_retired());
     for (what, s) in match rest {
         ["namespaces", ns, _] => vec![("namespace", *ns)],
-        ["namespaces", ns, _, name] => vec![("namespace", *ns), ("name", *name)],
+        ["namespaces", ns, _, name] | ["namespaces", ns, _, name, _] => {
+            vec![("namespace", *ns), ("name", *name)]
+        }
         [_, name] => vec![("name", *name)],
         _ => vec![],
     } {
@@ -129,28 +133,37 @@ pub fn route(registry: &Registry, path: &str) -> Route {
     let valid = |s: &str| !s.is_empty();
     match rest {
         ["namespaces", ns, r] if valid(ns) => match lookup(r).filter(|s| s.info().namespaced) {
-            Some(store) => resource(store, Some(ns.to_string()), None, legacy_watch),
+            Some(store) => resource(store, Some(ns.to_string()), None, legacy_watch, None),
             None => Route::NotFound,
         },
-        ["namespaces", ns, r, name] if valid(ns) && valid(name) => {
+        ["namespaces", ns, r, name, sub @ ..] if valid(ns) && valid(name) && sub.len() < 2 => {
             match lookup(r).filter(|s| s.info().namespaced) {
-                Some(store) => resource(
+                Some(store) if subresource_served(&store, sub) => resource(
                     store,
                     Some(ns.to_string()),
                     Some(name.to_string()),
                     legacy_watch,
+                    sub.first().map(|s| s.to_string()),
                 ),
-                None => Route::NotFound,
+                _ => Route::NotFound,
             }
         }
         [r] => match lookup(r) {
-            Some(store) => resource(store, None, None, legacy_watch),
+            Some(store) => resource(store, None, None, legacy_watch, None),
             None => Route::NotFound,
         },
-        [r, name] if valid(name) => match lookup(r).filter(|s| !s.info().namespaced) {
-            Some(store) => resource(store, None, Some(name.to_string()), legacy_watch),
-            None => Route::NotFound,
-        },
+        [r, name, sub @ ..] if valid(name) && sub.len() < 2 => {
+            match lookup(r).filter(|s| !s.info().namespaced) {
+                Some(store) if subresource_served(&store, sub) => resource(
+                    store,
+                    None,
+                    Some(name.to_string()),
+                    legacy_watch,
+                    sub.first().map(|s| s.to_string()),
+                ),
+                _ => Route::NotFound,
+            }
+        }
         _ => Route::NotFound,
     }
 }
@@ -160,11 +173,32 @@ fn resource(
     namespace: Option<String>,
     name: Option<String>,
     legacy_watch: bool,
+    subresource: Option<String>,
 ) -> Route {
     Route::Resource(Target {
         store,
         namespace,
         name,
         legacy_watch,
+        subresource,
     })
+}
+
+/// The kinds with a `scale` subresource (autoscaling/v1 `Scale`), as kube-apiserver serves
+/// it: their `spec.replicas` is what it scales.
+pub const SCALABLE: &[(&str, &str)] = &[
+    ("apps", "deployments"),
+    ("apps", "replicasets"),
+    ("apps", "statefulsets"),
+    ("", "replicationcontrollers"),
+];
+
+/// Whether `sub` (empty: the object itself) is served for `store`'s resource.
+fn subresource_served(store: &Store, sub: &[&str]) -> bool {
+    let info = store.info();
+    match sub {
+        [] => true,
+        ["scale"] => SCALABLE.contains(&(info.group.as_str(), info.resource.as_str())),
+        _ => false,
+    }
 }

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use listwatch_core::{ApiError, ObjectRef, WriteOptions};
+use listwatch_core::{ApiError, ObjectRef, Propagation, ResourceInfo, WriteOptions};
 use listwatch_store::{Change, Record, Store};
 use parking_lot::Mutex;
 
+use crate::objects::DeleteStep;
 use crate::source::{BoxFuture, Source, SourceWriter, WriteResult};
 use crate::{Registry, objects};
 
@@ -109,6 +110,19 @@ impl EmbeddedSource {
     ) -> Result<WriteResult, ApiError> {
         let info = store.info().clone();
         let new = objects::prepare_create(&info, namespace, body)?;
+        if let Some(ns) = namespace
+            && self.namespace_terminating(ns)
+        {
+            // kube's NamespaceLifecycle admission.
+            return Err(ApiError::ServerResponse {
+                code: 403,
+                message: format!(
+                    "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    ObjectRef::new(&info, &new.name).group_resource(),
+                    new.name
+                ),
+            });
+        }
         let mut rev = self.revision.lock();
         if store.current().get(&new.key).is_some() {
             return Err(ApiError::AlreadyExists(ObjectRef::new(&info, &new.name)));
@@ -158,13 +172,21 @@ impl EmbeddedSource {
             return Err(ApiError::NotFound(ObjectRef::new(&info, name)));
         };
         let json = replacement.merge(&info, existing.bytes(), existing.rv())?;
+        if objects::deletes_on_update(&info, &json) {
+            // The last finalizer of a deleting object is gone: the update deletes it.
+            let answer = answer_at(&json, &info, *rev + 1)?;
+            if !options.dry_run {
+                self.remove(store, &mut rev, replacement.key.clone());
+                drop(rev);
+                self.collect_garbage(&json, namespace, Propagation::Background);
+                if let Some(ns) = namespace {
+                    self.finish_namespace(ns);
+                }
+            }
+            return Ok(answer);
+        }
         if options.dry_run {
-            let record = Record::ingest(&json, &info, existing.rv())
-                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-            return Ok(WriteResult {
-                code: 200,
-                body: record.bytes().clone(),
-            });
+            return answer_at(&json, &info, existing.rv());
         }
         let record = self.commit(store, &mut rev, &json)?;
         Ok(WriteResult {
@@ -197,23 +219,185 @@ impl EmbeddedSource {
         let Some(existing) = store.current().get(&key).cloned() else {
             return Err(ApiError::NotFound(ObjectRef::new(&info, name)));
         };
-        if options.dry_run {
-            return Ok(WriteResult {
+        match objects::delete_step(&info, existing.bytes())? {
+            // Still finalized: answered with the object as it is, as kube does.
+            DeleteStep::Pending => Ok(WriteResult {
                 code: 200,
-                body: objects::delete_status(&info, name, existing.bytes()),
-            });
+                body: existing.bytes().clone(),
+            }),
+            DeleteStep::Mark(json) => {
+                if options.dry_run {
+                    return answer_at(&json, &info, existing.rv());
+                }
+                let body = self.commit(store, &mut rev, &json)?;
+                drop(rev);
+                if objects::is_namespace(&info) {
+                    // The namespace controller's work, in-process: delete what the
+                    // namespace holds, then the namespace once nothing is left.
+                    self.empty_namespace(name);
+                }
+                Ok(WriteResult { code: 200, body })
+            }
+            DeleteStep::Remove => {
+                if !options.dry_run {
+                    self.remove(store, &mut rev, key);
+                    drop(rev);
+                    self.collect_garbage(existing.bytes(), namespace, options.propagation);
+                    if let Some(ns) = namespace {
+                        self.finish_namespace(ns);
+                    }
+                }
+                Ok(WriteResult {
+                    code: 200,
+                    body: objects::delete_status(&info, name, existing.bytes()),
+                })
+            }
         }
+    }
+
+    /// The garbage collector's work for a removed owner (`owner`: its JSON), in-process:
+    /// its dependents (objects whose `ownerReferences` name its uid, in its namespace, or
+    /// anywhere for a cluster-scoped owner) are deleted (Background, Foreground) or lose
+    /// that reference (Orphan).
+    fn collect_garbage(&self, owner: &[u8], namespace: Option<&str>, propagation: Propagation) {
+        let Some(uid) = serde_json::from_slice::<serde_json::Value>(owner)
+            .ok()
+            .and_then(|v| Some(v.get("metadata")?.get("uid")?.as_str()?.to_string()))
+        else {
+            return;
+        };
+        let names_owner = |refs: &serde_json::Value| {
+            refs.as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|r| r.get("uid").and_then(|u| u.as_str()) == Some(uid.as_str()))
+            })
+        };
+        for store in self.registry.source_stores() {
+            let dependents: Vec<Arc<Record>> = store
+                .current()
+                .items()
+                .values()
+                .filter(|r| namespace.is_none_or(|ns| r.namespace() == ns))
+                .filter(|r| {
+                    serde_json::from_slice::<serde_json::Value>(r.bytes())
+                        .ok()
+                        .is_some_and(|v| names_owner(&v["metadata"]["ownerReferences"]))
+                })
+                .cloned()
+                .collect();
+            for dep in dependents {
+                let ns = Some(dep.namespace()).filter(|n| !n.is_empty());
+                let result = match propagation {
+                    Propagation::Orphan => self.orphan(&store, &dep, &uid),
+                    _ => self
+                        .delete_with(&store, ns, dep.name(), WriteOptions::default())
+                        .map(|_| ()),
+                };
+                if let Err(e) = result {
+                    tracing::warn!(name = dep.name(), error = %e, "collecting a dependent");
+                }
+            }
+        }
+    }
+
+    /// Removes the `ownerReferences` entry naming `uid` from `dep`.
+    fn orphan(&self, store: &Arc<Store>, dep: &Record, uid: &str) -> Result<(), ApiError> {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(dep.bytes()).map_err(|e| ApiError::Internal(e.to_string()))?;
+        if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
+            refs.retain(|r| r.get("uid").and_then(|u| u.as_str()) != Some(uid));
+        }
+        // kube's GC patches the reference out; an emptied list is omitted, as Go omits it.
+        if v["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|a| a.is_empty())
+            && let Some(m) = v["metadata"].as_object_mut()
+        {
+            m.remove("ownerReferences");
+        }
+        let json = serde_json::to_vec(&v).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let mut rev = self.revision.lock();
+        self.commit(store, &mut rev, &json).map(|_| ())
+    }
+
+    /// Removes `key` from `store` at the next revision.
+    fn remove(&self, store: &Arc<Store>, rev: &mut u64, key: String) {
         *rev += 1;
         let rv = *rev;
-        store
-            .apply([Change::Delete { key, rv }])
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        drop(rev);
+        if let Err(e) = store.apply([Change::Delete { key, rv }]) {
+            tracing::error!(error = %e, "removing an object from its store");
+        }
         self.progress_others(store, rv);
-        Ok(WriteResult {
-            code: 200,
-            body: objects::delete_status(&info, name, existing.bytes()),
-        })
+    }
+
+    /// The namespaces store, when namespaces are served.
+    fn namespaces(&self) -> Option<Arc<Store>> {
+        self.registry.get("", "v1", "namespaces")
+    }
+
+    /// Whether namespace `ns` exists and is being deleted.
+    fn namespace_terminating(&self, ns: &str) -> bool {
+        self.namespaces()
+            .and_then(|s| s.current().get(ns).cloned())
+            .and_then(|r| serde_json::from_slice::<serde_json::Value>(r.bytes()).ok())
+            .is_some_and(|v| objects::is_deleting(&v))
+    }
+
+    /// Deletes every object in namespace `ns` (finalized ones are marked and stay until
+    /// their finalizers go), then finishes the namespace if it is empty.
+    fn empty_namespace(&self, ns: &str) {
+        for store in self.registry.source_stores() {
+            if !store.info().namespaced {
+                continue;
+            }
+            let names: Vec<String> = store
+                .current()
+                .items()
+                .values()
+                .filter(|r| r.namespace() == ns)
+                .map(|r| r.name().to_string())
+                .collect();
+            for name in names {
+                if let Err(e) = self.delete_with(&store, Some(ns), &name, WriteOptions::default()) {
+                    tracing::warn!(namespace = ns, name, error = %e, "deleting namespace content");
+                }
+            }
+        }
+        self.finish_namespace(ns);
+    }
+
+    /// A terminating namespace with nothing left in it loses its `kubernetes` finalizer
+    /// (and goes, when it has no other finalizers), as the namespace controller finalizes it.
+    fn finish_namespace(&self, ns: &str) {
+        let Some(store) = self.namespaces() else {
+            return;
+        };
+        let mut rev = self.revision.lock();
+        let Some(record) = store.current().get(ns).cloned() else {
+            return;
+        };
+        let Ok(mut obj) = serde_json::from_slice::<serde_json::Value>(record.bytes()) else {
+            return;
+        };
+        if !objects::is_deleting(&obj) {
+            return;
+        }
+        let occupied = self.registry.source_stores().iter().any(|s| {
+            s.info().namespaced && s.current().items().values().any(|r| r.namespace() == ns)
+        });
+        if occupied {
+            return;
+        }
+        if objects::finalizers(&obj).is_empty() {
+            self.remove(&store, &mut rev, record.key().to_string());
+            return;
+        }
+        obj["spec"]["finalizers"] = serde_json::json!([]);
+        if let Ok(json) = serde_json::to_vec(&obj)
+            && let Err(e) = self.commit(&store, &mut rev, &json)
+        {
+            tracing::error!(namespace = ns, error = %e, "finalizing a namespace");
+        }
     }
 
     fn commit(&self, store: &Arc<Store>, rev: &mut u64, bytes: &[u8]) -> Result<Bytes, ApiError> {
@@ -228,6 +412,15 @@ impl EmbeddedSource {
         self.progress_others(store, rv);
         Ok(out)
     }
+}
+
+/// A 200 answering with `json` as it would be stored at `rv` (checked as a commit checks it).
+fn answer_at(json: &[u8], info: &ResourceInfo, rv: u64) -> Result<WriteResult, ApiError> {
+    let record = Record::ingest(json, info, rv).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok(WriteResult {
+        code: 200,
+        body: record.bytes().clone(),
+    })
 }
 
 impl Source for EmbeddedSource {

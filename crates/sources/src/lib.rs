@@ -4,7 +4,8 @@
 //! - [`Registry`]: served resource types and their stores.
 //! - [`embedded::EmbeddedSource`]: the default in-process MVCC store with the write verbs.
 //! - [`host::HostFedSource`]: changes pushed by an embedding host (reads only).
-//! - [`objects`]: write checks shared by every writable source.
+//! - [`objects`]: write checks shared by every writable source; [`writes`]: PATCH and
+//!   `scale` on top of any source's writer, and the consistent read they start from.
 //! - [`views::Views`]: resources served as conversions of stored ones (events.k8s.io/v1
 //!   Events, autoscaling/v1 HPAs), wrapping any source.
 //! - [`demo`]: realistic demo pods; [`load`]: objects from JSON/NDJSON files.
@@ -18,6 +19,7 @@ pub mod objects;
 mod registry;
 pub mod source;
 pub mod views;
+pub mod writes;
 
 pub use embedded::EmbeddedSource;
 pub use host::{FeedError, HostChange, HostFedSource, Relisted};

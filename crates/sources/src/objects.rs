@@ -57,6 +57,14 @@ pub fn prepare_create(
     meta.remove("resourceVersion");
     meta.insert("uid".into(), Value::String(uuid_v4()));
     meta.insert("creationTimestamp".into(), Value::String(rfc3339_now()));
+    // Deletion is the server's: a create does not start one.
+    meta.remove("deletionTimestamp");
+    meta.remove("deletionGracePeriodSeconds");
+    if is_namespace(info) {
+        // kube's namespace strategy (PrepareForCreate): the `kubernetes` finalizer, Active.
+        obj["spec"] = serde_json::json!({"finalizers": ["kubernetes"]});
+        obj["status"] = serde_json::json!({"phase": "Active"});
+    }
     Ok(NewObject {
         key: info.key(namespace.unwrap_or(""), &name),
         name,
@@ -129,13 +137,126 @@ impl Replacement {
             serde_json::from_slice(existing).map_err(|e| ApiError::Internal(e.to_string()))?;
         let mut obj = self.obj.clone();
         let meta = metadata(&mut obj)?;
-        for f in ["uid", "creationTimestamp"] {
+        // A deletion once started is the server's to keep (kube's BeforeUpdate).
+        meta.remove("deletionTimestamp");
+        meta.remove("deletionGracePeriodSeconds");
+        for f in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
             if let Some(v) = old.get("metadata").and_then(|m| m.get(f)) {
                 meta.insert(f.into(), v.clone());
             }
         }
+        if meta.contains_key("deletionTimestamp") {
+            // kube's ValidateObjectMetaUpdate: a deleting object takes no new finalizers.
+            let before = finalizers(&old);
+            if let Some(added) = finalizers(&obj).into_iter().find(|f| !before.contains(f)) {
+                return Err(invalid(
+                    info,
+                    &self.name,
+                    "metadata.finalizers",
+                    FieldErrorKind::Forbidden,
+                    &format!(
+                        "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                        listwatch_core::json::go_string(&added)
+                    ),
+                ));
+            }
+        }
+        if is_namespace(info) {
+            // The namespace's phase and finalizers are its controller's (status and
+            // finalize subresources), not a PUT's.
+            for f in ["spec", "status"] {
+                match old.get(f) {
+                    Some(v) => obj[f] = v.clone(),
+                    None => {
+                        if let Value::Object(m) = &mut obj {
+                            m.remove(f);
+                        }
+                    }
+                }
+            }
+        }
         canonical_json(obj)
     }
+}
+
+/// Whether `info` is the core group's namespaces.
+pub fn is_namespace(info: &ResourceInfo) -> bool {
+    info.group.is_empty() && info.resource == "namespaces"
+}
+
+/// An object's `metadata.finalizers`.
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    obj.get("metadata")
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a stored object (JSON) is being deleted (`metadata.deletionTimestamp` set).
+pub fn is_deleting(obj: &Value) -> bool {
+    obj.get("metadata")
+        .and_then(|m| m.get("deletionTimestamp"))
+        .is_some_and(|v| !v.is_null())
+}
+
+/// What a DELETE does to a stored object, as kube's generic store decides it.
+#[derive(Debug)]
+pub enum DeleteStep {
+    /// No finalizers: the object goes now.
+    Remove,
+    /// Finalizers: the object stays with `deletionTimestamp` and
+    /// `deletionGracePeriodSeconds` set (this JSON), until they are removed.
+    Mark(Vec<u8>),
+    /// Already being deleted and still finalized: nothing changes.
+    Pending,
+}
+
+/// The [`DeleteStep`] for `existing` (its stored JSON). Namespaces also turn `Terminating`
+/// (their `kubernetes` spec finalizer is what keeps them, until their content is gone).
+pub fn delete_step(info: &ResourceInfo, existing: &[u8]) -> Result<DeleteStep, ApiError> {
+    let mut obj: Value =
+        serde_json::from_slice(existing).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let namespace = is_namespace(info);
+    if finalizers(&obj).is_empty() && !namespace {
+        return Ok(DeleteStep::Remove);
+    }
+    if is_deleting(&obj) {
+        return Ok(DeleteStep::Pending);
+    }
+    let meta = metadata(&mut obj)?;
+    meta.insert("deletionTimestamp".into(), Value::String(rfc3339_now()));
+    // Kinds without graceful deletion (all but pods) are marked with a zero grace period.
+    meta.insert("deletionGracePeriodSeconds".into(), Value::from(0));
+    meta.remove("resourceVersion");
+    if namespace {
+        obj["status"]["phase"] = Value::String("Terminating".into());
+    }
+    Ok(DeleteStep::Mark(canonical_json(obj)?))
+}
+
+/// Whether an update leaves `json` (the object to store) deleting with no finalizers, so
+/// that it is removed instead (kube's store: `ShouldDeleteDuringUpdate`).
+pub fn deletes_on_update(info: &ResourceInfo, json: &[u8]) -> bool {
+    let Ok(obj) = serde_json::from_slice::<Value>(json) else {
+        return false;
+    };
+    let spec_done = !is_namespace(info)
+        || obj
+            .get("spec")
+            .and_then(|s| s.get("finalizers"))
+            .and_then(Value::as_array)
+            .is_none_or(|a| a.is_empty());
+    is_deleting(&obj) && finalizers(&obj).is_empty() && spec_done
 }
 
 /// The success `Status` a DELETE answers with (`existing` is the deleted object's JSON).

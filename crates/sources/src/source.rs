@@ -79,7 +79,8 @@ pub trait Source: Send + Sync + 'static {
 }
 
 /// The write verbs of a writable source (POST, PUT, DELETE), checked the same way by every
-/// source (`objects`). With `options.dry_run` a write is checked and answered exactly as it
+/// source (`objects`). PATCH and `scale` writes reach a source as an `update` (the server
+/// patches the stored object and sends it here), so they are checked as a PUT is. With `options.dry_run` a write is checked and answered exactly as it
 /// would be, and nothing is committed (no new revision, no event).
 pub trait SourceWriter: Send + Sync {
     /// POST: creates the object in `namespace`.

@@ -110,6 +110,30 @@ pub async fn try_request(
     })
 }
 
+/// One request with the given `Content-Type` (PATCH's patch types).
+pub async fn request_typed(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> Raw {
+    let r = listwatch_testkit::send(
+        addr,
+        method,
+        path,
+        &[("Content-Type", content_type)],
+        Some(body.as_bytes()),
+    )
+    .await
+    .expect("connect");
+    Raw {
+        status: r.status,
+        body: String::from_utf8(r.body).expect("utf8 body"),
+        headers: r.headers,
+    }
+}
+
 pub async fn get(addr: SocketAddr, path: &str) -> Raw {
     request(addr, "GET", path, None).await
 }

@@ -1,0 +1,65 @@
+//! The `scale` subresource over HTTP: an autoscaling/v1 `Scale` of a Deployment, PUT and
+//! PATCH change `spec.replicas` only, a stale `resourceVersion` is 409, and kinds without
+//! the subresource answer 404.
+
+mod common;
+
+use common::{get, json, request, request_typed, start};
+use listwatch_server::ServerConfig;
+
+const DEPLOYS: &str = "/apis/apps/v1/namespaces/s/deployments";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_reads_and_writes_replicas_only() {
+    let s = start(0, ServerConfig::default()).await;
+    let made = request(
+        s.addr,
+        "POST",
+        DEPLOYS,
+        Some(r#"{"metadata":{"name":"d"},"spec":{"replicas":1,"selector":{"matchLabels":{"b":"2","a":"1"}},"template":{"metadata":{"labels":{"a":"1","b":"2"}}}}}"#),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    let old_rv = json(&made.body)["metadata"]["resourceVersion"].clone();
+    let scale = json(&get(s.addr, &format!("{DEPLOYS}/d/scale")).await.body);
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["apiVersion"], "autoscaling/v1");
+    assert_eq!(scale["spec"]["replicas"], 1);
+    assert_eq!(scale["status"]["selector"], "a=1,b=2");
+    assert_eq!(scale["metadata"]["resourceVersion"], old_rv);
+
+    let r = request_typed(
+        s.addr,
+        "PATCH",
+        &format!("{DEPLOYS}/d/scale"),
+        "application/merge-patch+json",
+        r#"{"spec":{"replicas":3}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(json(&r.body)["spec"]["replicas"], 3);
+    let d = json(&get(s.addr, &format!("{DEPLOYS}/d")).await.body);
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(d["spec"]["template"]["metadata"]["labels"]["a"], "1");
+
+    // A PUT naming the first RV is stale now.
+    let stale = format!(
+        r#"{{"kind":"Scale","apiVersion":"autoscaling/v1","metadata":{{"name":"d","resourceVersion":{old_rv}}},"spec":{{"replicas":5}}}}"#
+    );
+    let r = request(s.addr, "PUT", &format!("{DEPLOYS}/d/scale"), Some(&stale)).await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    let r = request(
+        s.addr,
+        "PUT",
+        &format!("{DEPLOYS}/d/scale"),
+        Some(r#"{"kind":"Scale","apiVersion":"autoscaling/v1","metadata":{"name":"d"},"spec":{"replicas":-1}}"#),
+    )
+    .await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert_eq!(
+        json(&get(s.addr, &format!("{DEPLOYS}/d")).await.body)["spec"]["replicas"],
+        3
+    );
+    let r = get(s.addr, "/api/v1/namespaces/s/configmaps/x/scale").await;
+    assert_eq!(r.status, 404, "{}", r.body);
+}

@@ -1,0 +1,390 @@
+//! A kubectl day-one workflow against the embedded store, run with every kubectl found
+//! (the machine's, 1.32 here, and the newest the test command installs): create with
+//! validation, apply twice with a change, patch in three forms, label, annotate, edit,
+//! scale, explain, delete with a finalizer, delete a namespace. After each step the stored
+//! object is compared with what kube-apiserver would hold; the rule followed is named at
+//! each assertion.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{get, json, start};
+use listwatch_server::ServerConfig;
+use serde_json::Value;
+use tokio::process::Command;
+
+/// Every distinct kubectl (by its version line) on `PATH`, at `/usr/bin/kubectl` and at
+/// `$LISTWATCH_EXTRA_KUBECTL` (where scripts/test installs the newest).
+fn kubectls() -> Vec<PathBuf> {
+    common::require("kubectl");
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let candidates = path
+        .split(':')
+        .map(|d| Path::new(d).join("kubectl"))
+        .chain([PathBuf::from("/usr/bin/kubectl")])
+        .chain(std::env::var_os("LISTWATCH_EXTRA_KUBECTL").map(PathBuf::from));
+    for bin in candidates {
+        let Ok(out) = std::process::Command::new(&bin)
+            .args(["version", "--client"])
+            .output()
+        else {
+            continue;
+        };
+        let version = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        if out.status.success() && !found.iter().any(|(v, _)| *v == version) {
+            found.push((version, bin));
+        }
+    }
+    found.into_iter().map(|(_, b)| b).collect()
+}
+
+struct Kubectl {
+    bin: PathBuf,
+    addr: std::net::SocketAddr,
+    dir: PathBuf,
+}
+
+impl Kubectl {
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.env("KUBECONFIG", "/dev/null")
+            .arg("--server")
+            .arg(format!("http://{}", self.addr))
+            .arg("--cache-dir")
+            .arg(self.dir.join("cache"));
+        c
+    }
+
+    /// Runs kubectl; `(success, stdout, stderr)`.
+    async fn try_run(&self, args: &[&str]) -> (bool, String, String) {
+        let o = self.cmd().args(args).output().await.expect("kubectl runs");
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into(),
+            String::from_utf8_lossy(&o.stderr).into(),
+        )
+    }
+
+    async fn run(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.try_run(args).await;
+        assert!(ok, "{} {args:?}: {err}", self.bin.display());
+        out
+    }
+
+    fn file(&self, name: &str, text: &str) -> String {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).expect("write manifest");
+        p.display().to_string()
+    }
+}
+
+const DEPLOY_V1: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: day1
+  labels:
+    app: web
+    stage: one
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.25
+        ports:
+        - containerPort: 80
+      - name: side
+        image: busybox:1.36
+"#;
+
+/// The second apply: image changed, a label and a container removed, replicas 3.
+const DEPLOY_V2: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: day1
+  labels:
+    app: web
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+        ports:
+        - containerPort: 80
+"#;
+
+const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/day1/deployments/web";
+
+async fn object(addr: std::net::SocketAddr, path: &str) -> Value {
+    let r = get(addr, path).await;
+    assert_eq!(r.status, 200, "{path}: {}", r.body);
+    json(&r.body)
+}
+
+async fn workflow(bin: PathBuf) {
+    let s = start(0, ServerConfig::default()).await;
+    let dir = std::env::temp_dir().join(format!(
+        "lw-day-one-{}-{}",
+        std::process::id(),
+        bin.display().to_string().replace('/', "_")
+    ));
+    std::fs::create_dir_all(&dir).expect("scratch");
+    let k = Kubectl {
+        bin,
+        addr: s.addr,
+        dir,
+    };
+
+    // create, validation on: a namespace, then a ConfigMap from a file; a misspelt field
+    // is refused client-side by the OpenAPI schema (as against kube-apiserver).
+    k.run(&["create", "namespace", "day1"]).await;
+    let ns = object(s.addr, "/api/v1/namespaces/day1").await;
+    // kube's namespace strategy: spec.finalizers [kubernetes], status.phase Active.
+    assert_eq!(ns["spec"]["finalizers"], serde_json::json!(["kubernetes"]));
+    assert_eq!(ns["status"]["phase"], "Active");
+    let cm = k.file(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: day1\ndata:\n  a: \"1\"\n",
+    );
+    k.run(&["create", "--validate=strict", "-f", &cm]).await;
+    let bad = k.file(
+        "bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\n  namespace: day1\ndatta:\n  a: \"1\"\n",
+    );
+    let (ok, _, err) = k
+        .try_run(&["create", "--validate=strict", "-f", &bad])
+        .await;
+    assert!(!ok && err.contains("datta"), "{err}");
+
+    // apply twice: the second is a strategic merge patch computed from the last-applied
+    // annotation (kubectl's three-way merge), so what the manifest dropped is dropped.
+    let f = k.file("deploy.yaml", DEPLOY_V1);
+    k.run(&["apply", "-f", &f]).await;
+    let d = object(s.addr, DEPLOYMENT).await;
+    let annotation = "kubectl.kubernetes.io/last-applied-configuration";
+    assert!(d["metadata"]["annotations"][annotation].is_string(), "{d}");
+    let f = k.file("deploy.yaml", DEPLOY_V2);
+    let out = k.run(&["apply", "-f", &f]).await;
+    assert!(out.contains("configured"), "{out}");
+    let d = object(s.addr, DEPLOYMENT).await;
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(d["metadata"]["labels"], serde_json::json!({"app": "web"}));
+    let containers = d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers");
+    assert_eq!(containers.len(), 1, "{d}");
+    assert_eq!(containers[0]["image"], "nginx:1.27");
+    assert_eq!(containers[0]["ports"][0]["containerPort"], 80);
+    let last: Value = serde_json::from_str(
+        d["metadata"]["annotations"][annotation]
+            .as_str()
+            .expect("annotation"),
+    )
+    .expect("last-applied is JSON");
+    assert_eq!(last["spec"]["replicas"], 3);
+
+    // patch, three forms.
+    k.run(&[
+        "patch",
+        "deployment",
+        "web",
+        "-n",
+        "day1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":2}}"#,
+    ])
+    .await;
+    k.run(&[
+        "patch", "deployment", "web", "-n", "day1", "--type=json", "-p",
+        r#"[{"op":"test","path":"/spec/replicas","value":2},{"op":"replace","path":"/spec/paused","value":true}]"#,
+    ])
+    .await;
+    let (ok, _, err) = k
+        .try_run(&[
+            "patch",
+            "deployment",
+            "web",
+            "-n",
+            "day1",
+            "--type=json",
+            "-p",
+            r#"[{"op":"test","path":"/spec/replicas","value":9}]"#,
+        ])
+        .await;
+    // A failed `test` is 422 with kube's generic message.
+    assert!(
+        !ok && err.contains("the server rejected our request"),
+        "{err}"
+    );
+    // Strategic: containers merge by name (patchMergeKey), so the image is kept.
+    k.run(&[
+        "patch", "deployment", "web", "-n", "day1", "--type=strategic", "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"web","env":[{"name":"MODE","value":"day1"}]}]}}}}"#,
+    ])
+    .await;
+    let d = object(s.addr, DEPLOYMENT).await;
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(d["spec"]["paused"], true);
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], "nginx:1.27");
+    assert_eq!(
+        c["env"],
+        serde_json::json!([{"name": "MODE", "value": "day1"}])
+    );
+
+    // label and annotate (patches of metadata); a stale --resource-version is refused.
+    k.run(&["label", "deployment", "web", "-n", "day1", "tier=front"])
+        .await;
+    k.run(&["annotate", "deployment", "web", "-n", "day1", "note=hello"])
+        .await;
+    let (ok, _, err) = k
+        .try_run(&[
+            "label",
+            "deployment",
+            "web",
+            "-n",
+            "day1",
+            "x=y",
+            "--resource-version=1",
+        ])
+        .await;
+    assert!(!ok && err.contains("the object has been modified"), "{err}");
+    let d = object(s.addr, DEPLOYMENT).await;
+    assert_eq!(d["metadata"]["labels"]["tier"], "front");
+    assert_eq!(d["metadata"]["annotations"]["note"], "hello");
+    assert!(d["metadata"]["labels"].get("x").is_none());
+
+    // edit with a scripted editor.
+    use std::os::unix::fs::PermissionsExt;
+    let editor = k.dir.join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i 's/^  a: \"1\"$/  a: \"2\"/' \"$1\"\n",
+    )
+    .expect("editor");
+    std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let o = k
+        .cmd()
+        .env("KUBE_EDITOR", &editor)
+        .args(["edit", "configmap", "settings", "-n", "day1"])
+        .output()
+        .await
+        .expect("kubectl edit");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = object(s.addr, "/api/v1/namespaces/day1/configmaps/settings").await;
+    assert_eq!(c["data"]["a"], "2");
+
+    // scale: through the scale subresource (autoscaling/v1 Scale).
+    k.run(&["scale", "deployment", "web", "-n", "day1", "--replicas=4"])
+        .await;
+    assert_eq!(object(s.addr, DEPLOYMENT).await["spec"]["replicas"], 4);
+    let scale = object(s.addr, &format!("{DEPLOYMENT}/scale")).await;
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 4);
+    assert_eq!(scale["status"]["selector"], "app=web");
+
+    // explain (OpenAPI v3).
+    let out = k.run(&["explain", "deployment.spec.replicas"]).await;
+    assert!(out.contains("replicas") && out.contains("integer"), "{out}");
+
+    // delete with a finalizer: kept with deletionTimestamp (grace period 0, kube's
+    // non-graceful kinds) until the finalizer is removed; then gone.
+    let held = k.file(
+        "held.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  namespace: day1\n  finalizers: [example.com/keep]\n",
+    );
+    k.run(&["create", "-f", &held]).await;
+    k.run(&["delete", "configmap", "held", "-n", "day1", "--wait=false"])
+        .await;
+    let h = object(s.addr, "/api/v1/namespaces/day1/configmaps/held").await;
+    assert!(h["metadata"]["deletionTimestamp"].is_string(), "{h}");
+    assert_eq!(h["metadata"]["deletionGracePeriodSeconds"], 0);
+    // A deleting object takes no new finalizers.
+    let (ok, _, err) = k
+        .try_run(&[
+            "patch",
+            "configmap",
+            "held",
+            "-n",
+            "day1",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["example.com/keep","example.com/more"]}}"#,
+        ])
+        .await;
+    assert!(!ok && err.contains("no new finalizers"), "{err}");
+
+    // delete the namespace: Terminating while `held` keeps a finalizer, its other
+    // objects deleted, no new content; gone once the finalizer is removed.
+    k.run(&["delete", "namespace", "day1", "--wait=false"])
+        .await;
+    let ns = object(s.addr, "/api/v1/namespaces/day1").await;
+    assert_eq!(ns["status"]["phase"], "Terminating");
+    assert!(ns["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(get(s.addr, DEPLOYMENT).await.status, 404);
+    assert_eq!(
+        get(s.addr, "/api/v1/namespaces/day1/configmaps/settings")
+            .await
+            .status,
+        404
+    );
+    let (ok, _, err) = k
+        .try_run(&["create", "configmap", "late", "-n", "day1"])
+        .await;
+    assert!(!ok && err.contains("being terminated"), "{err}");
+    k.run(&[
+        "patch",
+        "configmap",
+        "held",
+        "-n",
+        "day1",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ])
+    .await;
+    assert_eq!(
+        get(s.addr, "/api/v1/namespaces/day1/configmaps/held")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(get(s.addr, "/api/v1/namespaces/day1").await.status, 404);
+    let (ok, _, err) = k.try_run(&["get", "namespace", "day1"]).await;
+    assert!(!ok && err.contains("not found"), "{err}");
+    let _ = std::fs::remove_dir_all(&k.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_day_one_workflow_with_every_kubectl() {
+    let bins = kubectls();
+    assert!(!bins.is_empty());
+    for bin in bins {
+        eprintln!("day one with {}", bin.display());
+        workflow(bin).await;
+    }
+}
