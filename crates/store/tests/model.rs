@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use listwatch_core::{
-    ContinueToken, FieldSelector, LabelSelector, ResourceInfo, builtin_resources,
-};
+use listwatch_core::{ContinueToken, FieldSelector, LabelSelector, ResourceInfo, builtin_resource};
 use listwatch_store::{
     Change, EventType, Filter, LogLimits, Record, SnapshotReader, Store, StoreConfig, StoreError,
 };
@@ -54,12 +52,7 @@ struct ModelEvent {
 }
 
 fn pods() -> Arc<ResourceInfo> {
-    Arc::new(
-        builtin_resources()
-            .into_iter()
-            .find(|r| r.resource == "pods")
-            .expect("pods"),
-    )
+    Arc::new(builtin_resource("pods").expect("pods"))
 }
 
 fn record(info: &ResourceInfo, key: &str, tier: usize, phase: usize, rv: u64) -> Record {
