@@ -80,8 +80,7 @@ async fn admission_limits_answer_429_with_retry_after() {
     // The server admits the stalled LISTs asynchronously: wait for both to be in flight (a
     // probe sent earlier could take a slot itself and have one of them refused).
     wait_for_lists(s.addr, 2).await;
-    let r = common::get(s.addr, "/api/v1/pods?limit=1").await;
-    assert_eq!(r.status, 429, "{}", r.body);
+    let r = common::got(s.addr, "/api/v1/pods?limit=1", 429).await;
     assert_eq!(r.header("retry-after"), Some("1"));
     let v = status_of(&r.body);
     assert_eq!(v["reason"], "TooManyRequests");
@@ -116,8 +115,7 @@ async fn admission_limits_answer_429_with_retry_after() {
         m.contains("apiserver_registered_watchers{resource=\"configmaps\"} 2"),
         "{m}"
     );
-    let r = common::get(s.addr, "/api/v1/configmaps?watch=1&timeoutSeconds=1").await;
-    assert_eq!(r.status, 429, "{}", r.body);
+    let r = common::got(s.addr, "/api/v1/configmaps?watch=1&timeoutSeconds=1", 429).await;
     assert!(r.body.contains("too many watches for user"), "{}", r.body);
     drop((w1, w2));
     still_serving(s.addr, 20_000).await;
@@ -185,14 +183,14 @@ async fn oversized_and_malformed_requests_get_a_status() {
         r#"{{"metadata":{{"name":"x"}},"data":{}}}"#,
         "[".repeat(100_000)
     );
-    let r = common::request(
+    let r = common::answered(
         s.addr,
         "POST",
         "/api/v1/namespaces/default/configmaps",
         Some(&deep),
+        400,
     )
     .await;
-    assert_eq!(r.status, 400, "{}", r.body);
     let text = raw_post(
         s.addr,
         "/api/v1/namespaces/default/configmaps",
@@ -252,8 +250,7 @@ async fn oversized_and_malformed_requests_get_a_status() {
         assert!(r.body.contains(why), "{path}: {}", r.body);
     }
     // An encoded name that is fine once decoded is looked up decoded.
-    let r = common::get(s.addr, "/api/v1/namespaces/demo-1/pods/pod%2D0").await;
-    assert_eq!(r.status, 200, "{}", r.body);
+    let r = common::got(s.addr, "/api/v1/namespaces/demo-1/pods/pod%2D0", 200).await;
     // timeoutSeconds=-1 ends a watch at once, as kube-apiserver does (the whole response
     // arrives; a watch left open would time the read out).
     let started = std::time::Instant::now();

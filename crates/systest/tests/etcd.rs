@@ -426,15 +426,15 @@ async fn replicas_read_their_writes_and_never_go_back_in_time() {
     );
 
     // An RV etcd has not reached: wait, then 504 with cause ResourceVersionTooLarge.
-    let r = common::get(
+    let r = common::got(
         b.addr,
         &format!(
             "/api/v1/pods?resourceVersion={}&resourceVersionMatch=NotOlderThan",
             rv_a + 100_000
         ),
+        504,
     )
     .await;
-    assert_eq!(r.status, 504, "{}", r.body);
     assert!(r.body.contains("ResourceVersionTooLarge"), "{}", r.body);
 }
 

@@ -201,10 +201,7 @@ async fn a_tls_connection_idle_after_its_handshake_is_closed() {
         listwatch_sources::EmbeddedSource::new(registry),
         short_timeouts(),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
+    let (listener, addr) = listwatch_testkit::listen_local().await;
     let options = listwatch_server::ServeOptions {
         tls: Some(tls_config(&cert, &key, None).expect("tls")),
         ..Default::default()
