@@ -182,14 +182,7 @@ fn cluster() -> ClusterAuthorizer {
 /// `<name>@<group>+<group>` is spelled out.
 fn user(spec: &str) -> User {
     match spec.split_once('@') {
-        Some((name, groups)) => User {
-            name: name.into(),
-            groups: groups
-                .split('+')
-                .filter(|g| !g.is_empty())
-                .map(str::to_string)
-                .collect(),
-        },
+        Some((name, groups)) => User::in_groups(name, groups, '+'),
         None => User {
             name: format!("system:node:{spec}"),
             groups: vec!["system:nodes".into(), "system:authenticated".into()],

@@ -88,14 +88,7 @@ impl listwatch_auth::Authenticate for BearerIsUser {
             .ok_or(listwatch_core::ApiError::Unauthorized)
             .map(|token| {
                 let (name, groups) = token.split_once('|').unwrap_or((token, ""));
-                listwatch_auth::User {
-                    name: name.into(),
-                    groups: groups
-                        .split(',')
-                        .filter(|g| !g.is_empty())
-                        .map(str::to_string)
-                        .collect(),
-                }
+                listwatch_auth::User::in_groups(name, groups, ',')
             });
         Box::pin(std::future::ready(user))
     }
