@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{answered, get, got, json, next_line, request, stream_lines};
+use common::{answered, get, get_expecting, json, next_line, request, stream_lines};
 use listwatch_server::ServerConfig;
 use serde_json::Value;
 
@@ -40,10 +40,22 @@ async fn table(addr: std::net::SocketAddr, path: &str) -> Value {
     serde_json::from_slice(&r.body).expect("Table JSON")
 }
 
+/// POSTs the core/v1 Event `core` to namespace `team`; asserts it was created.
+async fn post_core_event(addr: std::net::SocketAddr, core: &str) -> common::Raw {
+    answered(
+        addr,
+        "POST",
+        "/api/v1/namespaces/team/events",
+        Some(core),
+        201,
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_core_event_appears_converted_in_an_events_k8s_io_watch_at_its_rv() {
     let server = common::start(0, ServerConfig::default()).await;
-    let list = got(
+    let list = get_expecting(
         server.addr,
         "/apis/events.k8s.io/v1/namespaces/team/events",
         200,
@@ -57,14 +69,7 @@ async fn a_core_event_appears_converted_in_an_events_k8s_io_watch_at_its_rv() {
     .await;
 
     let core = r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"web.1","namespace":"team"},"involvedObject":{"kind":"Pod","namespace":"team","name":"web","apiVersion":"v1"},"reason":"Pulled","message":"image pulled","source":{"component":"kubelet","host":"node-1"},"count":2,"type":"Normal","reportingComponent":"kubelet","reportingInstance":"node-1"}"#;
-    let created = answered(
-        server.addr,
-        "POST",
-        "/api/v1/namespaces/team/events",
-        Some(core),
-        201,
-    )
-    .await;
+    let created = post_core_event(server.addr, core).await;
     let created = json(&created.body);
 
     let added = next_event(&mut watch).await;
@@ -115,17 +120,10 @@ async fn a_core_event_appears_converted_in_an_events_k8s_io_watch_at_its_rv() {
 async fn views_read_like_any_resource_and_refuse_writes() {
     let server = common::start(0, ServerConfig::default()).await;
     let core = r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"db.1","namespace":"team"},"involvedObject":{"kind":"Pod","namespace":"team","name":"db"},"reason":"BackOff","message":"back-off","type":"Warning","reportingComponent":"kubelet","reportingInstance":""}"#;
-    let created = answered(
-        server.addr,
-        "POST",
-        "/api/v1/namespaces/team/events",
-        Some(core),
-        201,
-    )
-    .await;
+    let created = post_core_event(server.addr, core).await;
 
     // A consistent GET right after the write waits for the view to reach the write.
-    let got = got(
+    let got = get_expecting(
         server.addr,
         "/apis/events.k8s.io/v1/namespaces/team/events/db.1",
         200,
@@ -147,7 +145,7 @@ async fn views_read_like_any_resource_and_refuse_writes() {
     )
     .await;
     assert_eq!(json(&none.body)["items"].as_array().map(Vec::len), Some(0));
-    let refused = got(
+    let refused = get_expecting(
         server.addr,
         "/apis/events.k8s.io/v1/events?fieldSelector=involvedObject.name%3Ddb",
         400,
@@ -182,7 +180,7 @@ async fn views_read_like_any_resource_and_refuse_writes() {
         201,
     )
     .await;
-    let v1 = got(
+    let v1 = get_expecting(
         server.addr,
         "/apis/autoscaling/v1/namespaces/team/horizontalpodautoscalers/web",
         200,

@@ -161,7 +161,8 @@ async fn follows_etcd_over_mutual_tls_and_says_why_it_cannot() {
         ..EtcdConfig::default()
     })
     .await;
-    let list = common::got(server.addr, "/api/v1/namespaces/default/configmaps", 200).await;
+    let list =
+        common::get_expecting(server.addr, "/api/v1/namespaces/default/configmaps", 200).await;
     assert!(list.body.contains(r#""name":"before""#), "{}", list.body);
     // A watch sees what is written to etcd after it started.
     let mut watch = common::stream_lines(

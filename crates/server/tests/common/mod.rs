@@ -26,10 +26,24 @@ pub async fn start(demo_pods: usize, config: ServerConfig) -> TestServer {
             .seed(&pods, demo::demo_pods(demo_pods, 4))
             .expect("seed");
     }
+    let (addr, app, stop) = serve_views(source.clone(), config).await;
+    TestServer {
+        addr,
+        source,
+        app,
+        _stop: stop,
+    }
+}
+
+/// Serves `source` on a free port of 127.0.0.1, with events.k8s.io/v1 and autoscaling/v1
+/// as views of what it stores, until the returned sender is dropped.
+pub async fn serve_views(
+    source: Arc<dyn listwatch_sources::Source>,
+    config: ServerConfig,
+) -> (SocketAddr, Arc<App>, tokio::sync::oneshot::Sender<()>) {
     let (listener, addr) = listwatch_testkit::listen_local().await;
-    // events.k8s.io/v1 and autoscaling/v1 are served as views of what is stored.
     let app = App::new(
-        listwatch_sources::Views::start(source.clone(), &StoreConfig::default()),
+        listwatch_sources::Views::start(source, &StoreConfig::default()),
         ServerConfig {
             advertise: addr.to_string(),
             ..config
@@ -40,12 +54,7 @@ pub async fn start(demo_pods: usize, config: ServerConfig) -> TestServer {
     tokio::spawn(serve(app.clone(), listener, async {
         let _ = rx.await;
     }));
-    TestServer {
-        addr,
-        source,
-        app,
-        _stop: tx,
-    }
+    (addr, app, tx)
 }
 
 /// A raw HTTP response.
@@ -104,7 +113,7 @@ pub async fn answered(
 }
 
 /// [`get`], asserting that it is answered with `status` (the body the message).
-pub async fn got(addr: SocketAddr, path: &str, status: u16) -> Raw {
+pub async fn get_expecting(addr: SocketAddr, path: &str, status: u16) -> Raw {
     answered(addr, "GET", path, None, status).await
 }
 

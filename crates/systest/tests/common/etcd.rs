@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use listwatch_core::builtin_resources;
 use listwatch_etcd::{EtcdConfig, EtcdSource};
-use listwatch_server::{App, ServerConfig, serve};
+use listwatch_server::ServerConfig;
 use listwatch_sources::Registry;
 use listwatch_store::StoreConfig;
 use tokio::net::{TcpListener, TcpStream};
@@ -351,23 +351,11 @@ impl EtcdServer {
         let source = EtcdSource::start(registry.clone(), config)
             .await
             .expect("etcd source");
-        let (listener, addr) = listwatch_testkit::listen_local().await;
-        let app = App::new(
-            listwatch_sources::Views::start(source.clone(), &StoreConfig::default()),
-            ServerConfig {
-                advertise: addr.to_string(),
-                ..ServerConfig::default()
-            },
-            None,
-        );
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(serve(app, listener, async {
-            let _ = rx.await;
-        }));
+        let (addr, _, stop) = super::serve_views(source.clone(), ServerConfig::default()).await;
         let s = EtcdServer {
             addr,
             source,
-            _stop: tx,
+            _stop: stop,
         };
         s.wait_ready().await;
         s
