@@ -64,7 +64,7 @@ async fn dry_run_writes_answer_as_the_write_and_change_nothing() {
     assert!(o["metadata"]["uid"].is_string() && o["metadata"]["creationTimestamp"].is_string());
     assert!(o["metadata"].get("resourceVersion").is_none(), "{}", r.body);
     // A dry-run create of what exists is refused as the real one would be.
-    let r = answered(
+    answered(
         s.addr,
         "POST",
         &format!("{CMS}?dryRun=All"),
@@ -87,7 +87,7 @@ async fn dry_run_writes_answer_as_the_write_and_change_nothing() {
     assert_eq!(o["metadata"]["resourceVersion"], kept_rv);
 
     // Delete: the real answer, nothing removed.
-    let r = answered(
+    answered(
         s.addr,
         "DELETE",
         &format!("{CMS}/kept?dryRun=All"),

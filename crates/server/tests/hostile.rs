@@ -250,7 +250,7 @@ async fn oversized_and_malformed_requests_get_a_status() {
         assert!(r.body.contains(why), "{path}: {}", r.body);
     }
     // An encoded name that is fine once decoded is looked up decoded.
-    let r = common::get_expecting(s.addr, "/api/v1/namespaces/demo-1/pods/pod%2D0", 200).await;
+    common::get_expecting(s.addr, "/api/v1/namespaces/demo-1/pods/pod%2D0", 200).await;
     // timeoutSeconds=-1 ends a watch at once, as kube-apiserver does (the whole response
     // arrives; a watch left open would time the read out).
     let started = std::time::Instant::now();

@@ -100,7 +100,7 @@ async fn a_core_event_appears_converted_in_an_events_k8s_io_watch_at_its_rv() {
     assert_eq!(modified["object"]["note"], "image pulled again");
     assert_eq!(rv(&modified["object"]), rv(&json(&updated.body)));
 
-    let deleted = answered(
+    answered(
         server.addr,
         "DELETE",
         "/api/v1/namespaces/team/events/web.1",
@@ -145,7 +145,7 @@ async fn views_read_like_any_resource_and_refuse_writes() {
     )
     .await;
     assert_eq!(json(&none.body)["items"].as_array().map(Vec::len), Some(0));
-    let refused = get_expecting(
+    get_expecting(
         server.addr,
         "/apis/events.k8s.io/v1/events?fieldSelector=involvedObject.name%3Ddb",
         400,
@@ -153,8 +153,15 @@ async fn views_read_like_any_resource_and_refuse_writes() {
     .await;
 
     // Writes to a view: 405 for now.
-    let post = answered(server.addr, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", Some(r#"{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"name":"x"},"eventTime":null}"#), 405).await;
-    let del = answered(
+    answered(
+        server.addr,
+        "POST",
+        "/apis/events.k8s.io/v1/namespaces/team/events",
+        Some(r#"{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"name":"x"},"eventTime":null}"#),
+        405,
+    )
+    .await;
+    answered(
         server.addr,
         "DELETE",
         "/apis/events.k8s.io/v1/namespaces/team/events/db.1",

@@ -75,7 +75,7 @@ async fn an_etcd_outage_is_told_fast_and_recovered_from() {
     assert_eq!(common::get(server.addr, cms).await.status, 200);
     // New watches run normally again.
     let mut again = common::stream_lines(server.addr, &format!("{cms}?watch=1")).await;
-    let created = common::answered(
+    common::answered(
         server.addr,
         "POST",
         cms,

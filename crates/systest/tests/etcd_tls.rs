@@ -190,7 +190,7 @@ async fn follows_etcd_over_mutual_tls_and_says_why_it_cannot() {
     let status = common::json(&post.body);
     assert_eq!(status["reason"], "MethodNotAllowed");
     assert_eq!(status["message"], listwatch_etcd::READ_ONLY);
-    let del = common::answered(
+    common::answered(
         server.addr,
         "DELETE",
         "/api/v1/namespaces/default/configmaps/before",

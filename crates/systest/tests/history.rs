@@ -632,7 +632,7 @@ async fn an_idle_resource_answers_consistent_reads_promptly_without_the_flag() {
     let server = replica(etcd.endpoints(), false).await;
     let mut slowest = Duration::ZERO;
     for i in 0..5 {
-        let r = common::answered(
+        common::answered(
             server.addr,
             "POST",
             "/api/v1/namespaces/default/configmaps",

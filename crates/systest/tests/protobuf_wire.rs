@@ -562,7 +562,7 @@ async fn a_protobuf_informer_lists_watches_and_resumes() {
     // Changes after the bookmark, seen by a watch resumed from it.
     let mut created: Value = (*by_name.values().next().expect("a pod")).clone();
     created["metadata"] = serde_json::json!({"name": "informer-new", "namespace": "demo-1"});
-    let r = common::answered(
+    common::answered(
         s.addr,
         "POST",
         "/api/v1/namespaces/demo-1/pods",
@@ -576,7 +576,7 @@ async fn a_protobuf_informer_lists_watches_and_resumes() {
         victim.namespace(),
         victim.name()
     );
-    let r = common::answered(s.addr, "DELETE", &path, None, 200).await;
+    common::answered(s.addr, "DELETE", &path, None, 200).await;
     let watch = get(format!("/api/v1/pods?watch=1&resourceVersion={resume}&allowWatchBookmarks=true&timeoutSeconds=1"), PB).await;
     let events = pb_events(&watch.body);
     let seen: Vec<(String, String, u64)> = events
