@@ -95,7 +95,7 @@ async fn dry_run_writes_answer_as_the_write_and_change_nothing() {
         200,
     )
     .await;
-    let r = answered(
+    answered(
         s.addr,
         "DELETE",
         &format!("{CMS}/missing?dryRun=All"),

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{answered, get, get_expecting, json, next_line, request, stream_lines};
+use common::{answered, get, get_expecting, json, next_line, stream_lines};
 use listwatch_server::ServerConfig;
 use serde_json::Value;
 
