@@ -183,7 +183,7 @@ async fn oversized_and_malformed_requests_get_a_status() {
         r#"{{"metadata":{{"name":"x"}},"data":{}}}"#,
         "[".repeat(100_000)
     );
-    let r = common::answered(
+    common::answered(
         s.addr,
         "POST",
         "/api/v1/namespaces/default/configmaps",
