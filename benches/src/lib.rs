@@ -2,18 +2,13 @@
 
 use std::sync::Arc;
 
-use listwatch_core::{ResourceInfo, builtin_resources};
+use listwatch_core::{ResourceInfo, builtin_resource};
 use listwatch_sources::demo::demo_pod;
 use listwatch_store::{Record, Store, StoreConfig};
 
 /// The built-in pods resource.
 pub fn pods() -> Arc<ResourceInfo> {
-    Arc::new(
-        builtin_resources()
-            .into_iter()
-            .find(|r| r.resource == "pods")
-            .expect("pods"),
-    )
+    Arc::new(builtin_resource("pods").expect("pods"))
 }
 
 /// `n` ingested demo pods (~4.5 KiB each) at RVs 1..=n.

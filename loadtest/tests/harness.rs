@@ -5,26 +5,16 @@
 
 use std::process::Command;
 
-use listwatch_core::builtin_resources;
 use listwatch_server::{App, ServerConfig, serve};
-use listwatch_sources::{EmbeddedSource, Registry, demo};
-use listwatch_store::StoreConfig;
+use listwatch_sources::demo;
 
 const PODS: usize = 1200;
 
 /// An app over PODS demo pods and a listener for it on 127.0.0.1.
 async fn seeded() -> (std::sync::Arc<App>, tokio::net::TcpListener) {
-    let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
-    let source = EmbeddedSource::new(registry);
-    let pods = source
-        .registry()
-        .get("", "v1", "pods")
-        .expect("pods")
-        .clone();
+    let (source, pods) = demo::pods_source();
     source.seed(&pods, demo::demo_pods(PODS, 7)).expect("seed");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let (listener, _) = listwatch_testkit::listen_local().await;
     (App::embedded(source, ServerConfig::default()), listener)
 }
 

@@ -24,6 +24,19 @@ impl User {
             groups: vec!["system:unauthenticated".into()],
         }
     }
+
+    /// `name` in the groups `groups` lists, separated by `sep` (empty entries skipped): how
+    /// embedding hosts and test tables write a user down.
+    pub fn in_groups(name: impl Into<String>, groups: &str, sep: char) -> User {
+        User {
+            name: name.into(),
+            groups: groups
+                .split(sep)
+                .filter(|g| !g.is_empty())
+                .map(str::to_string)
+                .collect(),
+        }
+    }
 }
 
 /// What a request asks, as kube-apiserver's `authorizer.Attributes` describes it: a

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use listwatch_auth::authorizer::{Attributes, User};
 use listwatch_auth::rbac::ClusterAuthorizer;
-use listwatch_core::{FieldSelector, ResourceInfo, builtin_resources};
+use listwatch_core::{FieldSelector, ResourceInfo, builtin_resource, builtin_resources};
 use listwatch_sources::{EmbeddedSource, Registry};
 use listwatch_store::StoreConfig;
 use serde_json::{Value, json};
@@ -182,14 +182,7 @@ fn cluster() -> ClusterAuthorizer {
 /// `<name>@<group>+<group>` is spelled out.
 fn user(spec: &str) -> User {
     match spec.split_once('@') {
-        Some((name, groups)) => User {
-            name: name.into(),
-            groups: groups
-                .split('+')
-                .filter(|g| !g.is_empty())
-                .map(str::to_string)
-                .collect(),
-        },
+        Some((name, groups)) => User::in_groups(name, groups, '+'),
         None => User {
             name: format!("system:node:{spec}"),
             groups: vec!["system:nodes".into(), "system:authenticated".into()],
@@ -424,14 +417,8 @@ fn node_identities_are_decided_as_kube_apiserver_decides() {
 #[test]
 fn a_requests_selectors_and_pinned_name_reach_the_node_authorizer() {
     let authz = cluster();
-    let pods = builtin_resources()
-        .into_iter()
-        .find(|r| r.resource == "pods")
-        .expect("pods");
-    let secrets = builtin_resources()
-        .into_iter()
-        .find(|r| r.resource == "secrets")
-        .expect("secrets");
+    let pods = builtin_resource("pods").expect("pods");
+    let secrets = builtin_resource("secrets").expect("secrets");
     let node = || user("node-a");
     let read = |verb: &str, info, ns: Option<&str>, fs: &str| {
         authz

@@ -47,15 +47,12 @@ async fn request_lines_carry_the_request_span_with_its_user() {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|a| a.parse().ok())
         .expect("listen address");
-    let r = listwatch_testkit::send(
+    let r = listwatch_testkit::get_with(
         addr,
-        "GET",
         "/api/v1/pods?limit=1",
         &[("Authorization", "Bearer secret-token")],
-        None,
     )
-    .await
-    .expect("request");
+    .await;
     assert_eq!(r.status, 200);
     let line = next_line(&|l| l.contains("uri=/api/v1/pods?limit=1"));
     assert!(

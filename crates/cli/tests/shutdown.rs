@@ -5,22 +5,17 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use listwatch_testkit::poll_until;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const GRACE_S: u64 = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_lists_and_spreads_watch_ends() {
-    let (mut child, addr) =
-        listwatch_testkit::spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--demo-pods",
-            "20000",
-            "--shutdown-watch-termination-grace-period",
-            &GRACE_S.to_string(),
-        ]));
+    let (child, addr) = serve_20000_pods(&[
+        "--shutdown-watch-termination-grace-period",
+        &GRACE_S.to_string(),
+    ]);
 
     // 30 watches, each reporting when its stream ends.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -50,28 +45,14 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
     // A LIST of 20,000 pods read slowly, so it is still in flight at SIGTERM.
     let reader = tokio::spawn(list_read_slowly(addr, Duration::from_millis(5)));
     // SIGTERM once the 30 watches and the LIST are in flight, by the server's own gauges.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let m = metrics(addr).await;
-        let watching = m.contains("apiserver_registered_watchers{resource=\"configmaps\"} 30");
-        let listing =
-            m.contains("apiserver_longrunning_requests{verb=\"LIST\",resource=\"pods\"} 1");
-        if watching && listing {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "watches and LIST not in flight:\n{m}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let in_flight = |m: &String| {
+        m.contains("apiserver_registered_watchers{resource=\"configmaps\"} 30")
+            && m.contains("apiserver_longrunning_requests{verb=\"LIST\",resource=\"pods\"} 1")
+    };
+    let m = poll_until(Duration::from_secs(10), || metrics(addr), in_flight).await;
+    assert!(in_flight(&m), "watches and LIST not in flight:\n{m}");
 
-    let term = Instant::now();
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    let term = sigterm(&child);
     // The listener closes once the signal is handled: connect until refused (5 s at most).
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut refused = false;
@@ -118,6 +99,21 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
         "every pod of the LIST in flight was sent"
     );
 
+    assert_exits_0(child).await;
+}
+
+/// The server's `/metrics` text.
+/// The real binary serving 20,000 demo pods on a free port, with `flags` added.
+fn serve_20000_pods(flags: &[&str]) -> (std::process::Child, std::net::SocketAddr) {
+    listwatch_testkit::spawn_server(
+        Command::new(env!("CARGO_BIN_EXE_listwatch"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--demo-pods", "20000"])
+            .args(flags),
+    )
+}
+
+/// Waits for `child` to exit and asserts that it exited 0.
+async fn assert_exits_0(mut child: std::process::Child) {
     let status = tokio::task::spawn_blocking(move || child.wait())
         .await
         .expect("join")
@@ -125,7 +121,17 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
     assert!(status.success(), "exit status {status:?}");
 }
 
-/// The server's `/metrics` text.
+/// Sends SIGTERM to `child` and returns when it was sent.
+fn sigterm(child: &std::process::Child) -> Instant {
+    let term = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    term
+}
+
 async fn metrics(addr: std::net::SocketAddr) -> String {
     listwatch_testkit::send(addr, "GET", "/metrics", &[], None)
         .await
@@ -140,38 +146,24 @@ async fn metrics(addr: std::net::SocketAddr) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_in_flight_get_their_own_grace_and_a_stalled_one_is_cut_at_it() {
     const LIST_GRACE_S: u64 = 40;
-    let (mut child, addr) =
-        listwatch_testkit::spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--demo-pods",
-            "20000",
-            "--shutdown-watch-termination-grace-period",
-            "1",
-            "--shutdown-list-grace-period",
-            &LIST_GRACE_S.to_string(),
-        ]));
+    let (child, addr) = serve_20000_pods(&[
+        "--shutdown-watch-termination-grace-period",
+        "1",
+        "--shutdown-list-grace-period",
+        &LIST_GRACE_S.to_string(),
+    ]);
     let slow = tokio::spawn(async move {
         let body = list_read_slowly(addr, Duration::from_millis(10)).await;
         (body, Instant::now())
     });
     let mut stalled = tokio::net::TcpStream::connect(addr).await.expect("connect");
     stalled.write_all(LIST_PODS).await.expect("write");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !metrics(addr)
-        .await
-        .contains("apiserver_longrunning_requests{verb=\"LIST\",resource=\"pods\"} 2")
-    {
-        assert!(Instant::now() < deadline, "the two LISTs are not in flight");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let term = Instant::now();
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    let two_lists = |m: &String| {
+        m.contains("apiserver_longrunning_requests{verb=\"LIST\",resource=\"pods\"} 2")
+    };
+    let m = poll_until(Duration::from_secs(10), || metrics(addr), two_lists).await;
+    assert!(two_lists(&m), "the two LISTs are not in flight:\n{m}");
+    let term = sigterm(&child);
 
     let (raw, done) = slow.await.expect("slow reader");
     let head_end = raw
@@ -204,11 +196,7 @@ async fn lists_in_flight_get_their_own_grace_and_a_stalled_one_is_cut_at_it() {
         !rest.ends_with(b"0\r\n\r\n"),
         "a cut LIST must not end with the terminating chunk"
     );
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .expect("join")
-        .expect("wait");
-    assert!(status.success(), "exit status {status:?}");
+    assert_exits_0(child).await;
 }
 
 /// An HTTP/1.1 LIST of every pod, closing the connection after it.

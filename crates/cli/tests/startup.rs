@@ -70,29 +70,29 @@ fn a_missing_or_malformed_resources_file_is_named() {
     );
 }
 
+/// What the binary says when it fails loading `file` (`--load`).
+fn fails_loading(file: &std::path::Path) -> String {
+    fails(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--load",
+        &file.display().to_string(),
+    ])
+}
+
 #[test]
 fn a_bad_ndjson_line_is_named_by_file_and_line() {
     let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"x"}}"#;
     let nameless = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"x"}}"#;
     let file = temp_file("pods.ndjson", &format!("{pod}\n\n{nameless}\n"));
-    let e = fails(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--load",
-        &file.display().to_string(),
-    ]);
+    let e = fails_loading(&file);
     assert!(e.contains(&format!("--load {}:3:", file.display())), "{e}");
     assert!(e.contains("metadata.name"), "{e}");
     let alien = temp_file(
         "alien.ndjson",
         r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"}}"#,
     );
-    let e = fails(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--load",
-        &alien.display().to_string(),
-    ]);
+    let e = fails_loading(&alien);
     assert!(
         e.contains(":1: no resource serves example.com/v1 Widget") && e.contains("--resources"),
         "{e}"

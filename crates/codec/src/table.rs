@@ -474,13 +474,10 @@ fn count_true_gates(b: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use listwatch_core::builtin_resources;
+    use listwatch_core::builtin_resource;
 
     fn pods() -> ResourceInfo {
-        builtin_resources()
-            .into_iter()
-            .find(|r| r.resource == "pods")
-            .expect("pods")
+        builtin_resource("pods").expect("pods")
     }
 
     fn row(json: &str, now: i64) -> String {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use listwatch_codec::ListEncoder;
-use listwatch_core::builtin_resources;
+use listwatch_core::builtin_resource;
 use listwatch_store::{Filter, Record, SnapshotReader, Store, StoreConfig};
 
 #[global_allocator]
@@ -17,12 +17,7 @@ const CHUNK: usize = 64 * 1024;
 #[test]
 fn list_encoding_allocates_per_chunk_not_per_record() {
     let _profiler = dhat::Profiler::builder().testing().build();
-    let info = Arc::new(
-        builtin_resources()
-            .into_iter()
-            .find(|r| r.resource == "configmaps")
-            .expect("cm"),
-    );
+    let info = Arc::new(builtin_resource("configmaps").expect("cm"));
     let records = (0..N).map(|i| {
         let json = format!(
             r#"{{"metadata":{{"name":"cm-{i:06}","namespace":"ns"}},"data":{{"k":"{}"}}}}"#,

@@ -500,13 +500,10 @@ fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resource::builtin_resources;
+    use crate::resource::builtin_resource;
 
     fn cm() -> ResourceInfo {
-        builtin_resources()
-            .into_iter()
-            .find(|r| r.resource == "configmaps")
-            .unwrap()
+        builtin_resource("configmaps").unwrap()
     }
 
     fn status(q: &str) -> String {

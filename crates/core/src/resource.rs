@@ -132,6 +132,14 @@ impl ResourceInfo {
     }
 }
 
+/// The built-in resource with plural name `resource` (the first such, core group before
+/// named groups as [`builtin_resources`] lists them), if there is one.
+pub fn builtin_resource(resource: &str) -> Option<ResourceInfo> {
+    builtin_resources()
+        .into_iter()
+        .find(|r| r.resource == resource)
+}
+
 /// Every resource kube-apiserver 1.36 stores in etcd, in the version it serves by default
 /// (`events.k8s.io/v1` events and `autoscaling/v1` HPAs are views of two of them:
 /// `listwatch_sources::views`; docs/resources.md).

@@ -1,13 +1,10 @@
 //! Golden tests: every Status the option parser can produce for a request in
 //! shared/reference/ must equal kube-apiserver 1.36's body byte for byte.
 
-use listwatch_core::{ApiError, ListOptions, ObjectRef, builtin_resources};
+use listwatch_core::{ApiError, ListOptions, ObjectRef, builtin_resource};
 
 fn info(resource: &str) -> listwatch_core::ResourceInfo {
-    builtin_resources()
-        .into_iter()
-        .find(|r| r.resource == resource)
-        .expect("builtin")
+    builtin_resource(resource).expect("builtin")
 }
 
 fn body(e: &ApiError) -> String {

@@ -4,16 +4,13 @@
 
 use std::sync::Arc;
 
-use listwatch_core::builtin_resources;
+use listwatch_core::builtin_resource;
 use listwatch_etcd::ValueDecoder;
 use listwatch_etcd::follower::{WatchedEvent, WatchedKv, apply_events};
 use listwatch_store::{Record, Store, StoreConfig};
 
 fn pods_store() -> Arc<Store> {
-    let info = builtin_resources()
-        .into_iter()
-        .find(|r| r.resource == "pods")
-        .expect("pods");
+    let info = builtin_resource("pods").expect("pods");
     let json = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns"}}"#;
     let rec = Record::ingest(json, &info, 5).expect("ingest");
     Store::new(Arc::new(info), 10, [rec], StoreConfig::default())
@@ -31,14 +28,31 @@ fn kv(name: &str, create: i64, rev: i64) -> WatchedKv {
     }
 }
 
+/// A put of `kv` (`prev` the value it replaced, when etcd sent it).
+fn put(kv: WatchedKv, prev: Option<WatchedKv>) -> WatchedEvent {
+    WatchedEvent {
+        delete: false,
+        kv,
+        prev,
+    }
+}
+
+/// A delete of pod `ns/<name>` at revision `rev` (etcd sends the key without a value).
+fn delete(name: &str, rev: i64, prev: Option<WatchedKv>) -> WatchedEvent {
+    WatchedEvent {
+        delete: true,
+        kv: WatchedKv {
+            value: Vec::new(),
+            ..kv(name, 0, rev)
+        },
+        prev,
+    }
+}
+
 #[test]
 fn update_without_prev_kv_is_unsafe() {
     let s = pods_store();
-    let e = WatchedEvent {
-        delete: false,
-        kv: kv("a", 5, 11),
-        prev: None,
-    };
+    let e = put(kv("a", 5, 11), None);
     let err = apply_events(&s, &ValueDecoder::default(), &[e]).expect_err("unsafe");
     assert!(err.0.contains("without prev_kv"), "{err}");
     assert_eq!(s.rv(), 10, "nothing applied");
@@ -47,14 +61,7 @@ fn update_without_prev_kv_is_unsafe() {
 #[test]
 fn delete_without_prev_kv_is_unsafe() {
     let s = pods_store();
-    let e = WatchedEvent {
-        delete: true,
-        kv: WatchedKv {
-            value: Vec::new(),
-            ..kv("a", 0, 11)
-        },
-        prev: None,
-    };
+    let e = delete("a", 11, None);
     assert!(apply_events(&s, &ValueDecoder::default(), &[e]).is_err());
     assert!(s.current().get("ns/a").is_some());
 }
@@ -62,14 +69,7 @@ fn delete_without_prev_kv_is_unsafe() {
 #[test]
 fn delete_of_an_object_never_seen_is_unsafe() {
     let s = pods_store();
-    let e = WatchedEvent {
-        delete: true,
-        kv: WatchedKv {
-            value: Vec::new(),
-            ..kv("ghost", 0, 11)
-        },
-        prev: Some(kv("ghost", 7, 7)),
-    };
+    let e = delete("ghost", 11, Some(kv("ghost", 7, 7)));
     let err = apply_events(&s, &ValueDecoder::default(), &[e]).expect_err("unsafe");
     assert!(err.0.contains("does not hold"), "{err}");
 }
@@ -77,11 +77,7 @@ fn delete_of_an_object_never_seen_is_unsafe() {
 #[test]
 fn event_at_or_below_the_cache_rv_is_unsafe() {
     let s = pods_store();
-    let e = WatchedEvent {
-        delete: false,
-        kv: kv("b", 9, 9),
-        prev: None,
-    };
+    let e = put(kv("b", 9, 9), None);
     assert!(
         apply_events(&s, &ValueDecoder::default(), &[e]).is_err(),
         "revision went backwards"
@@ -92,24 +88,9 @@ fn event_at_or_below_the_cache_rv_is_unsafe() {
 fn create_update_delete_apply_in_order() {
     let s = pods_store();
     let events = [
-        WatchedEvent {
-            delete: false,
-            kv: kv("b", 11, 11),
-            prev: None,
-        },
-        WatchedEvent {
-            delete: false,
-            kv: kv("a", 5, 12),
-            prev: Some(kv("a", 5, 5)),
-        },
-        WatchedEvent {
-            delete: true,
-            kv: WatchedKv {
-                value: Vec::new(),
-                ..kv("b", 0, 13)
-            },
-            prev: Some(kv("b", 11, 11)),
-        },
+        put(kv("b", 11, 11), None),
+        put(kv("a", 5, 12), Some(kv("a", 5, 5))),
+        delete("b", 13, Some(kv("b", 11, 11))),
     ];
     assert_eq!(apply_events(&s, &ValueDecoder::default(), &events), Ok(0));
     assert_eq!(s.rv(), 13);
@@ -120,14 +101,13 @@ fn create_update_delete_apply_in_order() {
 #[test]
 fn protobuf_value_replacing_an_object_removes_it() {
     let s = pods_store();
-    let e = WatchedEvent {
-        delete: false,
-        kv: WatchedKv {
+    let e = put(
+        WatchedKv {
             value: b"k8s\0\n\x02v1".to_vec(),
             ..kv("a", 5, 11)
         },
-        prev: Some(kv("a", 5, 5)),
-    };
+        Some(kv("a", 5, 5)),
+    );
     assert_eq!(
         apply_events(&s, &ValueDecoder::default(), &[e]),
         Ok(1),

@@ -529,14 +529,8 @@ fn build_request(
     }
     let mut req = b.body(Empty::new()).ok()?;
     if !user.is_empty() {
-        req.extensions_mut().insert(User {
-            name: user.to_string(),
-            groups: groups
-                .split('\n')
-                .filter(|g| !g.is_empty())
-                .map(str::to_string)
-                .collect(),
-        });
+        req.extensions_mut()
+            .insert(User::in_groups(user, groups, '\n'));
     }
     Some(req)
 }

@@ -6,10 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use listwatch_core::builtin_resources;
 use listwatch_server::{App, ServerConfig};
-use listwatch_sources::{EmbeddedSource, Registry, demo};
-use listwatch_store::StoreConfig;
+use listwatch_sources::demo;
 
 /// A directory holding `liblistwatch_ffi.a` as built for this test: `cargo test` leaves
 /// the crate's static library in `target/<profile>/deps` under a hashed name (it uplifts
@@ -63,19 +61,11 @@ fn go_package_tests_pass_against_the_static_library() {
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (url, stop) = rt.block_on(async {
-        let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
-        let source = EmbeddedSource::new(registry);
-        let store = source
-            .registry()
-            .get("", "v1", "pods")
-            .expect("pods")
-            .clone();
+        let (source, store) = demo::pods_source();
         source.seed(&store, pods).expect("seed");
         let app = App::new(source, ServerConfig::default(), None);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (listener, addr) = listwatch_testkit::listen_local().await;
+        let url = format!("http://{addr}");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(listwatch_server::serve(app, listener, async {
             let _ = stopped.await;

@@ -54,10 +54,7 @@ fn names(cms: &[std::sync::Arc<ConfigMap>]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_writes_reach_kube_rs_watchers_and_lists() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
+    let (listener, addr) = listwatch_testkit::listen_local().await;
     tokio::spawn(host::serve(listener));
     let post = |ns: &'static str, name: &'static str| async move {
         raw(
@@ -243,10 +240,7 @@ async fn backwards_rv_relists_and_expires_watches() {
 /// binary, unmodified) lists what listwatch serves there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_finds_and_lists_the_hosts_resources() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
+    let (listener, addr) = listwatch_testkit::listen_local().await;
     tokio::spawn(host::serve(listener));
     let (code, body) = raw(addr, "GET", "/api/v1", None, "").await;
     assert_eq!(code, 200, "{body}");

@@ -93,14 +93,7 @@ fn every_fixture_reads_as_its_json() {
         names.len(),
         writer.unknown_fields
     );
-    assert!(
-        failed.is_empty(),
-        "{} of {} differ:\n{}",
-        failed.len(),
-        names.len(),
-        failed.join("\n")
-    );
-    assert!(ok > 140, "only {ok} fixtures were compared");
+    assert_all_alike(ok, &failed);
 }
 
 /// JSON → protobuf → JSON reads as the JSON again, for every fixture with a kind: the
@@ -119,27 +112,12 @@ fn every_fixture_survives_json_to_protobuf_and_back() {
         if json["kind"].as_str().unwrap_or_default().is_empty() {
             continue;
         }
-        let got = match through_protobuf(&mut writer, &mut reader, &json) {
-            Ok(got) => got,
-            Err(e) => {
-                failed.push(format!("{name}: {e}"));
-                continue;
-            }
-        };
-        let diff = listwatch_testkit::json_diff(&got, &json, 5);
-        if diff.is_empty() {
-            ok += 1;
-        } else {
-            failed.push(format!("{name}:\n    {}", diff.join("\n    ")));
+        match compare_through_protobuf(&mut writer, &mut reader, name, &json, &json, 5) {
+            Ok(()) => ok += 1,
+            Err(e) => failed.push(e),
         }
     }
-    assert!(
-        failed.is_empty(),
-        "{} differ:\n{}",
-        failed.len(),
-        failed.join("\n")
-    );
-    assert!(ok > 140, "only {ok} compared");
+    assert_all_alike(ok, &failed);
 }
 
 /// JSON in, protobuf out: the encoder that answers protobuf clients writes, for every
@@ -183,6 +161,11 @@ fn every_fixture_encodes_to_kube_apiservers_bytes() {
             Err(e) => failed.push(format!("{name}: {e}")),
         }
     }
+    assert_all_alike(ok, &failed);
+}
+
+/// Fails listing every fixture that differed, or when too few (140 at most) were compared.
+fn assert_all_alike(ok: usize, failed: &[String]) {
     assert!(
         failed.is_empty(),
         "{} of {} differ:\n{}",
@@ -190,7 +173,7 @@ fn every_fixture_encodes_to_kube_apiservers_bytes() {
         failed.len() + ok,
         failed.join("\n")
     );
-    assert!(ok > 140, "only {ok} compared");
+    assert!(ok > 140, "only {ok} fixtures were compared");
 }
 
 /// `json` encoded as kube-apiserver stores it (protobuf) and read back as JSON.
@@ -206,6 +189,25 @@ fn through_protobuf(
     storage_to_json(reader, Schema::kubernetes(), &pb, &mut out)
         .map_err(|e| format!("read back: {e}"))?;
     serde_json::from_slice(&out).map_err(|e| format!("json out: {e}"))
+}
+
+/// Whether `json` sent through protobuf and back (fixture `name`) reads as `want`; the error
+/// names the fixture and at most `limit` paths that differ.
+fn compare_through_protobuf(
+    encoder: &mut ProtoEncoder,
+    reader: &mut JsonWriter,
+    name: &str,
+    json: &Value,
+    want: &Value,
+    limit: usize,
+) -> Result<(), String> {
+    let got = through_protobuf(encoder, reader, json).map_err(|e| format!("{name}: {e}"))?;
+    let diff = listwatch_testkit::json_diff(&got, want, limit);
+    if diff.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{name}:\n    {}", diff.join("\n    ")))
+    }
 }
 
 /// `text` without the whitespace between JSON tokens (member order kept).
@@ -380,29 +382,14 @@ fn every_type_at_its_zero_values_reads_as_go_writes_it() {
         want["apiVersion"] = Value::from(av.clone());
         want["kind"] = Value::from(kind.clone());
         unknown += z.unknown;
-        let got = match through_protobuf(&mut encoder, &mut reader, &json) {
-            Ok(got) => got,
-            Err(e) => {
-                failed.push(format!("{name}: {e}"));
-                continue;
-            }
-        };
-        let diff = listwatch_testkit::json_diff(&got, &want, 8);
-        if diff.is_empty() {
-            ok += 1;
-        } else {
-            failed.push(format!("{name}:\n    {}", diff.join("\n    ")));
+        match compare_through_protobuf(&mut encoder, &mut reader, name, &json, &want, 8) {
+            Ok(()) => ok += 1,
+            Err(e) => failed.push(e),
         }
     }
     eprintln!(
         "{ok} of {} zeroed fixtures as Go writes them; {unknown} fields without Go tags kept",
         ok + failed.len()
     );
-    assert!(
-        failed.is_empty(),
-        "{} differ:\n{}",
-        failed.len(),
-        failed.join("\n")
-    );
-    assert!(ok > 140, "only {ok} compared");
+    assert_all_alike(ok, &failed);
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{get, json, request, start};
+use common::{answered, get, json, request, start};
 use listwatch_server::ServerConfig;
 
 const CMS: &str = "/api/v1/namespaces/dry/configmaps";
@@ -33,14 +33,14 @@ async fn state(addr: std::net::SocketAddr) -> (String, Vec<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_writes_answer_as_the_write_and_change_nothing() {
     let s = start(0, ServerConfig::default()).await;
-    let created = request(
+    let created = answered(
         s.addr,
         "POST",
         CMS,
         Some(r#"{"metadata":{"name":"kept"},"data":{"a":"1"}}"#),
+        201,
     )
     .await;
-    assert_eq!(created.status, 201, "{}", created.body);
     let kept_rv = json(&created.body)["metadata"]["resourceVersion"].clone();
     let before = state(s.addr).await;
     let mut watch = common::stream_lines(
@@ -50,47 +50,59 @@ async fn dry_run_writes_answer_as_the_write_and_change_nothing() {
     .await;
 
     // Create: the object as it would be made (uid, creationTimestamp), no resourceVersion.
-    let r = request(
+    let r = answered(
         s.addr,
         "POST",
         &format!("{CMS}?dryRun=All"),
         Some(r#"{"metadata":{"name":"new"},"data":{"b":"2"}}"#),
+        201,
     )
     .await;
-    assert_eq!(r.status, 201, "{}", r.body);
     let o = json(&r.body);
     assert_eq!(o["metadata"]["name"], "new");
     assert_eq!(o["data"]["b"], "2");
     assert!(o["metadata"]["uid"].is_string() && o["metadata"]["creationTimestamp"].is_string());
     assert!(o["metadata"].get("resourceVersion").is_none(), "{}", r.body);
     // A dry-run create of what exists is refused as the real one would be.
-    let r = request(
+    answered(
         s.addr,
         "POST",
         &format!("{CMS}?dryRun=All"),
         Some(r#"{"metadata":{"name":"kept"}}"#),
+        409,
     )
     .await;
-    assert_eq!(r.status, 409, "{}", r.body);
 
     // Update: the object as it would be, at the resourceVersion it has now.
-    let r = request(
+    let r = answered(
         s.addr,
         "PUT",
         &format!("{CMS}/kept?dryRun=All"),
         Some(r#"{"metadata":{"name":"kept"},"data":{"a":"changed"}}"#),
+        200,
     )
     .await;
-    assert_eq!(r.status, 200, "{}", r.body);
     let o = json(&r.body);
     assert_eq!(o["data"]["a"], "changed");
     assert_eq!(o["metadata"]["resourceVersion"], kept_rv);
 
     // Delete: the real answer, nothing removed.
-    let r = request(s.addr, "DELETE", &format!("{CMS}/kept?dryRun=All"), None).await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let r = request(s.addr, "DELETE", &format!("{CMS}/missing?dryRun=All"), None).await;
-    assert_eq!(r.status, 404, "{}", r.body);
+    answered(
+        s.addr,
+        "DELETE",
+        &format!("{CMS}/kept?dryRun=All"),
+        None,
+        200,
+    )
+    .await;
+    answered(
+        s.addr,
+        "DELETE",
+        &format!("{CMS}/missing?dryRun=All"),
+        None,
+        404,
+    )
+    .await;
 
     // Nothing moved: same RV, same objects, the stored object unchanged.
     assert_eq!(state(s.addr).await, before);

@@ -80,8 +80,7 @@ async fn admission_limits_answer_429_with_retry_after() {
     // The server admits the stalled LISTs asynchronously: wait for both to be in flight (a
     // probe sent earlier could take a slot itself and have one of them refused).
     wait_for_lists(s.addr, 2).await;
-    let r = common::get(s.addr, "/api/v1/pods?limit=1").await;
-    assert_eq!(r.status, 429, "{}", r.body);
+    let r = common::get_expecting(s.addr, "/api/v1/pods?limit=1", 429).await;
     assert_eq!(r.header("retry-after"), Some("1"));
     let v = status_of(&r.body);
     assert_eq!(v["reason"], "TooManyRequests");
@@ -116,8 +115,7 @@ async fn admission_limits_answer_429_with_retry_after() {
         m.contains("apiserver_registered_watchers{resource=\"configmaps\"} 2"),
         "{m}"
     );
-    let r = common::get(s.addr, "/api/v1/configmaps?watch=1&timeoutSeconds=1").await;
-    assert_eq!(r.status, 429, "{}", r.body);
+    let r = common::get_expecting(s.addr, "/api/v1/configmaps?watch=1&timeoutSeconds=1", 429).await;
     assert!(r.body.contains("too many watches for user"), "{}", r.body);
     drop((w1, w2));
     still_serving(s.addr, 20_000).await;
@@ -185,14 +183,14 @@ async fn oversized_and_malformed_requests_get_a_status() {
         r#"{{"metadata":{{"name":"x"}},"data":{}}}"#,
         "[".repeat(100_000)
     );
-    let r = common::request(
+    common::answered(
         s.addr,
         "POST",
         "/api/v1/namespaces/default/configmaps",
         Some(&deep),
+        400,
     )
     .await;
-    assert_eq!(r.status, 400, "{}", r.body);
     let text = raw_post(
         s.addr,
         "/api/v1/namespaces/default/configmaps",
@@ -252,8 +250,7 @@ async fn oversized_and_malformed_requests_get_a_status() {
         assert!(r.body.contains(why), "{path}: {}", r.body);
     }
     // An encoded name that is fine once decoded is looked up decoded.
-    let r = common::get(s.addr, "/api/v1/namespaces/demo-1/pods/pod%2D0").await;
-    assert_eq!(r.status, 200, "{}", r.body);
+    common::get_expecting(s.addr, "/api/v1/namespaces/demo-1/pods/pod%2D0", 200).await;
     // timeoutSeconds=-1 ends a watch at once, as kube-apiserver does (the whole response
     // arrives; a watch left open would time the read out).
     let started = std::time::Instant::now();
@@ -299,22 +296,28 @@ async fn http2_rapid_reset_is_cut_off_and_others_are_served() {
     still_serving(s.addr, 50).await;
 }
 
+/// A server over 50 demo pods with `limits`.
+async fn start_with_limits(limits: LimitConfig) -> common::TestServer {
+    common::start(
+        50,
+        ServerConfig {
+            limits,
+            ..ServerConfig::default()
+        },
+    )
+    .await
+}
+
 /// Resets sent in small batches with pauses between them (20 HEADERS+RST_STREAM pairs per
 /// write), with hyper's cap on streams reset before they were accepted switched off: the
 /// cap on requests abandoned over time (`max_cancelled_requests`) cuts the connection off
 /// on its own, however the resets are batched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rapid_reset_in_small_paced_batches_is_cut_off() {
-    let s = common::start(
-        50,
-        ServerConfig {
-            limits: LimitConfig {
-                max_h2_pending_resets: 0,
-                ..LimitConfig::default()
-            },
-            ..ServerConfig::default()
-        },
-    )
+    let s = start_with_limits(LimitConfig {
+        max_h2_pending_resets: 0,
+        ..LimitConfig::default()
+    })
     .await;
     let (refused, open) = rapid_reset(s.addr, Batches::Paced(20)).await;
     assert!(refused, "paced resets were not cut off");
@@ -326,17 +329,11 @@ async fn rapid_reset_in_small_paced_batches_is_cut_off() {
 /// cut off (so those tests' assertions measure the caps, not the client).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_reset_caps_rapid_reset_is_not_cut_off() {
-    let s = common::start(
-        50,
-        ServerConfig {
-            limits: LimitConfig {
-                max_h2_pending_resets: 0,
-                max_cancelled_requests: 0,
-                ..LimitConfig::default()
-            },
-            ..ServerConfig::default()
-        },
-    )
+    let s = start_with_limits(LimitConfig {
+        max_h2_pending_resets: 0,
+        max_cancelled_requests: 0,
+        ..LimitConfig::default()
+    })
     .await;
     for batches in [Batches::Burst, Batches::Paced(20)] {
         let (refused, _) = rapid_reset(s.addr, batches).await;

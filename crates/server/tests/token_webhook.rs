@@ -33,10 +33,7 @@ impl Authorizer for WebhookUserOnly {
 async fn webhook(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> (String, Arc<AtomicUsize>, tokio::sync::oneshot::Sender<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
+    let (listener, addr) = listwatch_testkit::listen_local().await;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();
@@ -114,16 +111,9 @@ async fn webhook_answers_are_cached_and_a_dead_webhook_is_a_401() {
     let addr = common::serve_authenticated(app, Arc::new(authenticator)).await;
     let get = |token: &'static str| async move {
         let auth = format!("Bearer {token}");
-        listwatch_testkit::send(
-            addr,
-            "GET",
-            "/api/v1/pods",
-            &[("Authorization", auth.as_str())],
-            None,
-        )
-        .await
-        .expect("response")
-        .status
+        listwatch_testkit::get_with(addr, "/api/v1/pods", &[("Authorization", auth.as_str())])
+            .await
+            .status
     };
     let calls = || calls.load(Ordering::SeqCst);
     assert_eq!(get("good-token").await, 200);
@@ -169,15 +159,12 @@ async fn an_https_webhook_is_verified_against_its_ca() {
             Some(Arc::new(WebhookUserOnly)),
         );
         let addr = common::serve_authenticated(app, Arc::new(authenticator)).await;
-        let r = listwatch_testkit::send(
+        let r = listwatch_testkit::get_with(
             addr,
-            "GET",
             "/api/v1/pods",
             &[("Authorization", "Bearer good-token")],
-            None,
         )
-        .await
-        .expect("response");
+        .await;
         assert_eq!(r.status, want, "trusting {}", trust.display());
     }
     assert_eq!(

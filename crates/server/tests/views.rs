@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{get, json, next_line, request, stream_lines};
+use common::{answered, get, get_expecting, json, next_line, stream_lines};
 use listwatch_server::ServerConfig;
 use serde_json::Value;
 
@@ -30,24 +30,37 @@ async fn next_event(lines: &mut common::Lines) -> Value {
 
 /// A LIST as a `meta.k8s.io/v1` Table.
 async fn table(addr: std::net::SocketAddr, path: &str) -> Value {
-    let r = listwatch_testkit::send(
+    let r = listwatch_testkit::get_with(
         addr,
-        "GET",
         path,
         &[("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")],
-        None,
     )
-    .await
-    .expect("connect");
+    .await;
     assert_eq!(r.status, 200, "{path}");
     serde_json::from_slice(&r.body).expect("Table JSON")
+}
+
+/// POSTs the core/v1 Event `core` to namespace `team`; asserts it was created.
+async fn post_core_event(addr: std::net::SocketAddr, core: &str) -> common::Raw {
+    answered(
+        addr,
+        "POST",
+        "/api/v1/namespaces/team/events",
+        Some(core),
+        201,
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_core_event_appears_converted_in_an_events_k8s_io_watch_at_its_rv() {
     let server = common::start(0, ServerConfig::default()).await;
-    let list = get(server.addr, "/apis/events.k8s.io/v1/namespaces/team/events").await;
-    assert_eq!(list.status, 200, "{}", list.body);
+    let list = get_expecting(
+        server.addr,
+        "/apis/events.k8s.io/v1/namespaces/team/events",
+        200,
+    )
+    .await;
     let from = rv(&json(&list.body));
     let mut watch = stream_lines(
         server.addr,
@@ -56,14 +69,7 @@ async fn a_core_event_appears_converted_in_an_events_k8s_io_watch_at_its_rv() {
     .await;
 
     let core = r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"web.1","namespace":"team"},"involvedObject":{"kind":"Pod","namespace":"team","name":"web","apiVersion":"v1"},"reason":"Pulled","message":"image pulled","source":{"component":"kubelet","host":"node-1"},"count":2,"type":"Normal","reportingComponent":"kubelet","reportingInstance":"node-1"}"#;
-    let created = request(
-        server.addr,
-        "POST",
-        "/api/v1/namespaces/team/events",
-        Some(core),
-    )
-    .await;
-    assert_eq!(created.status, 201, "{}", created.body);
+    let created = post_core_event(server.addr, core).await;
     let created = json(&created.body);
 
     let added = next_event(&mut watch).await;
@@ -81,27 +87,27 @@ async fn a_core_event_appears_converted_in_an_events_k8s_io_watch_at_its_rv() {
     // An update and a delete follow, each at its own RV.
     let mut changed = created.clone();
     changed["message"] = "image pulled again".into();
-    let updated = request(
+    let updated = answered(
         server.addr,
         "PUT",
         "/api/v1/namespaces/team/events/web.1",
         Some(&changed.to_string()),
+        200,
     )
     .await;
-    assert_eq!(updated.status, 200, "{}", updated.body);
     let modified = next_event(&mut watch).await;
     assert_eq!(modified["type"], "MODIFIED", "{modified}");
     assert_eq!(modified["object"]["note"], "image pulled again");
     assert_eq!(rv(&modified["object"]), rv(&json(&updated.body)));
 
-    let deleted = request(
+    answered(
         server.addr,
         "DELETE",
         "/api/v1/namespaces/team/events/web.1",
         None,
+        200,
     )
     .await;
-    assert_eq!(deleted.status, 200, "{}", deleted.body);
     let gone = next_event(&mut watch).await;
     assert_eq!(gone["type"], "DELETED", "{gone}");
     assert_eq!(gone["object"]["metadata"]["name"], "web.1");
@@ -114,22 +120,15 @@ async fn a_core_event_appears_converted_in_an_events_k8s_io_watch_at_its_rv() {
 async fn views_read_like_any_resource_and_refuse_writes() {
     let server = common::start(0, ServerConfig::default()).await;
     let core = r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"db.1","namespace":"team"},"involvedObject":{"kind":"Pod","namespace":"team","name":"db"},"reason":"BackOff","message":"back-off","type":"Warning","reportingComponent":"kubelet","reportingInstance":""}"#;
-    let created = request(
-        server.addr,
-        "POST",
-        "/api/v1/namespaces/team/events",
-        Some(core),
-    )
-    .await;
-    assert_eq!(created.status, 201, "{}", created.body);
+    let created = post_core_event(server.addr, core).await;
 
     // A consistent GET right after the write waits for the view to reach the write.
-    let got = get(
+    let got = get_expecting(
         server.addr,
         "/apis/events.k8s.io/v1/namespaces/team/events/db.1",
+        200,
     )
     .await;
-    assert_eq!(got.status, 200, "{}", got.body);
     assert_eq!(rv(&json(&got.body)), rv(&json(&created.body)));
 
     // events.k8s.io's field labels: regarding.*, not involvedObject.*.
@@ -146,30 +145,30 @@ async fn views_read_like_any_resource_and_refuse_writes() {
     )
     .await;
     assert_eq!(json(&none.body)["items"].as_array().map(Vec::len), Some(0));
-    let refused = get(
+    get_expecting(
         server.addr,
         "/apis/events.k8s.io/v1/events?fieldSelector=involvedObject.name%3Ddb",
+        400,
     )
     .await;
-    assert_eq!(refused.status, 400, "{}", refused.body);
 
     // Writes to a view: 405 for now.
-    let post = request(
+    answered(
         server.addr,
         "POST",
         "/apis/events.k8s.io/v1/namespaces/team/events",
         Some(r#"{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"name":"x"},"eventTime":null}"#),
+        405,
     )
     .await;
-    assert_eq!(post.status, 405, "{}", post.body);
-    let del = request(
+    answered(
         server.addr,
         "DELETE",
         "/apis/events.k8s.io/v1/namespaces/team/events/db.1",
         None,
+        405,
     )
     .await;
-    assert_eq!(del.status, 405, "{}", del.body);
     assert_eq!(
         get(server.addr, "/api/v1/namespaces/team/events/db.1")
             .await
@@ -180,20 +179,20 @@ async fn views_read_like_any_resource_and_refuse_writes() {
 
     // An autoscaling/v2 HPA read as autoscaling/v1.
     let hpa = r#"{"apiVersion":"autoscaling/v2","kind":"HorizontalPodAutoscaler","metadata":{"name":"web","namespace":"team"},"spec":{"scaleTargetRef":{"apiVersion":"apps/v1","kind":"Deployment","name":"web"},"minReplicas":2,"maxReplicas":10,"metrics":[{"type":"Resource","resource":{"name":"cpu","target":{"type":"Utilization","averageUtilization":70}}}]}}"#;
-    let created = request(
+    let created = answered(
         server.addr,
         "POST",
         "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers",
         Some(hpa),
+        201,
     )
     .await;
-    assert_eq!(created.status, 201, "{}", created.body);
-    let v1 = get(
+    let v1 = get_expecting(
         server.addr,
         "/apis/autoscaling/v1/namespaces/team/horizontalpodautoscalers/web",
+        200,
     )
     .await;
-    assert_eq!(v1.status, 200, "{}", v1.body);
     let v1 = json(&v1.body);
     assert_eq!(v1["apiVersion"], "autoscaling/v1");
     assert_eq!(v1["spec"]["targetCPUUtilizationPercentage"], 70);
@@ -263,9 +262,7 @@ async fn views_read_like_any_resource_and_refuse_writes() {
             "application/vnd.kubernetes.protobuf",
             "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",
         ] {
-            let r = listwatch_testkit::send(server.addr, "GET", path, &[("Accept", accept)], None)
-                .await
-                .expect("connect");
+            let r = listwatch_testkit::get_with(server.addr, path, &[("Accept", accept)]).await;
             assert_eq!(
                 r.status,
                 200,

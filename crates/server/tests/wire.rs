@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{get, json, next_line, request, start, stream_lines};
+use common::{answered, get, json, next_line, request, start, stream_lines};
 use listwatch_core::ContinueToken;
 use listwatch_server::ServerConfig;
 
@@ -21,14 +21,14 @@ async fn create_cm(addr: std::net::SocketAddr, ns: &str, name: &str, v: &str) ->
     let body = format!(
         r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","labels":{{"app":"a"}}}},"data":{{"k":"{v}"}}}}"#
     );
-    let r = request(
+    let r = answered(
         addr,
         "POST",
         &format!("/api/v1/namespaces/{ns}/configmaps"),
         Some(&body),
+        201,
     )
     .await;
-    assert_eq!(r.status, 201, "{}", r.body);
     json(&r.body)
 }
 

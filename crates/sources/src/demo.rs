@@ -62,3 +62,22 @@ mod tests {
         assert!((3500..5500).contains(&p.len()), "{}", p.len());
     }
 }
+
+/// An embedded source over the built-in resources (one shard each, default store config)
+/// and its `v1/pods` store: what the tests and benches that serve pods start from.
+pub fn pods_source() -> (
+    std::sync::Arc<crate::EmbeddedSource>,
+    std::sync::Arc<listwatch_store::Store>,
+) {
+    let registry = crate::Registry::new(
+        listwatch_core::builtin_resources(),
+        1,
+        &listwatch_store::StoreConfig::default(),
+    );
+    let source = crate::EmbeddedSource::new(registry);
+    let pods = source
+        .registry()
+        .get("", "v1", "pods")
+        .expect("v1/pods is a built-in resource");
+    (source, pods)
+}

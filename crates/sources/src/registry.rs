@@ -74,24 +74,7 @@ impl Registry {
     /// retired one of the same name. Returns the new store, or `None` when a live store of
     /// that name exists.
     pub fn add(&self, info: ResourceInfo, rv: u64, config: &StoreConfig) -> Option<Arc<Store>> {
-        let info = info.normalized();
-        let key = (
-            info.group.clone(),
-            info.version.clone(),
-            info.resource.clone(),
-        );
-        let mut stores = self.stores.write();
-        if stores.get(&key).is_some_and(|s| !s.is_retired()) {
-            return None;
-        }
-        let store = Store::new(
-            Arc::new(info),
-            rv,
-            Vec::<listwatch_store::Record>::new(),
-            config.clone(),
-        );
-        stores.insert(key, store.clone());
-        Some(store)
+        self.insert_empty(info, rv, config, false)
     }
 
     /// Adds an empty, not yet ready store at `rv` for `info`, kept by a view of another
@@ -102,6 +85,18 @@ impl Registry {
         rv: u64,
         config: &StoreConfig,
     ) -> Option<Arc<Store>> {
+        self.insert_empty(info, rv, config, true)
+    }
+
+    /// [`Registry::add`] (`view` false: may replace a retired store) and
+    /// [`Registry::add_view`] (`view` true: never replaces one, starts not ready).
+    fn insert_empty(
+        &self,
+        info: ResourceInfo,
+        rv: u64,
+        config: &StoreConfig,
+        view: bool,
+    ) -> Option<Arc<Store>> {
         let info = info.normalized();
         let key = (
             info.group.clone(),
@@ -109,7 +104,7 @@ impl Registry {
             info.resource.clone(),
         );
         let mut stores = self.stores.write();
-        if stores.contains_key(&key) {
+        if stores.get(&key).is_some_and(|s| view || !s.is_retired()) {
             return None;
         }
         let store = Store::new(
@@ -118,8 +113,10 @@ impl Registry {
             Vec::<listwatch_store::Record>::new(),
             config.clone(),
         );
-        store.set_ready(false);
-        self.views.write().insert(key.clone());
+        if view {
+            store.set_ready(false);
+            self.views.write().insert(key.clone());
+        }
         stores.insert(key, store.clone());
         Some(store)
     }

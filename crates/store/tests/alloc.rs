@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use listwatch_core::builtin_resources;
+use listwatch_core::builtin_resource;
 use listwatch_store::{Filter, Record, SnapshotReader, Store, StoreConfig};
 
 #[global_allocator]
@@ -15,12 +15,7 @@ const N: usize = 100_000;
 #[test]
 fn snapshot_take_and_iterate_allocate_constant_bytes() {
     let _profiler = dhat::Profiler::builder().testing().build();
-    let info = Arc::new(
-        builtin_resources()
-            .into_iter()
-            .find(|r| r.resource == "configmaps")
-            .expect("cm"),
-    );
+    let info = Arc::new(builtin_resource("configmaps").expect("cm"));
     let records = (0..N).map(|i| {
         let json = format!(r#"{{"metadata":{{"name":"cm-{i:06}","namespace":"ns-{}","labels":{{"app":"a{}"}}}},"data":{{"k":"v"}}}}"#, i % 10, i % 3);
         Record::ingest(json.as_bytes(), &info, 1 + i as u64).expect("ingest")

@@ -4,17 +4,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use listwatch_core::builtin_resources;
+use listwatch_core::builtin_resource;
 use listwatch_store::{Change, Record, Store, StoreConfig};
 
 #[test]
 fn concurrent_cursors_see_every_event_in_order() {
-    let info = Arc::new(
-        builtin_resources()
-            .into_iter()
-            .find(|r| r.resource == "configmaps")
-            .expect("cm"),
-    );
+    let info = Arc::new(builtin_resource("configmaps").expect("cm"));
     let store = Store::new(
         info.clone(),
         1,

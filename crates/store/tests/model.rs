@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use listwatch_core::{
-    ContinueToken, FieldSelector, LabelSelector, ResourceInfo, builtin_resources,
-};
+use listwatch_core::{ContinueToken, FieldSelector, LabelSelector, ResourceInfo, builtin_resource};
 use listwatch_store::{
     Change, EventType, Filter, LogLimits, Record, SnapshotReader, Store, StoreConfig, StoreError,
 };
@@ -54,12 +52,7 @@ struct ModelEvent {
 }
 
 fn pods() -> Arc<ResourceInfo> {
-    Arc::new(
-        builtin_resources()
-            .into_iter()
-            .find(|r| r.resource == "pods")
-            .expect("pods"),
-    )
+    Arc::new(builtin_resource("pods").expect("pods"))
 }
 
 fn record(info: &ResourceInfo, key: &str, tier: usize, phase: usize, rv: u64) -> Record {
@@ -364,15 +357,20 @@ proptest! {
     }
 }
 
+/// An empty store for `info` at RV 5, default config.
+fn empty_at_5(info: &Arc<ResourceInfo>) -> Arc<Store> {
+    Store::new(
+        info.clone(),
+        5,
+        Vec::<Record>::new(),
+        StoreConfig::default(),
+    )
+}
+
 #[tokio::test]
 async fn waits_for_future_rv_and_times_out() {
     let info = pods();
-    let store = Store::new(
-        info.clone(),
-        5,
-        Vec::<listwatch_store::Record>::new(),
-        StoreConfig::default(),
-    );
+    let store = empty_at_5(&info);
     let s2 = store.clone();
     let waiter = tokio::spawn(async move { s2.wait_for(7, Duration::from_secs(5)).await });
     tokio::task::yield_now().await;
@@ -393,12 +391,7 @@ async fn waits_for_future_rv_and_times_out() {
 #[tokio::test]
 async fn cursor_from_future_rv_skips_until_then_and_wakes_on_events() {
     let info = pods();
-    let store = Store::new(
-        info.clone(),
-        5,
-        Vec::<listwatch_store::Record>::new(),
-        StoreConfig::default(),
-    );
+    let store = empty_at_5(&info);
     let mut cursor = store.watch_from(7).expect("cursor");
     let s2 = store.clone();
     let i2 = info.clone();
@@ -425,12 +418,7 @@ async fn cursor_from_future_rv_skips_until_then_and_wakes_on_events() {
 #[test]
 fn backwards_rv_is_rejected_and_relist_expires_cursors() {
     let info = pods();
-    let store = Store::new(
-        info.clone(),
-        5,
-        Vec::<listwatch_store::Record>::new(),
-        StoreConfig::default(),
-    );
+    let store = empty_at_5(&info);
     store
         .apply([Change::Put(record(&info, "ns0/a", 0, 0, 6))])
         .expect("apply");
@@ -458,12 +446,7 @@ fn backwards_rv_is_rejected_and_relist_expires_cursors() {
 #[test]
 fn watcher_lag_follows_the_slowest_cursor() {
     let info = pods();
-    let store = Store::new(
-        info.clone(),
-        5,
-        Vec::<Record>::new(),
-        StoreConfig::default(),
-    );
+    let store = empty_at_5(&info);
     assert_eq!((store.stats().watchers, store.stats().watcher_lag), (0, 0));
     let mut slow = store.watch_from(5).expect("cursor");
     let mut fast = store.watch_from(5).expect("cursor");

@@ -67,6 +67,30 @@ async fn put_cm(c: &mut etcd_client::Client, name: &str, v: &str) -> i64 {
     .revision()
 }
 
+/// Puts pod `<ns>/<name>` running `image` straight into etcd; returns the write's revision.
+async fn put_pod(c: &mut etcd_client::Client, ns: &str, name: &str, image: &str) -> i64 {
+    c.put(
+        format!("/registry/pods/{ns}/{name}"),
+        pod(ns, name, image),
+        None,
+    )
+    .await
+    .expect("put pod")
+    .header()
+    .expect("header")
+    .revision()
+}
+
+/// The counters of the follower of `resource` in `s`.
+fn follower_stats(s: &EtcdServer, resource: &str) -> listwatch_etcd::FollowerStats {
+    s.source
+        .stats()
+        .into_iter()
+        .find(|(r, _)| r == resource)
+        .expect("a follower of the resource")
+        .1
+}
+
 /// `key → mod_revision` of everything under `prefix`, and etcd's revision.
 async fn etcd_state(c: &mut etcd_client::Client, prefix: &str) -> (i64, BTreeMap<String, i64>) {
     let resp = c
@@ -230,13 +254,7 @@ async fn serves_etcd_contents_in_kube_apiserver_layout() {
     let mut c = etcd.client().await;
     for i in 0..250 {
         let ns = ["default", "team-a", "team-b"][i % 3];
-        c.put(
-            format!("/registry/pods/{ns}/web-{i}"),
-            pod(ns, &format!("web-{i}"), "nginx:1"),
-            None,
-        )
-        .await
-        .expect("put pod");
+        put_pod(&mut c, ns, &format!("web-{i}"), "nginx:1").await;
     }
     for i in 0..5 {
         c.put(
@@ -284,13 +302,7 @@ async fn serves_etcd_contents_in_kube_apiserver_layout() {
         5,
         "deployments live under /registry/deployments/"
     );
-    let pods_stats = s
-        .source
-        .stats()
-        .into_iter()
-        .find(|(r, _)| r == "pods")
-        .expect("pods follower")
-        .1;
+    let pods_stats = follower_stats(&s, "pods");
     assert_eq!(
         pods_stats.skipped, 2,
         "protobuf value and stray key skipped"
@@ -336,15 +348,7 @@ async fn serves_etcd_contents_in_kube_apiserver_layout() {
     assert!(bookmark_rv >= etcd_rev);
 
     // Live events carry etcd's revisions; a delete arrives as DELETED.
-    let put = c
-        .put(
-            "/registry/pods/team-a/web-1",
-            pod("team-a", "web-1", "nginx:2"),
-            None,
-        )
-        .await
-        .expect("update");
-    let upd_rev = put.header().expect("header").revision();
+    let upd_rev = put_pod(&mut c, "team-a", "web-1", "nginx:2").await;
     let del = c
         .delete("/registry/pods/team-a/web-4", None)
         .await
@@ -409,32 +413,25 @@ async fn replicas_read_their_writes_and_never_go_back_in_time() {
     )
     .await;
     let mut c = etcd.client().await;
-    let put = c
-        .put(
-            "/registry/pods/default/late",
-            pod("default", "late", "x"),
-            None,
-        )
-        .await
-        .expect("put");
+    let put_rev = put_pod(&mut c, "default", "late", "x").await;
     let l = common::next_line(&mut watch, 10).await.expect("event");
     let e = common::json(&l);
     assert_eq!(e["type"], "ADDED");
     assert_eq!(
         e["object"]["metadata"]["resourceVersion"],
-        put.header().expect("header").revision().to_string()
+        put_rev.to_string()
     );
 
     // An RV etcd has not reached: wait, then 504 with cause ResourceVersionTooLarge.
-    let r = common::get(
+    let r = common::get_expecting(
         b.addr,
         &format!(
             "/api/v1/pods?resourceVersion={}&resourceVersionMatch=NotOlderThan",
             rv_a + 100_000
         ),
+        504,
     )
     .await;
-    assert_eq!(r.status, 504, "{}", r.body);
     assert!(r.body.contains("ResourceVersionTooLarge"), "{}", r.body);
 }
 
@@ -466,12 +463,7 @@ async fn follows_etcd_across_a_restart() {
     let mut c = etcd.client().await;
     assert_converges(&reader, &mut c).await;
     assert_eq!(reflected(&reader).len(), 30);
-    let stats = s.source.stats();
-    let cms = &stats
-        .iter()
-        .find(|(r, _)| r == "configmaps")
-        .expect("cms")
-        .1;
+    let cms = &follower_stats(&s, "configmaps");
     assert!(cms.reconnects >= 1, "the follower reconnected: {cms:?}");
     driver.abort();
 }
@@ -534,12 +526,7 @@ async fn compaction_while_cut_off_relists_expires_watchers_and_converges() {
         "a deleted object was kept"
     );
     assert_eq!(now.len(), 21);
-    let stats = s.source.stats();
-    let cms = &stats
-        .iter()
-        .find(|(r, _)| r == "configmaps")
-        .expect("cms")
-        .1;
+    let cms = &follower_stats(&s, "configmaps");
     assert!(cms.relists >= 1, "{cms:?}");
     assert!(
         cms.last_unsafe

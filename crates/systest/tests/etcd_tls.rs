@@ -42,37 +42,33 @@ impl TlsEtcd {
         let (client_port, peer_port) = (free_port(), free_port());
         let url = format!("https://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
-        let child = tokio::process::Command::new("etcd")
-            .arg("--data-dir")
-            .arg(dir.0.join("data"))
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-            ])
-            .arg("--initial-cluster")
-            .arg(format!("default={peer}"))
-            .arg("--cert-file")
-            .arg(&cert)
-            .arg("--key-file")
-            .arg(&key)
-            .arg("--trusted-ca-file")
-            .arg(&ca_file)
-            .arg("--client-cert-auth")
-            .arg("--experimental-watch-progress-notify-interval=100ms")
-            .env("ETCD_UNSUPPORTED_ARCH", "")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("etcd on PATH (Debian: etcd-server)");
+        let child = common::etcd::spawn_etcd(
+            tokio::process::Command::new("etcd")
+                .arg("--data-dir")
+                .arg(dir.0.join("data"))
+                .args([
+                    "--listen-client-urls",
+                    &url,
+                    "--advertise-client-urls",
+                    &url,
+                ])
+                .args([
+                    "--listen-peer-urls",
+                    &peer,
+                    "--initial-advertise-peer-urls",
+                    &peer,
+                ])
+                .arg("--initial-cluster")
+                .arg(format!("default={peer}"))
+                .arg("--cert-file")
+                .arg(&cert)
+                .arg("--key-file")
+                .arg(&key)
+                .arg("--trusted-ca-file")
+                .arg(&ca_file)
+                .arg("--client-cert-auth")
+                .arg("--experimental-watch-progress-notify-interval=100ms"),
+        );
         let etcd = TlsEtcd {
             url,
             ca,
@@ -165,8 +161,8 @@ async fn follows_etcd_over_mutual_tls_and_says_why_it_cannot() {
         ..EtcdConfig::default()
     })
     .await;
-    let list = common::get(server.addr, "/api/v1/namespaces/default/configmaps").await;
-    assert_eq!(list.status, 200, "{}", list.body);
+    let list =
+        common::get_expecting(server.addr, "/api/v1/namespaces/default/configmaps", 200).await;
     assert!(list.body.contains(r#""name":"before""#), "{}", list.body);
     // A watch sees what is written to etcd after it started.
     let mut watch = common::stream_lines(
@@ -189,25 +185,19 @@ async fn follows_etcd_over_mutual_tls_and_says_why_it_cannot() {
     );
 
     // Read-only by default: a write is 405 saying where writes belong, and etcd is untouched.
-    let post = common::request(
-        server.addr,
-        "POST",
-        "/api/v1/namespaces/default/configmaps",
-        Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"written"}}"#),
-    )
-    .await;
+    let post = post_written(server.addr).await;
     assert_eq!(post.status, 405, "{}", post.body);
     let status = common::json(&post.body);
     assert_eq!(status["reason"], "MethodNotAllowed");
     assert_eq!(status["message"], listwatch_etcd::READ_ONLY);
-    let del = common::request(
+    common::answered(
         server.addr,
         "DELETE",
         "/api/v1/namespaces/default/configmaps/before",
         None,
+        405,
     )
     .await;
-    assert_eq!(del.status, 405, "{}", del.body);
     let after = common::get(server.addr, "/api/v1/namespaces/default/configmaps/before").await;
     assert_eq!(after.status, 200, "the refused DELETE removed the object");
 
@@ -219,13 +209,7 @@ async fn follows_etcd_over_mutual_tls_and_says_why_it_cannot() {
         ..EtcdConfig::default()
     })
     .await;
-    let post = common::request(
-        lab.addr,
-        "POST",
-        "/api/v1/namespaces/default/configmaps",
-        Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"written"}}"#),
-    )
-    .await;
+    let post = post_written(lab.addr).await;
     assert_eq!(post.status, 201, "{}", post.body);
 
     // A CA that did not sign etcd's certificate.
@@ -250,4 +234,15 @@ async fn follows_etcd_over_mutual_tls_and_says_why_it_cannot() {
     )
     .await;
     assert!(e.contains("give --etcd-certfile and --etcd-keyfile"), "{e}");
+}
+
+/// POSTs the ConfigMap `default/written` to the server at `addr`.
+async fn post_written(addr: std::net::SocketAddr) -> common::Raw {
+    common::request(
+        addr,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"written"}}"#),
+    )
+    .await
 }

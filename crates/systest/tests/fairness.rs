@@ -139,18 +139,24 @@ async fn polite_client(addr: std::net::SocketAddr) -> Vec<u16> {
     codes
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_connection_cannot_take_every_list_slot() {
-    // 100 slots; one connection may hold 32 of them.
+/// A server over 20,000 demo pods with 100 LIST slots, `per_connection` of them at most
+/// for one connection (0: no share).
+async fn start_with_list_share(per_connection: usize) -> common::TestServer {
     let config = ServerConfig {
         limits: LimitConfig {
             max_lists: 100,
-            max_lists_per_connection: 32,
+            max_lists_per_connection: per_connection,
             ..LimitConfig::default()
         },
         ..ServerConfig::default()
     };
-    let s = common::start(20_000, config).await;
+    common::start(20_000, config).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_cannot_take_every_list_slot() {
+    // 100 slots; one connection may hold 32 of them.
+    let s = start_with_list_share(32).await;
     let _greedy = greedy_h2(s.addr, 400).await;
     let full = "apiserver_longrunning_requests{verb=\"LIST\",resource=\"pods\"} 32";
     let capped = common::poll_until(Duration::from_secs(10), || gauge(s.addr, full), |v| *v).await;
@@ -166,15 +172,7 @@ async fn one_connection_cannot_take_every_list_slot() {
 /// The control: without the per-connection share, the same client starves the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_per_connection_share_one_client_starves_the_rest() {
-    let config = ServerConfig {
-        limits: LimitConfig {
-            max_lists: 100,
-            max_lists_per_connection: 0,
-            ..LimitConfig::default()
-        },
-        ..ServerConfig::default()
-    };
-    let s = common::start(20_000, config).await;
+    let s = start_with_list_share(0).await;
     let _greedy = greedy_h2(s.addr, 400).await;
     let full = "apiserver_longrunning_requests{verb=\"LIST\",resource=\"pods\"} 100";
     let starved = common::poll_until(Duration::from_secs(10), || gauge(s.addr, full), |v| *v).await;
@@ -201,10 +199,7 @@ async fn a_tls_connection_idle_after_its_handshake_is_closed() {
         listwatch_sources::EmbeddedSource::new(registry),
         short_timeouts(),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
+    let (listener, addr) = listwatch_testkit::listen_local().await;
     let options = listwatch_server::ServeOptions {
         tls: Some(tls_config(&cert, &key, None).expect("tls")),
         ..Default::default()

@@ -21,17 +21,7 @@ fn kubectl(addr: std::net::SocketAddr) -> Command {
 }
 
 async fn run(addr: std::net::SocketAddr, args: &[&str]) -> String {
-    let out = kubectl(addr)
-        .args(args)
-        .output()
-        .await
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf8")
+    common::succeed(kubectl(addr).args(args)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -176,14 +176,14 @@ async fn edit_with_a_scripted_editor() {
     let s = start(0, ServerConfig::default()).await;
     let dir = scratch("edit");
     let ns = "/api/v1/namespaces/default/configmaps";
-    let made = common::request(
+    common::answered(
         s.addr,
         "POST",
         ns,
         Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"settings"},"data":{"a":"1"}}"#),
+        201,
     )
     .await;
-    assert_eq!(made.status, 201, "{}", made.body);
     let editor = dir.join("editor.sh");
     std::fs::write(
         &editor,

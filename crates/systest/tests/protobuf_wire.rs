@@ -150,9 +150,7 @@ fn frames(mut body: &[u8]) -> Vec<(String, Vec<u8>)> {
 }
 
 async fn fetch(addr: std::net::SocketAddr, x: &Exchange) -> listwatch_testkit::Response {
-    listwatch_testkit::send(addr, "GET", &x.path, &[("Accept", &x.accept)], None)
-        .await
-        .expect("response")
+    listwatch_testkit::get_with(addr, &x.path, &[("Accept", &x.accept)]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -266,15 +264,8 @@ async fn protobuf_answers_equal_kube_apiservers() {
             );
             let page2 = &x["list-pods-page2"];
             let path = format!("/api/v1/namespaces/wl-1/pods?limit=5&continue={token}");
-            let got = listwatch_testkit::send(
-                server.addr,
-                "GET",
-                &path,
-                &[("Accept", &page2.accept)],
-                None,
-            )
-            .await
-            .expect("page 2");
+            let got =
+                listwatch_testkit::get_with(server.addr, &path, &[("Accept", &page2.accept)]).await;
             let (_, _, gi) = list_items(&got.body);
             let (_, _, wi) = list_items(&page2.body);
             check(
@@ -288,15 +279,12 @@ async fn protobuf_answers_equal_kube_apiservers() {
     // gzip: the same list, compressed.
     {
         let want = &x["list-pods-all-gzip"];
-        let got = listwatch_testkit::send(
+        let got = listwatch_testkit::get_with(
             server.addr,
-            "GET",
             &want.path,
             &[("Accept", &want.accept), ("Accept-Encoding", "gzip")],
-            None,
         )
-        .await
-        .expect("gzip list");
+        .await;
         let mut plain = Vec::new();
         flate2::read::GzDecoder::new(&got.body[..])
             .read_to_end(&mut plain)
@@ -479,9 +467,7 @@ async fn a_protobuf_informer_lists_watches_and_resumes() {
     const PB: &str = "application/vnd.kubernetes.protobuf";
     let s = common::start(300, listwatch_server::ServerConfig::default()).await;
     let get = |path: String, accept: &'static str| async move {
-        listwatch_testkit::send(s.addr, "GET", &path, &[("Accept", accept)], None)
-            .await
-            .expect("response")
+        listwatch_testkit::get_with(s.addr, &path, &[("Accept", accept)]).await
     };
 
     // LIST: a PodList whose every item, re-read through our schema's protobuf → JSON
@@ -576,22 +562,21 @@ async fn a_protobuf_informer_lists_watches_and_resumes() {
     // Changes after the bookmark, seen by a watch resumed from it.
     let mut created: Value = (*by_name.values().next().expect("a pod")).clone();
     created["metadata"] = serde_json::json!({"name": "informer-new", "namespace": "demo-1"});
-    let r = common::request(
+    common::answered(
         s.addr,
         "POST",
         "/api/v1/namespaces/demo-1/pods",
         Some(&created.to_string()),
+        201,
     )
     .await;
-    assert_eq!(r.status, 201, "{}", r.body);
     let victim = pods.items[0].metadata.as_ref().expect("metadata");
     let path = format!(
         "/api/v1/namespaces/{}/pods/{}",
         victim.namespace(),
         victim.name()
     );
-    let r = common::request(s.addr, "DELETE", &path, None).await;
-    assert_eq!(r.status, 200, "{}", r.body);
+    common::answered(s.addr, "DELETE", &path, None, 200).await;
     let watch = get(format!("/api/v1/pods?watch=1&resourceVersion={resume}&allowWatchBookmarks=true&timeoutSeconds=1"), PB).await;
     let events = pb_events(&watch.body);
     let seen: Vec<(String, String, u64)> = events

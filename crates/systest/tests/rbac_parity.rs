@@ -88,14 +88,7 @@ impl listwatch_auth::Authenticate for BearerIsUser {
             .ok_or(listwatch_core::ApiError::Unauthorized)
             .map(|token| {
                 let (name, groups) = token.split_once('|').unwrap_or((token, ""));
-                listwatch_auth::User {
-                    name: name.into(),
-                    groups: groups
-                        .split(',')
-                        .filter(|g| !g.is_empty())
-                        .map(str::to_string)
-                        .collect(),
-                }
+                listwatch_auth::User::in_groups(name, groups, ',')
             });
         Box::pin(std::future::ready(user))
     }
@@ -201,15 +194,12 @@ async fn reviews_and_reads_over_http_follow_rbac() {
     // The read path: alice lists pods in team-a, and is refused in team-b with
     // kube-apiserver's message.
     let get = |path: &'static str| async move {
-        listwatch_testkit::send(
+        listwatch_testkit::get_with(
             addr,
-            "GET",
             path,
             &[("Authorization", "Bearer alice|system:authenticated")],
-            None,
         )
         .await
-        .expect("response")
     };
     assert_eq!(get("/api/v1/namespaces/team-a/pods").await.status, 200);
     let denied = get("/api/v1/namespaces/team-b/pods").await;
@@ -229,16 +219,9 @@ async fn reviews_and_reads_over_http_follow_rbac() {
         let (node, path) = (node.to_string(), path.to_string());
         async move {
             let auth = format!("Bearer system:node:{node}|system:nodes,system:authenticated");
-            listwatch_testkit::send(
-                addr,
-                "GET",
-                &path,
-                &[("Authorization", auth.as_str())],
-                None,
-            )
-            .await
-            .expect("response")
-            .status
+            listwatch_testkit::get_with(addr, &path, &[("Authorization", auth.as_str())])
+                .await
+                .status
         }
     };
     // node | status | path (kube-root-ca.crt: allowed, its pod mounts it, but absent: no

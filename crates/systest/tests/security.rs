@@ -8,14 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::etcd::TempDir;
-use common::tls::{Ca, Https, write};
+use common::tls::{Ca, Https, Leaf, write};
 use listwatch_auth::abac::PolicyAuthorizer;
 use listwatch_auth::authn::Authenticator;
 use listwatch_auth::tls::tls_config;
-use listwatch_core::builtin_resources;
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
-use listwatch_sources::{EmbeddedSource, Registry};
-use listwatch_store::StoreConfig;
+use listwatch_sources::demo;
 
 const TOKENS: &str = "# token,user,uid,groups\n\
 tok-admin,admin,1,\"system:masters\"\n\
@@ -37,6 +35,18 @@ struct Secured {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
+impl Secured {
+    /// A client of this server trusting its CA, offering `alpn`, with `cert` if any.
+    fn https<'a>(&'a self, alpn: &'a [&'a str], cert: Option<&'a Leaf>) -> Https<'a> {
+        Https {
+            addr: self.addr,
+            ca: &self.ca,
+            alpn,
+            cert,
+        }
+    }
+}
+
 async fn start() -> Secured {
     let dir = TempDir::new("tls");
     let ca = Ca::new("listwatch-test-ca");
@@ -47,13 +57,7 @@ async fn start() -> Secured {
     let tokens = write(&dir.0, "tokens.csv", TOKENS);
     let policy = write(&dir.0, "policy.jsonl", POLICY);
 
-    let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
-    let source = EmbeddedSource::new(registry);
-    let pods = source
-        .registry()
-        .get("", "v1", "pods")
-        .expect("pods")
-        .clone();
+    let (source, pods) = demo::pods_source();
     for (ns, n) in [("team-a", 2), ("team-b", 3)] {
         for i in 0..n {
             let body = format!(r#"{{"metadata":{{"name":"p{i}"}},"spec":{{"containers":[]}}}}"#);
@@ -62,10 +66,7 @@ async fn start() -> Secured {
                 .expect("create");
         }
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
+    let (listener, addr) = listwatch_testkit::listen_local().await;
     let app = App::new(
         source,
         ServerConfig::default(),
@@ -101,17 +102,12 @@ async fn tokens_policy_and_status_bodies_over_http2() {
     let s = start().await;
     let h2 = ["h2", "http/1.1"];
     let get = |path: &'static str, token: Option<&'static str>| {
-        let ca = &s.ca;
+        let s = &s;
         async move {
-            Https {
-                addr: s.addr,
-                ca,
-                alpn: &h2,
-                cert: None,
-            }
-            .request("GET", path, token, None)
-            .await
-            .expect("request")
+            s.https(&h2, None)
+                .request("GET", path, token, None)
+                .await
+                .expect("request")
         }
     };
 
@@ -151,40 +147,32 @@ async fn tokens_policy_and_status_bodies_over_http2() {
 
     // readonly rules do not allow writes; the masters group may do anything.
     let cm = r#"{"metadata":{"name":"x"},"data":{}}"#;
-    let r = Https {
-        addr: s.addr,
-        ca: &s.ca,
-        alpn: &h2,
-        cert: None,
-    }
-    .request(
-        "POST",
-        "/api/v1/namespaces/team-a/pods",
-        Some("tok-alice"),
-        Some(cm),
-    )
-    .await
-    .expect("post");
+    let r = s
+        .https(&h2, None)
+        .request(
+            "POST",
+            "/api/v1/namespaces/team-a/pods",
+            Some("tok-alice"),
+            Some(cm),
+        )
+        .await
+        .expect("post");
     assert_eq!(r.status, 403, "{}", r.body);
     let r = get("/api/v1/pods", Some("tok-admin")).await;
     assert_eq!(r.status, 200);
     assert_eq!(items(&r.body), 5);
 
     // HTTP/1.1 over TLS works the same.
-    let r = Https {
-        addr: s.addr,
-        ca: &s.ca,
-        alpn: &["http/1.1"],
-        cert: None,
-    }
-    .request(
-        "GET",
-        "/api/v1/namespaces/team-a/pods",
-        Some("tok-alice"),
-        None,
-    )
-    .await
-    .expect("http/1.1");
+    let r = s
+        .https(&["http/1.1"], None)
+        .request(
+            "GET",
+            "/api/v1/namespaces/team-a/pods",
+            Some("tok-alice"),
+            None,
+        )
+        .await
+        .expect("http/1.1");
     assert_eq!(r.version, http::Version::HTTP_11);
     assert_eq!(r.status, 200);
 }
@@ -193,40 +181,28 @@ async fn tokens_policy_and_status_bodies_over_http2() {
 async fn client_certificates_name_the_user_and_groups() {
     let s = start().await;
     let bob = s.ca.client("bob", &["readers-b"]);
-    let r = Https {
-        addr: s.addr,
-        ca: &s.ca,
-        alpn: &["h2"],
-        cert: Some(&bob),
-    }
-    .request("GET", "/api/v1/namespaces/team-b/pods", None, None)
-    .await
-    .expect("request");
+    let r = s
+        .https(&["h2"], Some(&bob))
+        .request("GET", "/api/v1/namespaces/team-b/pods", None, None)
+        .await
+        .expect("request");
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(items(&r.body), 3);
-    let r = Https {
-        addr: s.addr,
-        ca: &s.ca,
-        alpn: &["h2"],
-        cert: Some(&bob),
-    }
-    .request("GET", "/api/v1/namespaces/team-a/pods", None, None)
-    .await
-    .expect("request");
+    let r = s
+        .https(&["h2"], Some(&bob))
+        .request("GET", "/api/v1/namespaces/team-a/pods", None, None)
+        .await
+        .expect("request");
     assert_eq!(r.status, 403);
     assert!(r.body.contains("User \\\"bob\\\""), "{}", r.body);
 
     // A certificate from a CA the server does not trust: refused during the handshake.
     let other = Ca::new("someone-else");
     let mallory = other.client("admin", &["system:masters"]);
-    let r = Https {
-        addr: s.addr,
-        ca: &s.ca,
-        alpn: &["h2"],
-        cert: Some(&mallory),
-    }
-    .request("GET", "/api/v1/pods", None, None)
-    .await;
+    let r = s
+        .https(&["h2"], Some(&mallory))
+        .request("GET", "/api/v1/pods", None, None)
+        .await;
     assert!(
         r.is_err(),
         "an untrusted client certificate must not get in"
@@ -268,19 +244,14 @@ async fn kube_rs_and_kubectl_connect_with_tls_and_a_token() {
         ),
     );
     common::require("kubectl");
-    let out = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["get", "pods", "-n", "team-a", "-o", "name"])
-        .output()
-        .await
-        .expect("kubectl on PATH");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "pod/p0\npod/p1\n");
+    let names = common::succeed(
+        tokio::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["get", "pods", "-n", "team-a", "-o", "name"]),
+    )
+    .await;
+    assert_eq!(names, "pod/p0\npod/p1\n");
     let out = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&kubeconfig)
@@ -302,13 +273,7 @@ async fn start_plain() -> (std::net::SocketAddr, TempDir) {
     let dir = TempDir::new("plain");
     let tokens = write(&dir.0, "tokens.csv", TOKENS);
     let policy = write(&dir.0, "policy.jsonl", POLICY);
-    let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
-    let source = EmbeddedSource::new(registry);
-    let pods = source
-        .registry()
-        .get("", "v1", "pods")
-        .expect("pods")
-        .clone();
+    let (source, pods) = demo::pods_source();
     let body = br#"{"metadata":{"name":"p0"},"spec":{"containers":[]}}"#;
     source.create(&pods, Some("team-a"), body).expect("create");
     let app = App::new(
@@ -417,20 +382,21 @@ async fn the_bearer_scheme_is_case_insensitive() {
 #[tokio::test]
 async fn access_reviews_follow_the_abac_policy() {
     let (addr, _dir) = start_plain().await;
-    let sar = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
-    let review = |ns: &str| {
-        format!(
+    // "May alice list pods in `ns`?", asked with `authorization`.
+    let review = |authorization: &'static str, ns: &'static str| async move {
+        let body = format!(
             r#"{{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{{"user":"alice","resourceAttributes":{{"verb":"list","resource":"pods","namespace":"{ns}"}}}}}}"#
+        );
+        send(
+            addr,
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            Some(authorization),
+            Some(&body),
         )
+        .await
     };
-    let r = send(
-        addr,
-        "POST",
-        sar,
-        Some("Bearer tok-admin"),
-        Some(&review("team-a")),
-    )
-    .await;
+    let r = review("Bearer tok-admin", "team-a").await;
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(
         common::json(&r.body)["status"]["allowed"],
@@ -438,25 +404,11 @@ async fn access_reviews_follow_the_abac_policy() {
         "{}",
         r.body
     );
-    let r = send(
-        addr,
-        "POST",
-        sar,
-        Some("Bearer tok-admin"),
-        Some(&review("team-b")),
-    )
-    .await;
+    let r = review("Bearer tok-admin", "team-b").await;
     assert_eq!(r.status, 201, "{}", r.body);
     let v = common::json(&r.body);
     assert_eq!(v["status"]["allowed"], false, "{}", r.body);
     assert_eq!(v["status"]["reason"], "No policy matched.");
-    let r = send(
-        addr,
-        "POST",
-        sar,
-        Some("Bearer tok-alice"),
-        Some(&review("team-a")),
-    )
-    .await;
+    let r = review("Bearer tok-alice", "team-a").await;
     assert_eq!(r.status, 403, "{}", r.body);
 }

@@ -139,20 +139,14 @@ async fn pod_table_matches_kube_apiserver_structure() {
 
 async fn kubectl(addr: std::net::SocketAddr, args: &[&str]) -> String {
     common::require("kubectl");
-    let out = tokio::process::Command::new("kubectl")
-        .env("KUBECONFIG", "/dev/null")
-        .arg("--server")
-        .arg(format!("http://{addr}"))
-        .args(args)
-        .output()
-        .await
-        .expect("kubectl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf8")
+    common::succeed(
+        tokio::process::Command::new("kubectl")
+            .env("KUBECONFIG", "/dev/null")
+            .arg("--server")
+            .arg(format!("http://{addr}"))
+            .args(args),
+    )
+    .await
 }
 
 fn header(out: &str) -> Vec<String> {

@@ -24,11 +24,32 @@ pub struct Response {
 impl Response {
     /// The first header named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        header(&self.headers, name)
     }
+}
+
+/// The value of the first of `headers` named `name` (case-insensitive).
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// [`send`] of a `GET` of `path` with `headers` and no body; panics when nothing answers.
+pub async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response {
+    send(addr, "GET", path, headers, None)
+        .await
+        .expect("a response")
+}
+
+/// A listener on a free port of 127.0.0.1, and its address: where test servers serve.
+pub async fn listen_local() -> (tokio::net::TcpListener, SocketAddr) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    (listener, addr)
 }
 
 /// Sends one request with `Connection: close` and reads the whole response (30 s at most);

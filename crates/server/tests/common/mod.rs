@@ -6,9 +6,8 @@ pub mod tls;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use listwatch_core::builtin_resources;
 use listwatch_server::{App, ServerConfig, serve};
-use listwatch_sources::{EmbeddedSource, Registry, demo};
+use listwatch_sources::{EmbeddedSource, demo};
 use listwatch_store::StoreConfig;
 
 /// A server running in this process; stops when dropped.
@@ -16,37 +15,35 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub source: Arc<EmbeddedSource>,
     pub app: Arc<App>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
+    /// Dropped with the server, it ends the server's shutdown future (`rx.await` returns).
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 pub async fn start(demo_pods: usize, config: ServerConfig) -> TestServer {
-    let registry = Registry::new(builtin_resources(), 1, &StoreConfig::default());
-    let source = EmbeddedSource::new(registry);
+    let (source, pods) = demo::pods_source();
     if demo_pods > 0 {
-        let pods = source
-            .registry()
-            .get("", "v1", "pods")
-            .expect("pods")
-            .clone();
         source
             .seed(&pods, demo::demo_pods(demo_pods, 4))
             .expect("seed");
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    // events.k8s.io/v1 and autoscaling/v1 are served as views of what is stored.
+    let (addr, app, stop) = serve_views(source.clone(), config).await;
+    TestServer {
+        addr,
+        source,
+        app,
+        _stop: stop,
+    }
+}
+
+/// Serves `source` on a free port of 127.0.0.1, with events.k8s.io/v1 and autoscaling/v1
+/// as views of what it stores, until the returned sender is dropped.
+pub async fn serve_views(
+    source: Arc<dyn listwatch_sources::Source>,
+    config: ServerConfig,
+) -> (SocketAddr, Arc<App>, tokio::sync::oneshot::Sender<()>) {
+    let (listener, addr) = listwatch_testkit::listen_local().await;
     let app = App::new(
-        listwatch_sources::Views::start(source.clone(), &StoreConfig::default()),
+        listwatch_sources::Views::start(source, &StoreConfig::default()),
         ServerConfig {
             advertise: addr.to_string(),
             ..config
@@ -57,12 +54,7 @@ pub async fn start(demo_pods: usize, config: ServerConfig) -> TestServer {
     tokio::spawn(serve(app.clone(), listener, async {
         let _ = rx.await;
     }));
-    TestServer {
-        addr,
-        source,
-        app,
-        stop: Some(tx),
-    }
+    (addr, app, tx)
 }
 
 /// A raw HTTP response.
@@ -74,10 +66,7 @@ pub struct Raw {
 
 impl Raw {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        listwatch_testkit::header(&self.headers, name)
     }
 }
 
@@ -134,6 +123,24 @@ pub async fn request_typed(
     }
 }
 
+/// [`request`], asserting that it is answered with `status` (the body the message).
+pub async fn answered(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    status: u16,
+) -> Raw {
+    let r = request(addr, method, path, body).await;
+    assert_eq!(r.status, status, "{method} {path}: {}", r.body);
+    r
+}
+
+/// [`get`], asserting that it is answered with `status` (the body the message).
+pub async fn get_expecting(addr: SocketAddr, path: &str, status: u16) -> Raw {
+    answered(addr, "GET", path, None, status).await
+}
+
 pub async fn get(addr: SocketAddr, path: &str) -> Raw {
     request(addr, "GET", path, None).await
 }
@@ -187,10 +194,7 @@ pub async fn serve_authenticated(
     app: Arc<App>,
     authenticator: Arc<dyn listwatch_auth::Authenticate>,
 ) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
+    let (listener, addr) = listwatch_testkit::listen_local().await;
     tokio::spawn(listwatch_server::serve_with(
         app,
         listener,

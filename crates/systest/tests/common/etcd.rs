@@ -10,11 +10,22 @@ use std::time::Duration;
 
 use listwatch_core::builtin_resources;
 use listwatch_etcd::{EtcdConfig, EtcdSource};
-use listwatch_server::{App, ServerConfig, serve};
+use listwatch_server::ServerConfig;
 use listwatch_sources::Registry;
 use listwatch_store::StoreConfig;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
+
+/// Starts `etcd` (a `tokio::process::Command` for it, its flags set) quietly, killed when
+/// the child is dropped; etcd must be on PATH.
+pub fn spawn_etcd(etcd: &mut Command) -> Child {
+    etcd.env("ETCD_UNSUPPORTED_ARCH", "")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("etcd on PATH (Debian: etcd-server)")
+}
 
 /// A port nobody listens on now (bound, then released).
 pub fn free_port() -> u16 {
@@ -73,31 +84,26 @@ impl Member {
             // proof of currency works without them (history.rs runs both ways).
             etcd.arg("--experimental-watch-progress-notify-interval=100ms");
         }
-        let child = etcd
-            .arg("--name")
-            .arg(&self.name)
-            .arg("--data-dir")
-            .arg(self.dir.join(&self.name))
-            .arg("--listen-client-urls")
-            .arg(self.client_url())
-            .arg("--advertise-client-urls")
-            .arg(self.client_url())
-            .arg("--listen-peer-urls")
-            .arg(format!("http://127.0.0.1:{}", self.peer_port))
-            .arg("--initial-advertise-peer-urls")
-            .arg(format!("http://127.0.0.1:{}", self.peer_port))
-            .arg("--initial-cluster")
-            .arg(&self.cluster)
-            .arg("--initial-cluster-state")
-            .arg(self.state)
-            .arg("--initial-cluster-token")
-            .arg(format!("lw-{}", self.dir.display()))
-            .env("ETCD_UNSUPPORTED_ARCH", "")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("etcd on PATH (Debian: etcd-server)");
+        let child = spawn_etcd(
+            etcd.arg("--name")
+                .arg(&self.name)
+                .arg("--data-dir")
+                .arg(self.dir.join(&self.name))
+                .arg("--listen-client-urls")
+                .arg(self.client_url())
+                .arg("--advertise-client-urls")
+                .arg(self.client_url())
+                .arg("--listen-peer-urls")
+                .arg(format!("http://127.0.0.1:{}", self.peer_port))
+                .arg("--initial-advertise-peer-urls")
+                .arg(format!("http://127.0.0.1:{}", self.peer_port))
+                .arg("--initial-cluster")
+                .arg(&self.cluster)
+                .arg("--initial-cluster-state")
+                .arg(self.state)
+                .arg("--initial-cluster-token")
+                .arg(format!("lw-{}", self.dir.display())),
+        );
         self.child = Some(child);
     }
 
@@ -322,15 +328,8 @@ impl Proxy {
 pub struct EtcdServer {
     pub addr: SocketAddr,
     pub source: Arc<EtcdSource>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for EtcdServer {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
+    /// Dropped with the server, it ends the server's shutdown future (`rx.await` returns).
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 impl EtcdServer {
@@ -352,24 +351,11 @@ impl EtcdServer {
         let source = EtcdSource::start(registry.clone(), config)
             .await
             .expect("etcd source");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let app = App::new(
-            listwatch_sources::Views::start(source.clone(), &StoreConfig::default()),
-            ServerConfig {
-                advertise: addr.to_string(),
-                ..ServerConfig::default()
-            },
-            None,
-        );
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(serve(app, listener, async {
-            let _ = rx.await;
-        }));
+        let (addr, _, stop) = super::serve_views(source.clone(), ServerConfig::default()).await;
         let s = EtcdServer {
             addr,
             source,
-            stop: Some(tx),
+            _stop: stop,
         };
         s.wait_ready().await;
         s
