@@ -50,19 +50,6 @@ pub fn demo_pods(n: usize, namespaces: usize) -> impl Iterator<Item = Vec<u8>> {
     (0..n).map(move |i| demo_pod(i, namespaces))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn demo_pod_is_valid_json_of_about_4k() {
-        let p = demo_pod(7, 10);
-        let v: serde_json::Value = serde_json::from_slice(&p).expect("json");
-        assert_eq!(v["metadata"]["namespace"], "demo-8");
-        assert!((3500..5500).contains(&p.len()), "{}", p.len());
-    }
-}
-
 /// An embedded source over the built-in resources (one shard each, default store config)
 /// and its `v1/pods` store: what the tests and benches that serve pods start from.
 pub fn pods_source() -> (
@@ -80,4 +67,17 @@ pub fn pods_source() -> (
         .get("", "v1", "pods")
         .expect("v1/pods is a built-in resource");
     (source, pods)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_pod_is_valid_json_of_about_4k() {
+        let p = demo_pod(7, 10);
+        let v: serde_json::Value = serde_json::from_slice(&p).expect("json");
+        assert_eq!(v["metadata"]["namespace"], "demo-8");
+        assert!((3500..5500).contains(&p.len()), "{}", p.len());
+    }
 }
