@@ -156,7 +156,9 @@ async fn sync_and_follow(store: &Store, up: &Upstream, last: &mut u64) -> Ended 
             let line = match lines.next(IDLE).await {
                 Ok(Some(l)) => l,
                 Ok(None) => {
-                    return Ended::Disconnected("watch-list ended before its initial events".into());
+                    return Ended::Disconnected(
+                        "watch-list ended before its initial events".into(),
+                    );
                 }
                 Err(e) => return Ended::Disconnected(e),
             };

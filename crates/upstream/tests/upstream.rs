@@ -179,27 +179,44 @@ async fn a_consistent_list_after_a_write_contains_it() {
     assert!(source.stats().proof_lists.load(Ordering::Relaxed) >= 1);
 }
 
-/// A relay to `to` that holds every watch until `open` says so (discovery and LISTs pass).
-async fn gate(to: SocketAddr, open: tokio::sync::watch::Receiver<bool>) -> SocketAddr {
+type Seen = Arc<parking_lot::Mutex<Vec<String>>>;
+
+/// A relay to `to` that holds every watch until `open` says so (discovery and LISTs pass),
+/// records every path and query, and with `no_watch_list` makes the upstream refuse
+/// watch-list with 422 Invalid (as an apiserver without the WatchList feature does) by
+/// spoiling its `resourceVersionMatch`.
+async fn relay(
+    to: SocketAddr,
+    open: tokio::sync::watch::Receiver<bool>,
+    no_watch_list: bool,
+) -> (SocketAddr, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
+    let seen = Seen::default();
     let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .build_http::<Empty<Bytes>>();
+    let log = seen.clone();
     tokio::spawn(async move {
         while let Ok((conn, _)) = listener.accept().await {
-            let (client, open) = (client.clone(), open.clone());
+            let (client, open, log) = (client.clone(), open.clone(), log.clone());
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
-                    let (client, mut open) = (client.clone(), open.clone());
+                    let (client, mut open, log) = (client.clone(), open.clone(), log.clone());
                     async move {
-                        if req.uri().query().unwrap_or("").contains("watch=1") {
-                            let _ = open.wait_for(|o| *o).await;
-                        }
-                        let pq = req
+                        let mut pq = req
                             .uri()
                             .path_and_query()
-                            .map(|p| p.as_str())
-                            .unwrap_or("/");
+                            .map_or("/".to_string(), |p| p.as_str().to_string());
+                        log.lock().push(pq.clone());
+                        if pq.contains("watch=1") {
+                            let _ = open.wait_for(|o| *o).await;
+                        }
+                        if no_watch_list {
+                            pq = pq.replace(
+                                "resourceVersionMatch=NotOlderThan",
+                                "resourceVersionMatch=Exact",
+                            );
+                        }
                         let out = http::Request::get(format!("http://{to}{pq}"))
                             .body(Empty::new())
                             .expect("request");
@@ -212,14 +229,35 @@ async fn gate(to: SocketAddr, open: tokio::sync::watch::Receiver<bool>) -> Socke
             });
         }
     });
-    addr
+    (addr, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_watch_list_the_source_lists_by_pages_then_watches() {
+    let up = upstream().await;
+    let (_open, opened) = tokio::sync::watch::channel(true);
+    let (relay, seen) = relay(up, opened, true).await;
+    let (front, _) = front(relay, up).await;
+    assert_eq!(ready(front).await, 200);
+    let (_, theirs) = get(up, "/api/v1/pods").await;
+    let (_, ours) = get(front, "/api/v1/pods").await;
+    assert_eq!(ours["items"], theirs["items"]);
+    let paged = seen.lock().iter().any(|q| q == "/api/v1/pods?limit=500");
+    assert!(paged, "no paged LIST of pods: {:?}", seen.lock());
+    create(front, "after-list").await;
+    let (_, list) = get(
+        front,
+        "/api/v1/namespaces/default/configmaps?resourceVersion=",
+    )
+    .await;
+    assert!(names(&list).contains(&"after-list".to_string()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_fails_until_every_resource_is_synced() {
     let up = upstream().await;
     let (open, opened) = tokio::sync::watch::channel(false);
-    let relay = gate(up, opened).await;
+    let (relay, _) = relay(up, opened, false).await;
     let (front, _) = front(relay, up).await;
     let r = send(front, "GET", "/readyz?verbose", &[], None)
         .await
