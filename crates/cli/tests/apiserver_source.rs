@@ -6,7 +6,7 @@
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use listwatch_testkit::{next_line, poll_until, send, spawn_server, try_stream_lines};
+use listwatch_testkit::{next_line, send, spawn_server, try_stream_lines, wait_ready};
 
 struct Killed(Child);
 
@@ -43,17 +43,7 @@ async fn a_front_listwatch_serves_the_upstream_s_objects() {
         &upstream,
     ]));
     let _front = Killed(front);
-    let ready = poll_until(
-        Duration::from_secs(20),
-        || async {
-            send(addr, "GET", "/readyz", &[], None)
-                .await
-                .map_or(0, |r| r.status)
-        },
-        |s| *s == 200,
-    )
-    .await;
-    assert_eq!(ready, 200);
+    assert_eq!(wait_ready(addr, Duration::from_secs(20)).await, 200);
 
     let theirs = send(up_addr, "GET", "/api/v1/pods", &[], None)
         .await

@@ -15,7 +15,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch_gateway::{Gateway, GatewayConfig, Identity};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use listwatch_sources::{EmbeddedSource, Registry, demo};
-use listwatch_testkit::{next_line, poll_until, send, try_stream_lines};
+use listwatch_testkit::{next_line, send, try_stream_lines};
 use listwatch_upstream::UpstreamSource;
 use tokio::net::TcpListener;
 
@@ -62,16 +62,7 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
 }
 
 async fn ready(addr: SocketAddr) -> u16 {
-    poll_until(
-        Duration::from_secs(20),
-        || async {
-            send(addr, "GET", "/readyz", &[], None)
-                .await
-                .map_or(0, |r| r.status)
-        },
-        |s| *s == 200,
-    )
-    .await
+    listwatch_testkit::wait_ready(addr, Duration::from_secs(20)).await
 }
 
 fn configmap(name: &str) -> Vec<u8> {
