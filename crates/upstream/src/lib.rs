@@ -158,8 +158,8 @@ impl UpstreamSource {
                 newest = newest.max(rv);
                 same &= snap.get(&key).is_some_and(|r| r.rv() == rv);
             }
-            if same {
-                store.progress(at);
+            // Only if nothing was applied or replaced since the snapshot compared.
+            if same && store.progress_from(snap.rv(), at) {
                 return Ok(target);
             }
             // The stream has yet to deliver what the LIST shows: wait for it, prove again.
