@@ -45,6 +45,8 @@ enum Command {
 enum SourceKind {
     Embedded,
     Etcd,
+    /// Follow the `--upstream` kube-apiserver (reads served here, the rest passed on).
+    Apiserver,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -84,8 +86,9 @@ struct ServeArgs {
     /// Requests in flight to the upstream at once, streams included (429 beyond).
     #[arg(long, default_value_t = 2048)]
     upstream_max_in_flight: usize,
-    /// Where objects live: `embedded` (in-process, default) or `etcd` (needs a binary
-    /// built with `--features etcd`).
+    /// Where objects live: `embedded` (in-process, default), `etcd` (needs a binary
+    /// built with `--features etcd`) or `apiserver` (the `--upstream` apiserver, followed
+    /// by watch).
     #[arg(long, value_enum, default_value = "embedded")]
     source: SourceKind,
     /// etcd client URLs, comma-separated (with `--source etcd`).
@@ -340,6 +343,7 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let source: Arc<dyn Source> = match args.source {
         SourceKind::Embedded => embedded_source(&args, registry)?,
         SourceKind::Etcd => etcd_source(&args, registry).await?,
+        SourceKind::Apiserver => apiserver_source(&args).await?,
     };
     // events.k8s.io/v1 Events and autoscaling/v1 HPAs: views of the stored versions.
     let source: Arc<dyn Source> = listwatch_sources::Views::start(source, &StoreConfig::default());
@@ -434,14 +438,48 @@ fn authenticator(
     Ok(Some(Arc::new(a)))
 }
 
+/// The upstream's URL (`--upstream`, else the kubeconfig's server) and the
+/// `--upstream-kubeconfig`, when an upstream is named.
+fn upstream_target(
+    args: &ServeArgs,
+) -> anyhow::Result<Option<(String, listwatch_gateway::Kubeconfig)>> {
+    let kubeconfig = match &args.upstream_kubeconfig {
+        Some(p) => listwatch_gateway::Kubeconfig::from_file(p)
+            .map_err(|e| anyhow!("--upstream-kubeconfig {e}"))?,
+        None => listwatch_gateway::Kubeconfig::default(),
+    };
+    Ok(args
+        .upstream
+        .clone()
+        .or(kubeconfig.server.clone())
+        .map(|url| (url, kubeconfig)))
+}
+
+/// The apiserver source: follows the upstream with listwatch's own credential from the
+/// `--upstream-kubeconfig` (it must be allowed to list and watch what it serves).
+async fn apiserver_source(args: &ServeArgs) -> anyhow::Result<Arc<dyn Source>> {
+    use listwatch_gateway::{GatewayConfig, Identity};
+    let Some((url, kubeconfig)) = upstream_target(args)? else {
+        bail!(
+            "--source apiserver needs --upstream (or an --upstream-kubeconfig naming the server)"
+        );
+    };
+    let mut config = GatewayConfig::new(url.clone(), Identity::Forward);
+    config.ca_pem = kubeconfig.ca_pem;
+    config.client_cert = kubeconfig.client_cert;
+    config.token = kubeconfig.token;
+    config.response_timeout = std::time::Duration::from_secs(args.upstream_timeout.max(1));
+    let source = listwatch_upstream::UpstreamSource::start(&config, &StoreConfig::default())
+        .await
+        .map_err(|e| anyhow!("--source apiserver --upstream {url}: {e}"))?;
+    tracing::info!(upstream = %url, resources = source.registry().stores().len(), "following the upstream apiserver");
+    Ok(source)
+}
+
 /// The pass-through to the upstream the flags describe, if any.
 fn gateway(args: &ServeArgs) -> anyhow::Result<Option<Arc<listwatch_gateway::Gateway>>> {
-    use listwatch_gateway::{Gateway, GatewayConfig, Identity, Kubeconfig};
-    let kubeconfig = match &args.upstream_kubeconfig {
-        Some(p) => Kubeconfig::from_file(p).map_err(|e| anyhow!("--upstream-kubeconfig {e}"))?,
-        None => Kubeconfig::default(),
-    };
-    let Some(url) = args.upstream.clone().or(kubeconfig.server.clone()) else {
+    use listwatch_gateway::{Gateway, GatewayConfig, Identity};
+    let Some((url, kubeconfig)) = upstream_target(args)? else {
         return Ok(None);
     };
     let read = |flag: &str, p: &PathBuf| {

@@ -110,7 +110,7 @@ struct Counters {
 
 /// The pass-through to one upstream.
 pub struct Gateway {
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, RequestBody>,
+    client: UpstreamClient<RequestBody>,
     base: Uri,
     identity: Identity,
     token: Option<HeaderValue>,
@@ -122,43 +122,15 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway as `config` says; fails on a bad URL or unusable TLS material.
     pub fn new(config: GatewayConfig) -> Result<Arc<Gateway>, GatewayError> {
-        let base: Uri = config
-            .upstream
-            .parse()
-            .map_err(|e| GatewayError::Config(format!("--upstream {}: {e}", config.upstream)))?;
-        if base.authority().is_none() || !matches!(base.scheme_str(), Some("http" | "https")) {
-            return Err(GatewayError::Config(format!(
-                "--upstream {}: expected http(s)://host:port",
-                config.upstream
-            )));
-        }
+        let base = base_uri(&config)?;
         if config.identity == Identity::FrontProxy && config.client_cert.is_none() {
             return Err(GatewayError::Config(
                 "front-proxy identity needs --proxy-client-cert-file and --proxy-client-key-file"
                     .into(),
             ));
         }
-        let tls = tls_config(&config)?;
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(config.connect_timeout));
-        http.set_nodelay(true);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(config.max_idle)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
-        let token = match &config.token {
-            Some(t) => Some(
-                HeaderValue::try_from(format!("Bearer {t}"))
-                    .map_err(|_| GatewayError::Config("token is not a header value".into()))?,
-            ),
-            None => None,
-        };
+        let client = https_client(&config)?;
+        let token = bearer(&config)?;
         Ok(Arc::new(Gateway {
             client,
             base,
@@ -445,6 +417,59 @@ fn strip_hop_by_hop(h: &mut HeaderMap, upgrade: bool) {
         h.remove(header::UPGRADE);
     }
 }
+
+/// The upstream's base URL (`http(s)://host:port`), checked.
+pub fn base_uri(config: &GatewayConfig) -> Result<Uri, GatewayError> {
+    let base: Uri = config
+        .upstream
+        .parse()
+        .map_err(|e| GatewayError::Config(format!("--upstream {}: {e}", config.upstream)))?;
+    if base.authority().is_none() || !matches!(base.scheme_str(), Some("http" | "https")) {
+        return Err(GatewayError::Config(format!(
+            "--upstream {}: expected http(s)://host:port",
+            config.upstream
+        )));
+    }
+    Ok(base)
+}
+
+/// The `Authorization` header carrying the configured token, if any.
+pub fn bearer(config: &GatewayConfig) -> Result<Option<HeaderValue>, GatewayError> {
+    config
+        .token
+        .as_ref()
+        .map(|t| {
+            HeaderValue::try_from(format!("Bearer {t}"))
+                .map_err(|_| GatewayError::Config("token is not a header value".into()))
+        })
+        .transpose()
+}
+
+/// The pooled hyper client over rustls that `config` describes (CA, client certificate,
+/// connect timeout, idle pool): shared by the gateway and the apiserver source.
+pub fn https_client<B>(config: &GatewayConfig) -> Result<UpstreamClient<B>, GatewayError>
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+{
+    let tls = tls_config(config)?;
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(config.connect_timeout));
+    http.set_nodelay(true);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(config.max_idle)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build(connector))
+}
+
+/// A pooled HTTP(S) client to the upstream, sending bodies of type `B`.
+pub type UpstreamClient<B> = Client<hyper_rustls::HttpsConnector<HttpConnector>, B>;
 
 /// The rustls client configuration: the CA to verify the upstream against, the client
 /// certificate to present.

@@ -454,6 +454,21 @@ impl Store {
         }
     }
 
+    /// [`Self::progress`] only while the store is still at `from` (nothing applied or
+    /// replaced since a source compared the cache at `from` with its truth); whether it did.
+    pub fn progress_from(&self, from: u64, rv: u64) -> bool {
+        let mut g = self.inner.lock();
+        if g.current.rv() != from {
+            return false;
+        }
+        if rv > from {
+            g.current = g.current.at(rv);
+            drop(g);
+            self.clock.send_replace(rv);
+        }
+        true
+    }
+
     /// Replaces the whole content at `rv` (after a relist). History is dropped, so every
     /// open watch ends with 410 and clients relist, as after a kube-apiserver cache reset.
     pub fn replace(&self, rv: u64, records: impl IntoIterator<Item = impl Into<Arc<Record>>>) {

@@ -344,6 +344,20 @@ pub fn reference(rel: &str) -> std::path::PathBuf {
     p
 }
 
+/// `/readyz`'s status once it is 200, or the last one after `within` (0: no answer).
+pub async fn wait_ready(addr: SocketAddr, within: Duration) -> u16 {
+    poll_until(
+        within,
+        || async {
+            send(addr, "GET", "/readyz", &[], None)
+                .await
+                .map_or(0, |r| r.status)
+        },
+        |s| *s == 200,
+    )
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

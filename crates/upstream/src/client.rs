@@ -1,0 +1,209 @@
+//! Requests to the upstream apiserver: one-shot JSON GETs (discovery, LIST pages) and
+//! watch streams read line by line.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Request, StatusCode, Uri, header};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use listwatch_gateway::{GatewayConfig, UpstreamClient};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::UpstreamError;
+
+/// The upstream: its base URL, listwatch's own credential and a pooled client.
+pub(crate) struct Upstream {
+    client: UpstreamClient<Empty<Bytes>>,
+    base: String,
+    token: Option<HeaderValue>,
+    timeout: Duration,
+}
+
+/// One page of a LIST: the collection's RV, the continue token, the items as JSON.
+#[derive(Deserialize)]
+pub(crate) struct ListPage {
+    #[serde(default)]
+    pub metadata: ListMeta,
+    #[serde(default)]
+    pub items: Vec<Box<RawValue>>,
+}
+
+/// A list's metadata.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ListMeta {
+    #[serde(default)]
+    pub resource_version: String,
+    #[serde(default, rename = "continue")]
+    pub continue_: String,
+}
+
+impl Upstream {
+    /// A client for the upstream `config` names (URL, CA, client certificate, token).
+    pub(crate) fn new(config: &GatewayConfig) -> Result<Upstream, UpstreamError> {
+        let base = listwatch_gateway::base_uri(config)
+            .map_err(|e| UpstreamError::Config(e.to_string()))?;
+        Ok(Upstream {
+            client: listwatch_gateway::https_client(config)
+                .map_err(|e| UpstreamError::Config(e.to_string()))?,
+            base: base.to_string().trim_end_matches('/').to_string(),
+            token: listwatch_gateway::bearer(config)
+                .map_err(|e| UpstreamError::Config(e.to_string()))?,
+            timeout: config.response_timeout,
+        })
+    }
+
+    /// Sends `GET path_and_query`; the response head within the timeout.
+    pub(crate) async fn get(
+        &self,
+        path_and_query: &str,
+    ) -> Result<http::Response<Incoming>, UpstreamError> {
+        let uri: Uri = format!("{}{path_and_query}", self.base)
+            .parse()
+            .map_err(|e| UpstreamError::Config(format!("{path_and_query}: {e}")))?;
+        let mut req = Request::get(uri).header(header::ACCEPT, "application/json");
+        if let Some(t) = &self.token {
+            req = req.header(header::AUTHORIZATION, t.clone());
+        }
+        let req = req
+            .body(Empty::new())
+            .map_err(|e| UpstreamError::Config(e.to_string()))?;
+        match tokio::time::timeout(self.timeout, self.client.request(req)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(UpstreamError::Http(e.to_string())),
+            Err(_) => Err(UpstreamError::Http(format!(
+                "no answer within {:?}",
+                self.timeout
+            ))),
+        }
+    }
+
+    /// `GET path_and_query`, the whole body; a non-2xx answer is [`UpstreamError::Status`].
+    pub(crate) async fn get_body(&self, path_and_query: &str) -> Result<Bytes, UpstreamError> {
+        let resp = self.get(path_and_query).await?;
+        let status = resp.status();
+        let body = tokio::time::timeout(self.timeout, resp.into_body().collect())
+            .await
+            .map_err(|_| UpstreamError::Http("body timed out".into()))?
+            .map_err(|e| UpstreamError::Http(e.to_string()))?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(UpstreamError::Status(
+                status.as_u16(),
+                String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
+            ));
+        }
+        Ok(body)
+    }
+
+    /// `GET path_and_query` decoded as JSON.
+    pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        path_and_query: &str,
+    ) -> Result<T, UpstreamError> {
+        let body = self.get_body(path_and_query).await?;
+        serde_json::from_slice(&body)
+            .map_err(|e| UpstreamError::Json(format!("{path_and_query}: {e}")))
+    }
+
+    /// The whole collection at `path` by pages of `page` (one consistent RV: the first
+    /// page's): the RV and every item.
+    pub(crate) async fn list_all(
+        &self,
+        path: &str,
+        page: usize,
+    ) -> Result<(u64, Vec<Box<RawValue>>), UpstreamError> {
+        let mut items = Vec::new();
+        let mut cont = String::new();
+        let mut rv = None;
+        loop {
+            let mut q = format!("{path}?limit={page}");
+            if !cont.is_empty() {
+                q.push_str("&continue=");
+                q.push_str(&encode(&cont));
+            }
+            let p: ListPage = self.get_json(&q).await?;
+            if rv.is_none() {
+                rv = Some(parse_rv(&p.metadata.resource_version)?);
+            }
+            items.extend(p.items);
+            if p.metadata.continue_.is_empty() {
+                break;
+            }
+            cont = p.metadata.continue_;
+        }
+        Ok((rv.unwrap_or(0), items))
+    }
+}
+
+/// A resourceVersion as the number listwatch's stores keep.
+pub(crate) fn parse_rv(rv: &str) -> Result<u64, UpstreamError> {
+    rv.parse()
+        .map_err(|_| UpstreamError::Json(format!("resourceVersion {rv:?} is not a number")))
+}
+
+/// Percent-encodes a query value (continue tokens are base64 with `=`, `+`, `/`).
+pub(crate) fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A watch response body read one newline-terminated JSON event at a time.
+pub(crate) struct Lines {
+    body: Incoming,
+    buf: BytesMut,
+}
+
+impl Lines {
+    /// Reads the events of `resp` (a 200 to a watch).
+    pub(crate) fn new(resp: http::Response<Incoming>) -> Lines {
+        Lines {
+            body: resp.into_body(),
+            buf: BytesMut::new(),
+        }
+    }
+
+    /// The next event line; `Ok(None)` at the end of the stream; an error when the stream
+    /// breaks or stays silent for `idle`.
+    pub(crate) async fn next(&mut self, idle: Duration) -> Result<Option<Bytes>, String> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                let line = self.buf.split_to(i + 1).freeze();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Ok(Some(line));
+            }
+            match tokio::time::timeout(idle, self.body.frame()).await {
+                Err(_) => return Err(format!("no event or bookmark for {idle:?}")),
+                Ok(None) => {
+                    if self.buf.iter().all(u8::is_ascii_whitespace) {
+                        return Ok(None);
+                    }
+                    return Ok(Some(std::mem::take(&mut self.buf).freeze()));
+                }
+                Ok(Some(Err(e))) => return Err(e.to_string()),
+                Ok(Some(Ok(f))) => {
+                    if let Ok(d) = f.into_data() {
+                        self.buf.extend_from_slice(&d);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether a response status means "this watch form is not supported here" (watch-list
+/// on an apiserver without the feature), as opposed to a transient failure.
+pub(crate) fn unsupported(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 400 | 403 | 422 | 500 | 501)
+}

@@ -1,0 +1,289 @@
+//! One resource's follower: keeps a [`Store`] equal to the upstream's collection.
+//!
+//! ```text
+//!  Loading ──watch-list (or LIST + WATCH)──▶ Following ──disconnect──▶ Following (resume at last RV)
+//!                                               │
+//!                          410, an event the cache cannot take
+//!                                               ▼
+//!                                           Relisting ──▶ Following (open watches got 410)
+//! ```
+//!
+//! The store is unready (readers get 429) until the first sync and while relisting.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use listwatch_store::{Change, Record, Store};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tracing::{debug, info, warn};
+
+use crate::UpstreamError;
+use crate::client::{Lines, Upstream, encode, parse_rv, unsupported};
+use crate::discovery::collection_path;
+
+/// Items per LIST page (kube's reflector pages by 500).
+pub(crate) const PAGE: usize = 500;
+/// A watch silent this long is taken as dead and resumed.
+const IDLE: Duration = Duration::from_secs(300);
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How one watch ended.
+enum Ended {
+    /// Broken stream (upstream restart, network, timeout): resume from the last RV.
+    Disconnected(String),
+    /// The cache can no longer be trusted (410, an impossible event): relist.
+    Relist(String),
+}
+
+impl From<UpstreamError> for Ended {
+    fn from(e: UpstreamError) -> Self {
+        match e {
+            UpstreamError::Status(410, m) => Ended::Relist(format!("410 Gone: {m}")),
+            e => Ended::Disconnected(e.to_string()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct WatchEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct Object {
+    #[serde(default)]
+    metadata: Meta,
+    #[serde(default)]
+    code: u16,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    resource_version: String,
+}
+
+/// An object's store key and RV.
+pub(crate) fn key_and_rv(store: &Store, json: &str) -> Result<(String, u64), UpstreamError> {
+    let o: Object = serde_json::from_str(json).map_err(|e| UpstreamError::Json(e.to_string()))?;
+    Ok((
+        store.info().key(&o.metadata.namespace, &o.metadata.name),
+        parse_rv(&o.metadata.resource_version)?,
+    ))
+}
+
+/// Ingests `items` listed at `rv` and replaces the store's content with them (ending every
+/// open watch with 410 when it is a relist).
+pub(crate) fn install(
+    store: &Store,
+    rv: u64,
+    items: &[Box<RawValue>],
+) -> Result<(), UpstreamError> {
+    let mut records = Vec::with_capacity(items.len());
+    for o in items {
+        let (_, orv) = key_and_rv(store, o.get())?;
+        records.push(
+            Record::ingest(o.get().as_bytes(), store.info(), orv)
+                .map_err(|e| UpstreamError::Json(e.to_string()))?,
+        );
+    }
+    store.replace(rv, records);
+    Ok(())
+}
+
+/// Follows `store`'s resource on `up` forever.
+pub(crate) async fn run(store: Arc<Store>, up: Arc<Upstream>) {
+    store.set_ready(false);
+    let info = store.info().clone();
+    let mut resume: Option<u64> = None;
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let start = resume.unwrap_or(0);
+        let mut last = start;
+        let ended = match resume {
+            Some(rv) => follow(&store, &up, rv, &mut last).await,
+            None => sync_and_follow(&store, &up, &mut last).await,
+        };
+        if last > start {
+            // The stream worked for a while: the next failure's backoff starts afresh.
+            backoff = MIN_BACKOFF;
+        }
+        match ended {
+            Ended::Disconnected(why) => {
+                debug!(resource = %info.resource, %why, rv = last, "upstream watch ended; resuming");
+                if last > 0 {
+                    resume = Some(last);
+                }
+            }
+            Ended::Relist(why) => {
+                warn!(resource = %info.resource, %why, "cache unsafe; relisting from the upstream");
+                store.set_ready(false);
+                resume = None;
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Loads the collection by watch-list, or by paged LIST where the upstream refuses
+/// watch-list, then follows it.
+async fn sync_and_follow(store: &Store, up: &Upstream, last: &mut u64) -> Ended {
+    let info = store.info().clone();
+    let path = collection_path(&info);
+    let q = format!(
+        "{path}?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
+    );
+    let resp = match up.get(&q).await {
+        Ok(r) => r,
+        Err(e) => return e.into(),
+    };
+    if resp.status().is_success() {
+        let mut lines = Lines::new(resp);
+        let mut initial = Vec::new();
+        loop {
+            let line = match lines.next(IDLE).await {
+                Ok(Some(l)) => l,
+                Ok(None) => {
+                    return Ended::Disconnected(
+                        "watch-list ended before its initial events".into(),
+                    );
+                }
+                Err(e) => return Ended::Disconnected(e),
+            };
+            let Ok(ev) = serde_json::from_slice::<WatchEvent<'_>>(&line) else {
+                return Ended::Disconnected("bad watch event".into());
+            };
+            match ev.kind {
+                "ADDED" => initial.push(ev.object.to_owned()),
+                "BOOKMARK" if ev.object.get().contains("\"k8s.io/initial-events-end\"") => {
+                    let rv = match key_and_rv(store, ev.object.get()) {
+                        Ok((_, rv)) => rv,
+                        Err(e) => return Ended::Disconnected(e.to_string()),
+                    };
+                    if let Err(e) = install(store, rv, &initial) {
+                        return Ended::Relist(e.to_string());
+                    }
+                    info!(resource = %info.resource, objects = initial.len(), rv, "synced from the upstream (watch-list)");
+                    store.set_ready(true);
+                    *last = rv;
+                    return stream(store, lines, last).await;
+                }
+                "BOOKMARK" => {}
+                "ERROR" => return error_event(ev.object.get()),
+                other => {
+                    return Ended::Relist(format!(
+                        "{other} event among a watch-list's initial events"
+                    ));
+                }
+            }
+        }
+    }
+    if !unsupported(resp.status()) {
+        return UpstreamError::Status(resp.status().as_u16(), "watch-list".into()).into();
+    }
+    debug!(resource = %info.resource, status = %resp.status(), "watch-list refused; LIST + WATCH");
+    let (rv, items) = match up.list_all(&path, PAGE).await {
+        Ok(l) => l,
+        Err(e) => return e.into(),
+    };
+    if let Err(e) = install(store, rv, &items) {
+        return Ended::Relist(e.to_string());
+    }
+    info!(resource = %info.resource, objects = items.len(), rv, "synced from the upstream (LIST)");
+    store.set_ready(true);
+    *last = rv;
+    follow(store, up, rv, last).await
+}
+
+/// Watches from `rv` (exclusive) until the watch ends.
+async fn follow(store: &Store, up: &Upstream, rv: u64, last: &mut u64) -> Ended {
+    let path = collection_path(store.info());
+    let q = format!(
+        "{path}?watch=1&allowWatchBookmarks=true&resourceVersion={}",
+        encode(&rv.to_string())
+    );
+    let resp = match up.get(&q).await {
+        Ok(r) => r,
+        Err(e) => return e.into(),
+    };
+    if !resp.status().is_success() {
+        let code = resp.status().as_u16();
+        return UpstreamError::Status(code, "watch".into()).into();
+    }
+    store.set_ready(true);
+    stream(store, Lines::new(resp), last).await
+}
+
+/// Applies a watch's live events to the store; `*last` follows the newest RV seen.
+async fn stream(store: &Store, mut lines: Lines, last: &mut u64) -> Ended {
+    loop {
+        let line: Bytes = match lines.next(IDLE).await {
+            Ok(Some(l)) => l,
+            Ok(None) => return Ended::Disconnected("watch ended".into()),
+            Err(e) => return Ended::Disconnected(e),
+        };
+        let Ok(ev) = serde_json::from_slice::<WatchEvent<'_>>(&line) else {
+            return Ended::Disconnected("bad watch event".into());
+        };
+        if ev.kind == "ERROR" {
+            return error_event(ev.object.get());
+        }
+        let (key, rv) = match key_and_rv(store, ev.object.get()) {
+            Ok(k) => k,
+            Err(e) => return Ended::Relist(e.to_string()),
+        };
+        if let Err(why) = apply(store, ev.kind, ev.object.get(), key, rv) {
+            return Ended::Relist(why);
+        }
+        *last = (*last).max(rv);
+    }
+}
+
+/// Applies one event. An event at or below the store's RV (the store was declared current
+/// past it by a consistent read's proof, `consistent`) is only a repeat when the cache
+/// holds exactly that object version; anything else means watchers missed it: relist.
+fn apply(store: &Store, kind: &str, json: &str, key: String, rv: u64) -> Result<(), String> {
+    if kind == "BOOKMARK" {
+        store.progress(rv);
+        return Ok(());
+    }
+    if rv <= store.rv() {
+        let repeat = kind != "DELETED" && store.current().get(&key).is_some_and(|r| r.rv() == rv);
+        return if repeat {
+            Ok(())
+        } else {
+            Err(format!(
+                "{kind} {key} at {rv}, at or below the cache's {}",
+                store.rv()
+            ))
+        };
+    }
+    let change = match kind {
+        "ADDED" | "MODIFIED" => Change::Put(
+            Record::ingest(json.as_bytes(), store.info(), rv).map_err(|e| e.to_string())?,
+        ),
+        "DELETED" => Change::Delete { key, rv },
+        other => return Err(format!("unknown watch event type {other}")),
+    };
+    store.apply([change]).map_err(|e| e.to_string())
+}
+
+/// An `ERROR` event: 410 (history gone) relists, anything else reconnects.
+fn error_event(json: &str) -> Ended {
+    match serde_json::from_str::<Object>(json) {
+        Ok(o) if o.code == 410 => Ended::Relist("410 Gone in the watch".into()),
+        _ => Ended::Disconnected(format!("watch error: {}", &json[..json.len().min(300)])),
+    }
+}

@@ -1,0 +1,265 @@
+//! The apiserver source against a real upstream: listwatch on its embedded store (demo
+//! pods) served over HTTP on 127.0.0.1, followed by a front listwatch
+//! (`UpstreamSource` + the gateway for writes), as `listwatch serve --source apiserver
+//! --upstream …` runs them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use listwatch_gateway::{Gateway, GatewayConfig, Identity};
+use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
+use listwatch_sources::{EmbeddedSource, Registry, demo};
+use listwatch_testkit::{next_line, send, try_stream_lines};
+use listwatch_upstream::UpstreamSource;
+use tokio::net::TcpListener;
+
+async fn serve(app: Arc<App>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(serve_with(
+        app,
+        listener,
+        ServeOptions::default(),
+        std::future::pending(),
+    ));
+    addr
+}
+
+/// The upstream: listwatch on its embedded store with 50 demo pods.
+async fn upstream() -> SocketAddr {
+    let registry = Registry::new(listwatch_core::builtin_resources(), 1, &Default::default());
+    let source = EmbeddedSource::new(registry);
+    let pods = source.registry().get("", "v1", "pods").expect("pods");
+    source.seed(&pods, demo::demo_pods(50, 3)).expect("seed");
+    serve(App::embedded(source, ServerConfig::default())).await
+}
+
+/// The front: reads from an `UpstreamSource` following `follow`, everything else passed to
+/// `upstream`.
+async fn front(follow: SocketAddr, upstream: SocketAddr) -> (SocketAddr, Arc<UpstreamSource>) {
+    let source = UpstreamSource::start(
+        &GatewayConfig::new(format!("http://{follow}"), Identity::Forward),
+        &Default::default(),
+    )
+    .await
+    .expect("discovery");
+    let app = App::new(source.clone(), ServerConfig::default(), None);
+    let gw = GatewayConfig::new(format!("http://{upstream}"), Identity::Forward);
+    app.set_pass_through(Gateway::new(gw).expect("gateway"));
+    (serve(app).await, source)
+}
+
+async fn get(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
+    let r = send(addr, "GET", path, &[], None).await.expect("answer");
+    let v = serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null);
+    (r.status, v)
+}
+
+async fn ready(addr: SocketAddr) -> u16 {
+    listwatch_testkit::wait_ready(addr, Duration::from_secs(20)).await
+}
+
+fn configmap(name: &str) -> Vec<u8> {
+    format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"default"}},"data":{{"a":"b"}}}}"#)
+        .into_bytes()
+}
+
+async fn create(addr: SocketAddr, name: &str) {
+    let r = send(
+        addr,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &[("Content-Type", "application/json")],
+        Some(&configmap(name)),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+}
+
+fn names(list: &serde_json::Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|i| i["metadata"]["name"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_through_the_front_equals_the_upstream_s() {
+    let up = upstream().await;
+    let (front, _) = front(up, up).await;
+    assert_eq!(ready(front).await, 200);
+    let (s1, theirs) = get(up, "/api/v1/pods").await;
+    let (s2, ours) = get(front, "/api/v1/pods").await;
+    assert_eq!((s1, s2), (200, 200));
+    assert_eq!(theirs["items"].as_array().map(Vec::len), Some(50));
+    let diff = listwatch_testkit::json_diff(&ours["items"], &theirs["items"], 5);
+    assert!(diff.is_empty(), "{diff:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_through_the_front_shows_in_a_watch_on_the_front() {
+    let up = upstream().await;
+    let (front, _) = front(up, up).await;
+    assert_eq!(ready(front).await, 200);
+    let (_, list) = get(front, "/api/v1/namespaces/default/configmaps").await;
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .to_string();
+    let mut lines = try_stream_lines(
+        front,
+        &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}"),
+    )
+    .await
+    .expect("watch");
+    create(front, "through").await;
+    let line = next_line(&mut lines, 10).await.expect("an event");
+    assert!(
+        line.contains("\"ADDED\"") && line.contains("\"through\""),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistent_list_after_a_write_contains_it() {
+    let up = upstream().await;
+    let (front, source) = front(up, up).await;
+    assert_eq!(ready(front).await, 200);
+    for i in 0..5 {
+        let name = format!("c{i}");
+        create(front, &name).await;
+        let (s, list) = get(
+            front,
+            "/api/v1/namespaces/default/configmaps?resourceVersion=",
+        )
+        .await;
+        assert_eq!(s, 200);
+        assert!(
+            names(&list).contains(&name),
+            "{name} missing: {:?}",
+            names(&list)
+        );
+    }
+    // An idle resource (pods: nothing written since the sync) behind a moved RV: the
+    // stream brings nothing, so the cache is proven current by a LIST, and the read is
+    // answered at the upstream's RV.
+    let (s, list) = get(front, "/api/v1/pods").await;
+    assert_eq!(s, 200, "{list}");
+    assert_eq!(names(&list).len(), 50);
+    let at: u64 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("rv");
+    let (_, theirs) = get(up, "/api/v1/namespaces/default/configmaps?limit=1").await;
+    let now: u64 = theirs["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("rv");
+    assert!(at >= now, "pods read at {at}, before the upstream's {now}");
+    assert!(source.stats().proof_lists.load(Ordering::Relaxed) >= 1);
+}
+
+type Seen = Arc<parking_lot::Mutex<Vec<String>>>;
+
+/// A relay to `to` that holds every watch until `open` says so (discovery and LISTs pass),
+/// records every path and query, and with `no_watch_list` makes the upstream refuse
+/// watch-list with 422 Invalid (as an apiserver without the WatchList feature does) by
+/// spoiling its `resourceVersionMatch`.
+async fn relay(
+    to: SocketAddr,
+    open: tokio::sync::watch::Receiver<bool>,
+    no_watch_list: bool,
+) -> (SocketAddr, Seen) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Seen::default();
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build_http::<Empty<Bytes>>();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            let (client, open, log) = (client.clone(), open.clone(), log.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+                    let (client, mut open, log) = (client.clone(), open.clone(), log.clone());
+                    async move {
+                        let mut pq = req
+                            .uri()
+                            .path_and_query()
+                            .map_or("/".to_string(), |p| p.as_str().to_string());
+                        log.lock().push(pq.clone());
+                        if pq.contains("watch=1") {
+                            let _ = open.wait_for(|o| *o).await;
+                        }
+                        if no_watch_list {
+                            pq = pq.replace(
+                                "resourceVersionMatch=NotOlderThan",
+                                "resourceVersionMatch=Exact",
+                            );
+                        }
+                        let out = http::Request::get(format!("http://{to}{pq}"))
+                            .body(Empty::new())
+                            .expect("request");
+                        client.request(out).await
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(conn), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_watch_list_the_source_lists_by_pages_then_watches() {
+    let up = upstream().await;
+    let (_open, opened) = tokio::sync::watch::channel(true);
+    let (relay, seen) = relay(up, opened, true).await;
+    let (front, _) = front(relay, up).await;
+    assert_eq!(ready(front).await, 200);
+    let (_, theirs) = get(up, "/api/v1/pods").await;
+    let (_, ours) = get(front, "/api/v1/pods").await;
+    assert_eq!(ours["items"], theirs["items"]);
+    let paged = seen.lock().iter().any(|q| q == "/api/v1/pods?limit=500");
+    assert!(paged, "no paged LIST of pods: {:?}", seen.lock());
+    create(front, "after-list").await;
+    let (_, list) = get(
+        front,
+        "/api/v1/namespaces/default/configmaps?resourceVersion=",
+    )
+    .await;
+    assert!(names(&list).contains(&"after-list".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_fails_until_every_resource_is_synced() {
+    let up = upstream().await;
+    let (open, opened) = tokio::sync::watch::channel(false);
+    let (relay, _) = relay(up, opened, false).await;
+    let (front, _) = front(relay, up).await;
+    let r = send(front, "GET", "/readyz?verbose", &[], None)
+        .await
+        .expect("answer");
+    assert_eq!(r.status, 500, "{}", String::from_utf8_lossy(&r.body));
+    assert!(String::from_utf8_lossy(&r.body).contains("[-]cache pods not ready"));
+    let (s, _) = get(front, "/api/v1/pods").await;
+    assert_eq!(
+        s, 429,
+        "reads wait for the sync rather than see an empty cache"
+    );
+    open.send_replace(true);
+    assert_eq!(ready(front).await, 200);
+}
