@@ -54,13 +54,23 @@ impl EtcdError {
             || has("bad certificate")
         {
             "; etcd wants a client certificate it trusts: give --etcd-certfile and --etcd-keyfile"
-        } else if has("connection closed") || has("broken pipe") || has("connection reset") {
-            // With TLS 1.3 the client's handshake completes before etcd checks the client
-            // certificate; etcd's refusal then surfaces as whichever of these the first
-            // write meets.
-            "; etcd closed the connection: if it requires client certificates (--client-cert-auth), give --etcd-certfile and --etcd-keyfile"
         } else if has("connection refused") {
             "; is etcd running at that address?"
+        } else if [
+            "connection closed",
+            "broken pipe",
+            "connection reset",
+            "stream closed",
+            "eof",
+            "connection error",
+        ]
+        .iter()
+        .any(|s| has(s))
+        {
+            // With TLS 1.3 the client's handshake completes before etcd checks the client
+            // certificate; etcd's refusal then surfaces as whichever of these the first
+            // write meets (seen: closed, broken pipe, reset).
+            "; etcd closed the connection: if it requires client certificates (--client-cert-auth), give --etcd-certfile and --etcd-keyfile"
         } else {
             ""
         }
