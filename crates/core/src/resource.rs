@@ -44,7 +44,48 @@ pub struct ResourceInfo {
     /// `/registry/pods/`.
     #[serde(default)]
     pub etcd_prefix: String,
+    /// Whether a custom resource's CRD version declares `subresources.status`; built-ins
+    /// are known by [`BUILTIN_STATUS`].
+    #[serde(default)]
+    pub status_subresource: bool,
 }
+
+/// The built-in resources kube-apiserver 1.36 serves a `status` subresource for
+/// (`…/status` in its discovery), by (group, resource).
+pub const BUILTIN_STATUS: &[(&str, &str)] = &[
+    ("", "namespaces"),
+    ("", "nodes"),
+    ("", "persistentvolumeclaims"),
+    ("", "persistentvolumes"),
+    ("", "pods"),
+    ("", "replicationcontrollers"),
+    ("", "resourcequotas"),
+    ("", "services"),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+    ),
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+    ("apiregistration.k8s.io", "apiservices"),
+    ("apps", "daemonsets"),
+    ("apps", "deployments"),
+    ("apps", "replicasets"),
+    ("apps", "statefulsets"),
+    ("autoscaling", "horizontalpodautoscalers"),
+    ("batch", "cronjobs"),
+    ("batch", "jobs"),
+    ("certificates.k8s.io", "certificatesigningrequests"),
+    ("flowcontrol.apiserver.k8s.io", "flowschemas"),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "prioritylevelconfigurations",
+    ),
+    ("networking.k8s.io", "ingresses"),
+    ("networking.k8s.io", "servicecidrs"),
+    ("policy", "poddisruptionbudgets"),
+    ("resource.k8s.io", "resourceclaims"),
+    ("storage.k8s.io", "volumeattachments"),
+];
 
 /// One Table column computed from a simple JSONPath into the object.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -85,6 +126,12 @@ impl ResourceInfo {
     /// `PodList`.
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)
+    }
+
+    /// Whether objects of this resource have a `status` subresource (`…/status`).
+    pub fn has_status_subresource(&self) -> bool {
+        self.status_subresource
+            || BUILTIN_STATUS.contains(&(self.group.as_str(), self.resource.as_str()))
     }
 
     /// Whether `name` is a field selector label this resource supports.
@@ -195,6 +242,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             columns: Vec::new(),
             empty_object_tail: tail.into(),
             etcd_prefix: etcd.into(),
+            status_subresource: false,
         }
         .normalized()
     }

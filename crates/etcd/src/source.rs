@@ -16,7 +16,7 @@ use crate::follower::{Follower, FollowerStats, call};
 use crate::layout::etcd_key;
 
 /// How long a custom resource's open watches take to end once its CRD stops serving it.
-pub const CRD_DRAIN: Duration = Duration::from_secs(5);
+pub const CRD_DRAIN: Duration = listwatch_sources::crd::DRAIN;
 
 /// Serves what the CRD cache says, again after each change to it.
 async fn follow_crds(source: std::sync::Weak<EtcdSource>, crds: Arc<Store>) {

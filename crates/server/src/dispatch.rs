@@ -86,13 +86,13 @@ impl Service {
                 self.authorize(&head, &target)?;
                 handlers::write(ctx, &head, target, content_type, body).await
             }
-            RequestKind::Scale {
+            RequestKind::Subresource {
                 target,
                 content_type,
                 body,
             } => {
                 self.authorize(&head, &target)?;
-                handlers::scale(ctx, &head, target, content_type, body).await
+                handlers::subresource(ctx, &head, target, content_type, body).await
             }
             RequestKind::Discovery { path, accept } => {
                 let d = discovery::Discovery {
@@ -200,6 +200,8 @@ impl Service {
         // No user (a host that attached none): kube-apiserver's anonymous identity.
         let user = head.user.clone().unwrap_or_else(User::anonymous);
         let mut attributes = Attributes::resource(user, verb, info, ns, name);
+        // `deployments/scale`, `pods/status`: RBAC grants subresources by that name.
+        attributes.subresource = target.subresource.clone().unwrap_or_default();
         // kube-apiserver authorizes a list or watch with its selectors, but not one reached
         // through the legacy `/watch/` prefix.
         if target.name.is_none() && !target.legacy_watch {

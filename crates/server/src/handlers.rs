@@ -14,6 +14,7 @@ use listwatch_core::{
     ApiError, ContinueToken, ListOptions, ObjectRef, ResourceVersion, RvMatch, Verb, WriteOptions,
 };
 use listwatch_patch::PatchType;
+use listwatch_sources::writes::Scope;
 use listwatch_sources::{Source, SourceWriter, WriteResult, writes};
 use listwatch_store::{Filter, Snapshot, SnapshotReader, Store, StoreError};
 use tokio::time::Instant;
@@ -145,7 +146,16 @@ pub async fn write(
             writer.update(store, ns, name, &bytes, options).await?
         }
         (Verb::Patch | Verb::Apply, Some(name)) => {
-            patch(ctx, &target, name, content_type.as_deref(), body, options).await?
+            patch(
+                ctx,
+                &target,
+                name,
+                content_type.as_deref(),
+                body,
+                Scope::Object,
+                options,
+            )
+            .await?
         }
         (Verb::Delete, Some(name)) => {
             let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
@@ -167,6 +177,7 @@ async fn patch(
     name: &str,
     content_type: Option<&str>,
     body: RequestBody,
+    scope: Scope,
     options: WriteOptions,
 ) -> Result<WriteResult, ApiError> {
     let info = target.store.info();
@@ -184,6 +195,7 @@ async fn patch(
         name,
         patch_type,
         &patch,
+        scope,
         options,
         wait,
     )
@@ -198,10 +210,81 @@ fn patch_type(content_type: Option<&str>, builtin: bool) -> Result<PatchType, Ap
     }
 }
 
+/// GET, PUT or PATCH of an object's subresource (routes serve `scale` and `status`).
+pub async fn subresource(
+    ctx: Ctx<'_>,
+    head: &RequestHead,
+    target: Target,
+    content_type: Option<String>,
+    body: RequestBody,
+) -> Answer {
+    match target.subresource.as_deref() {
+        Some("status") => status(ctx, head, target, content_type, body).await,
+        _ => scale(ctx, head, target, content_type, body).await,
+    }
+}
+
+/// GET, PUT or PATCH of `…/status`: the whole object; a write changes its `.status` only
+/// (`writes::Scope::Status`), with the request's `resourceVersion` as the precondition.
+async fn status(
+    ctx: Ctx<'_>,
+    head: &RequestHead,
+    target: Target,
+    content_type: Option<String>,
+    body: RequestBody,
+) -> Answer {
+    let (store, ns) = (&target.store, target.namespace.as_deref());
+    let name = target.name.as_deref().ok_or(ApiError::MethodNotAllowed)?;
+    ctx.ready(store)?;
+    let w = match head.verb {
+        Verb::Get => {
+            let snap = ctx.consistent_snapshot(store).await?;
+            let key = store.info().key(ns.unwrap_or(""), name);
+            let r = snap
+                .get(&key)
+                .ok_or_else(|| ApiError::NotFound(ObjectRef::new(store.info(), name)))?;
+            WriteResult {
+                code: 200,
+                body: r.bytes().clone(),
+            }
+        }
+        Verb::Update => {
+            let writer = ctx.writer()?;
+            let options = WriteOptions::from_params(&head.params, head.verb)?;
+            let wanted = read_request_body(ctx.config, content_type.as_deref(), body).await?;
+            let snap = ctx.consistent_snapshot(store).await?;
+            let current = snap
+                .get(&store.info().key(ns.unwrap_or(""), name))
+                .ok_or_else(|| ApiError::NotFound(ObjectRef::new(store.info(), name)))?;
+            let bytes = Scope::Status.narrow(current.bytes(), wanted.to_vec())?;
+            writer.update(store, ns, name, &bytes, options).await?
+        }
+        Verb::Patch | Verb::Apply => {
+            let options = WriteOptions::from_params(&head.params, head.verb)?;
+            patch(
+                ctx,
+                &target,
+                name,
+                content_type.as_deref(),
+                body,
+                Scope::Status,
+                options,
+            )
+            .await?
+        }
+        _ => return Err(ApiError::MethodNotAllowed),
+    };
+    Ok(typed(
+        StatusCode::OK,
+        "application/json",
+        full(with_newline(w.body)),
+    ))
+}
+
 /// GET, PUT or PATCH of `…/scale`: the object's `spec.replicas` as an autoscaling/v1
 /// `Scale` (`listwatch_sources::writes`); a write changes `spec.replicas` only, through the
 /// writer's update with the Scale's `resourceVersion` as its precondition.
-pub async fn scale(
+async fn scale(
     ctx: Ctx<'_>,
     head: &RequestHead,
     target: Target,

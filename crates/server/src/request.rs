@@ -74,9 +74,10 @@ pub enum RequestKind {
         /// The body.
         body: RequestBody,
     },
-    /// GET, PUT or PATCH of an object's `scale` subresource (autoscaling/v1 `Scale`).
-    Scale {
-        /// The scaled object.
+    /// GET, PUT or PATCH of an object's subresource: `scale` (autoscaling/v1 `Scale`) or
+    /// `status` (the object, of which a write changes `.status` only).
+    Subresource {
+        /// The object, with the subresource named.
         target: Target,
         /// `Content-Type` of the body.
         content_type: Option<String>,
@@ -159,8 +160,7 @@ impl ApiRequest {
                     verb = Verb::Apply;
                 }
                 if target.subresource.is_some() {
-                    // Routes serve one subresource: `scale`.
-                    RequestKind::Scale {
+                    RequestKind::Subresource {
                         target,
                         content_type,
                         body,
@@ -216,7 +216,7 @@ impl ApiRequest {
         match &self.kind {
             RequestKind::Read { target, .. }
             | RequestKind::Write { target, .. }
-            | RequestKind::Scale { target, .. } => target.store.info().resource.clone(),
+            | RequestKind::Subresource { target, .. } => target.store.info().resource.clone(),
             _ => String::new(),
         }
     }

@@ -27,7 +27,7 @@ pub struct Target {
     pub name: Option<String>,
     /// Reached through the legacy `/watch/` prefix (authorized without its selectors).
     pub legacy_watch: bool,
-    /// The subresource named after the object (`scale`), if any.
+    /// The subresource named after the object (`scale`, `status`), if any.
     pub subresource: Option<String>,
 }
 
@@ -199,6 +199,7 @@ fn subresource_served(store: &Store, sub: &[&str]) -> bool {
     match sub {
         [] => true,
         ["scale"] => SCALABLE.contains(&(info.group.as_str(), info.resource.as_str())),
+        ["status"] => info.has_status_subresource(),
         _ => false,
     }
 }

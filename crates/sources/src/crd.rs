@@ -2,8 +2,14 @@
 //! its scope, names, categories, selectable fields and printer columns, once the CRD is
 //! `Established` (kube-apiserver serves nothing before that).
 
+use std::time::Duration;
+
 use listwatch_core::{PrinterColumn, ResourceInfo};
 use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// How long the watches of a custom resource that is no longer served may drain.
+pub const DRAIN: Duration = Duration::from_secs(5);
 
 #[derive(Deserialize)]
 struct Crd {
@@ -43,6 +49,14 @@ struct Version {
     additional_printer_columns: Vec<Column>,
     #[serde(default)]
     selectable_fields: Vec<SelectableField>,
+    #[serde(default)]
+    subresources: Subresources,
+}
+
+#[derive(Deserialize, Default)]
+struct Subresources {
+    #[serde(default)]
+    status: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -138,10 +152,83 @@ pub fn served_resources(crd_json: &[u8]) -> Vec<ResourceInfo> {
                 columns,
                 empty_object_tail: String::new(),
                 etcd_prefix: format!("/registry/{}/{}/", s.group, s.names.plural),
+                status_subresource: v.subresources.status.is_some(),
             }
             .normalized()
         })
         .collect()
+}
+
+/// `crd` (v1 JSON) with the status kube-apiserver's CRD controllers give it once its names
+/// are accepted and it is established (`NamingConditionController`,
+/// `EstablishingController`): `acceptedNames` from `spec.names`, `NamesAccepted` and
+/// `Established` true, its storage version in `storedVersions`. For stores that run no
+/// controllers (the embedded one); conditions already true keep their transition time.
+pub fn established(crd: &[u8], now: &str) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(crd).ok()?;
+    let names = v.get("spec")?.get("names")?.clone();
+    let kind = names.get("kind")?.as_str()?.to_string();
+    let mut accepted = names.as_object()?.clone();
+    accepted
+        .entry("singular")
+        .or_insert_with(|| Value::String(kind.to_lowercase()));
+    accepted
+        .entry("listKind")
+        .or_insert_with(|| Value::String(format!("{kind}List")));
+    let storage: Vec<Value> = v["spec"]["versions"]
+        .as_array()
+        .map(|vs| {
+            vs.iter()
+                .filter(|x| x["storage"] == json!(true))
+                .map(|x| x["name"].clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    if !v.get("status").is_some_and(Value::is_object) {
+        v["status"] = json!({});
+    }
+    let status = v["status"].as_object_mut()?;
+    let mut conditions: Vec<Value> = status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (type_, reason, message) in [
+        ("NamesAccepted", "NoConflicts", "no conflicts found"),
+        (
+            "Established",
+            "InitialNamesAccepted",
+            "the initial names have been accepted",
+        ),
+    ] {
+        let true_now = conditions
+            .iter()
+            .any(|c| c["type"] == type_ && c["status"] == "True");
+        if !true_now {
+            conditions.retain(|c| c["type"] != type_);
+            conditions.push(json!({
+                "type": type_,
+                "status": "True",
+                "lastTransitionTime": now,
+                "reason": reason,
+                "message": message,
+            }));
+        }
+    }
+    let mut stored: Vec<Value> = status
+        .get("storedVersions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for s in storage {
+        if !stored.contains(&s) {
+            stored.push(s);
+        }
+    }
+    status.insert("acceptedNames".into(), Value::Object(accepted));
+    status.insert("conditions".into(), Value::Array(conditions));
+    status.insert("storedVersions".into(), Value::Array(stored));
+    serde_json::to_vec(&v).ok()
 }
 
 /// kube-apiserver's description of the Name column.
@@ -165,5 +252,26 @@ mod tests {
         assert!(r[0].supports_field("spec.color"));
         let not_yet = String::from_utf8_lossy(crd).replace("\"True\"", "\"False\"");
         assert!(served_resources(not_yet.as_bytes()).is_empty());
+        assert!(!r[0].status_subresource);
+    }
+
+    #[test]
+    fn a_written_crd_is_established_as_kube_s_controllers_would() {
+        let crd = br#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"widgets.example.com"},"spec":{"group":"example.com","names":{"plural":"widgets","kind":"Widget"},"scope":"Cluster","versions":[
+            {"name":"v1","served":true,"storage":true,"subresources":{"status":{}}}]}}"#;
+        assert!(served_resources(crd).is_empty(), "not established yet");
+        let done = established(crd, "2026-11-25T00:00:00Z").expect("a CRD");
+        let served = served_resources(&done);
+        assert_eq!(served.len(), 1);
+        assert!(served[0].status_subresource);
+        assert!(!served[0].namespaced);
+        let v: Value = serde_json::from_slice(&done).unwrap();
+        assert_eq!(v["status"]["acceptedNames"]["listKind"], "WidgetList");
+        assert_eq!(v["status"]["acceptedNames"]["singular"], "widget");
+        assert_eq!(v["status"]["storedVersions"], json!(["v1"]));
+        // Applied again (an update), the transition times stay.
+        let again = established(&done, "2030-01-01T00:00:00Z").unwrap();
+        let w: Value = serde_json::from_slice(&again).unwrap();
+        assert_eq!(w["status"]["conditions"], v["status"]["conditions"]);
     }
 }

@@ -2,31 +2,38 @@
 //! all resources (like etcd), optimistic concurrency on `metadata.resourceVersion`, and
 //! every committed write applied to the resource's store before the write returns.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use listwatch_core::{ApiError, ObjectRef, Propagation, ResourceInfo, WriteOptions};
-use listwatch_store::{Change, Record, Store};
+use listwatch_store::{Change, Record, Store, StoreConfig};
 use parking_lot::Mutex;
 
 use crate::objects::DeleteStep;
 use crate::source::{BoxFuture, Source, SourceWriter, WriteResult};
-use crate::{Registry, objects};
+use crate::{Registry, crd, objects};
 
 /// The embedded store: serves writes and keeps the registry's stores current.
 pub struct EmbeddedSource {
     registry: Registry,
     revision: Mutex<u64>,
+    /// The custom resources served now, by (group, version, resource): what the stored
+    /// CRDs serve (kept by [`EmbeddedSource::reconcile_crds`]).
+    custom: Mutex<BTreeSet<(String, String, String)>>,
 }
 
 impl EmbeddedSource {
     /// A source over `registry`, continuing from its stores' newest RV.
     pub fn new(registry: Registry) -> Arc<Self> {
         let rv = registry.stores().iter().map(|s| s.rv()).max().unwrap_or(1);
-        Arc::new(EmbeddedSource {
+        let source = Arc::new(EmbeddedSource {
             registry,
             revision: Mutex::new(rv),
-        })
+            custom: Mutex::new(BTreeSet::new()),
+        });
+        source.reconcile_crds(rv);
+        source
     }
 
     /// The registry this source feeds.
@@ -77,6 +84,9 @@ impl EmbeddedSource {
         let rv = *rev;
         drop(rev);
         self.progress_others(store, rv);
+        if is_crds(store) {
+            self.reconcile_crds(rv);
+        }
     }
 
     fn progress_others(&self, store: &Arc<Store>, rv: u64) {
@@ -324,10 +334,84 @@ impl EmbeddedSource {
     fn remove(&self, store: &Arc<Store>, rev: &mut u64, key: String) {
         *rev += 1;
         let rv = *rev;
-        if let Err(e) = store.apply([Change::Delete { key, rv }]) {
-            tracing::error!(error = %e, "removing an object from its store");
+        for s in self.versions_of(store) {
+            let key = key.clone();
+            if let Err(e) = s.apply([Change::Delete { key, rv }]) {
+                tracing::error!(error = %e, "removing an object from its store");
+            }
         }
         self.progress_others(store, rv);
+        if is_crds(store) {
+            self.reconcile_crds(rv);
+        }
+    }
+
+    /// `store` and, for a custom resource, the stores of its other served versions: one
+    /// object stored once is read in every served version (a CRD's `None` conversion:
+    /// only `apiVersion` differs).
+    fn versions_of(&self, store: &Arc<Store>) -> Vec<Arc<Store>> {
+        let mut stores = vec![store.clone()];
+        let i = store.info();
+        let custom = self.custom.lock();
+        if custom.contains(&(i.group.clone(), i.version.clone(), i.resource.clone())) {
+            stores.extend(
+                custom
+                    .iter()
+                    .filter(|(g, v, r)| *g == i.group && *r == i.resource && *v != i.version)
+                    .filter_map(|(g, v, r)| self.registry.get(g, v, r))
+                    .filter(|s| !s.is_retired()),
+            );
+        }
+        stores
+    }
+
+    /// Makes the served custom resources what the stored CRDs serve, as kube-apiserver's
+    /// CRD handler does: a newly served version gets an empty store at `rv`; a version no
+    /// longer served (its CRD deleted, or the version unserved) is retired, its watches
+    /// drained over [`crd::DRAIN`] and its objects gone with it (kube deletes a deleted
+    /// CRD's objects).
+    fn reconcile_crds(&self, rv: u64) {
+        let Some(crds) =
+            self.registry
+                .get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        else {
+            return;
+        };
+        let wanted: Vec<ResourceInfo> = crds
+            .current()
+            .items()
+            .values()
+            .flat_map(|r| crd::served_resources(r.bytes()))
+            .collect();
+        let key = |i: &ResourceInfo| (i.group.clone(), i.version.clone(), i.resource.clone());
+        let mut custom = self.custom.lock();
+        let gone: Vec<_> = custom
+            .iter()
+            .filter(|k| !wanted.iter().any(|w| key(w) == **k))
+            .cloned()
+            .collect();
+        for k in gone {
+            custom.remove(&k);
+            if let Some(store) = self.registry.get(&k.0, &k.1, &k.2) {
+                store.retire(crd::DRAIN);
+            }
+            tracing::info!(group = %k.0, version = %k.1, resource = %k.2, "custom resource no longer served");
+        }
+        for info in wanted {
+            let k = key(&info);
+            if custom.contains(&k) {
+                continue;
+            }
+            // A built-in of the same name (or one given with --resources) wins.
+            if self
+                .registry
+                .add(info, rv, &StoreConfig::default())
+                .is_some()
+            {
+                tracing::info!(group = %k.0, version = %k.1, resource = %k.2, "custom resource served");
+                custom.insert(k);
+            }
+        }
     }
 
     /// The namespaces store, when namespaces are served.
@@ -402,16 +486,60 @@ impl EmbeddedSource {
 
     fn commit(&self, store: &Arc<Store>, rev: &mut u64, bytes: &[u8]) -> Result<Bytes, ApiError> {
         let rv = *rev + 1;
+        let crds = is_crds(store);
+        // No CRD controllers run here: a written CRD is established at once.
+        let established = crds
+            .then(|| {
+                crd::established(
+                    bytes,
+                    &listwatch_core::time::rfc3339(listwatch_core::time::unix_now()),
+                )
+            })
+            .flatten();
+        let bytes = established.as_deref().unwrap_or(bytes);
         let record = Record::ingest(bytes, store.info(), rv)
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let out = record.bytes().clone();
+        let others = self.versions_of(store);
+        // The other versions first: each ingest can fail, and nothing is applied then.
+        let mut copies = Vec::new();
+        for s in &others[1..] {
+            let json = with_api_version(record.bytes(), &s.info().api_version())?;
+            copies.push((
+                s,
+                Record::ingest(&json, s.info(), rv)
+                    .map_err(|e| ApiError::Internal(e.to_string()))?,
+            ));
+        }
         store
             .apply([Change::Put(record)])
             .map_err(|e| ApiError::Internal(e.to_string()))?;
+        for (s, copy) in copies {
+            if let Err(e) = s.apply([Change::Put(copy)]) {
+                tracing::error!(error = %e, "storing a custom resource's other version");
+            }
+        }
         *rev = rv;
         self.progress_others(store, rv);
+        if crds {
+            self.reconcile_crds(rv);
+        }
         Ok(out)
     }
+}
+
+/// Whether `store` holds CustomResourceDefinitions.
+fn is_crds(store: &Store) -> bool {
+    let i = store.info();
+    i.group == "apiextensions.k8s.io" && i.resource == "customresourcedefinitions"
+}
+
+/// `json` with its `apiVersion` set to `api_version`.
+fn with_api_version(json: &[u8], api_version: &str) -> Result<Vec<u8>, ApiError> {
+    let mut v: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| ApiError::Internal(e.to_string()))?;
+    v["apiVersion"] = serde_json::Value::String(api_version.to_string());
+    serde_json::to_vec(&v).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 /// A 200 answering with `json` as it would be stored at `rv` (checked as a commit checks it).

@@ -43,11 +43,52 @@ pub async fn consistent_snapshot(
 /// object when a concurrent write got in first (kube's `GuaranteedUpdate` retries so too).
 const PATCH_ATTEMPTS: usize = 5;
 
+/// What a write may change of the stored object: all of it, or (through the `status`
+/// subresource) only its `.status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The whole object.
+    Object,
+    /// Only `.status`: kube's status strategies keep the stored spec and reset metadata
+    /// (`ResetObjectMetaForStatus`); the request's `resourceVersion` stays the precondition.
+    Status,
+}
+
+impl Scope {
+    /// `wanted` narrowed to what this scope lets it change of `current`.
+    pub fn narrow(self, current: &[u8], wanted: Vec<u8>) -> Result<Vec<u8>, ApiError> {
+        if self == Scope::Object {
+            return Ok(wanted);
+        }
+        let wanted: Value = serde_json::from_slice(&wanted).map_err(|e| {
+            ApiError::BadRequest(format!("couldn't get version/kind; json parse error: {e}"))
+        })?;
+        let mut new = parse(current)?;
+        match wanted.get("status") {
+            Some(status) => new["status"] = status.clone(),
+            None => {
+                if let Some(o) = new.as_object_mut() {
+                    o.remove("status");
+                }
+            }
+        }
+        if let Some(rv) = wanted
+            .get("metadata")
+            .and_then(|m| m.get("resourceVersion"))
+            .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+        {
+            new["metadata"]["resourceVersion"] = rv.clone();
+        }
+        serde_json::to_vec(&new).map_err(|e| ApiError::Internal(e.to_string()))
+    }
+}
+
 /// PATCH: the patch applied to the stored object (`listwatch-patch`), then sent through the
 /// writer's update, so embedded and etcd sources check and store it as a PUT. The patched
 /// object's `resourceVersion` is the update's precondition: the stored one unless the patch
 /// set another (then a stale one is 409, as kube-apiserver answers). `dryRun` answers the
-/// patched object without storing it (the update's own dry run).
+/// patched object without storing it (the update's own dry run). With [`Scope::Status`] the
+/// patch applies to the whole object and only its status is kept, as kube-apiserver does.
 #[allow(clippy::too_many_arguments)]
 pub async fn patch(
     source: &dyn Source,
@@ -57,6 +98,7 @@ pub async fn patch(
     name: &str,
     patch_type: PatchType,
     patch: &[u8],
+    scope: Scope,
     options: WriteOptions,
     wait: Duration,
 ) -> Result<WriteResult, ApiError> {
@@ -74,6 +116,7 @@ pub async fn patch(
             return Err(ApiError::NotFound(ObjectRef::new(info, name)));
         };
         let patched = listwatch_patch::apply(patch_type, type_of, current.bytes(), patch)?;
+        let patched = scope.narrow(current.bytes(), patched)?;
         match writer.update(store, ns, name, &patched, options).await {
             // Our own precondition went stale (the patch named none): patch the newer one.
             Err(ApiError::Conflict(_))

@@ -146,7 +146,7 @@ pub async fn get(addr: SocketAddr, path: &str) -> Raw {
 }
 
 #[allow(unused_imports)] // each test binary uses some of them
-pub use listwatch_testkit::{Lines, next_line, poll_until, try_stream_lines};
+pub use listwatch_testkit::{Lines, ends_within, next_line, poll_until, try_stream_lines};
 
 /// Opens a streaming GET and returns a line reader over the de-chunked body.
 pub async fn stream_lines(addr: SocketAddr, path: &str) -> Lines {

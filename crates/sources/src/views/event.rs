@@ -41,6 +41,7 @@ pub(super) fn info() -> ResourceInfo {
         columns: Vec::new(),
         empty_object_tail: r#""eventTime":null,"regarding":{},"deprecatedSource":{},"deprecatedFirstTimestamp":null,"deprecatedLastTimestamp":null"#.into(),
         etcd_prefix: "/registry/events/".into(),
+    status_subresource: false,
     }
     .normalized()
 }

@@ -45,6 +45,7 @@ pub(super) fn info() -> ResourceInfo {
         columns: Vec::new(),
         empty_object_tail: r#""spec":{"scaleTargetRef":{"kind":"","name":""},"maxReplicas":0},"status":{"currentReplicas":0,"desiredReplicas":0}"#.into(),
         etcd_prefix: "/registry/horizontalpodautoscalers/".into(),
+    status_subresource: false,
     }
     .normalized()
 }
