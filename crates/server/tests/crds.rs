@@ -7,7 +7,7 @@
 mod common;
 
 use common::{
-    answered, ends_within, get, get_expecting, json, next_line, request_typed, start, stream_lines,
+    answered, ends_within, get_expecting, json, next_line, request_typed, start, stream_lines,
 };
 use listwatch_server::ServerConfig;
 
