@@ -376,13 +376,74 @@ async fn workflow(bin: PathBuf) {
     assert_eq!(get(s.addr, "/api/v1/namespaces/day1").await.status, 404);
     let (ok, _, err) = k.try_run(&["get", "namespace", "day1"]).await;
     assert!(!ok && err.contains("not found"), "{err}");
+
+    // A CRD: established as kube's CRD controllers would (kubectl waits on the condition),
+    // its kind served with validation from its schema, gone with it.
+    let crd = k.file("crd.yaml", CRD);
+    k.run(&["apply", "-f", &crd]).await;
+    k.run(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/gadgets.example.com",
+        "--timeout=10s",
+    ])
+    .await;
+    let gadget = k.file("gadget.yaml", GADGET);
+    k.run(&["apply", "-f", &gadget]).await;
+    let listed = k.run(&["get", "gadgets", "-o", "json"]).await;
+    assert_eq!(json(&listed)["items"][0]["spec"]["size"], 3, "{listed}");
+    let bad = k.file("bad.yaml", &GADGET.replace("size: 3", "size: three"));
+    let (ok, _, err) = k.try_run(&["apply", "-f", &bad]).await;
+    // Client-side validation against the CRD's schema (kube's error names the field).
+    assert!(!ok && err.contains("size"), "{err}");
+    k.run(&["delete", "crd", "gadgets.example.com"]).await;
+    let (ok, _, err) = k.try_run(&["get", "gadgets"]).await;
+    assert!(!ok, "{err}");
     let _ = std::fs::remove_dir_all(&k.dir);
 }
+
+const CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  scope: Cluster
+  names:
+    plural: gadgets
+    singular: gadget
+    kind: Gadget
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size:
+                type: integer
+"#;
+
+const GADGET: &str = r#"apiVersion: example.com/v1
+kind: Gadget
+metadata:
+  name: g
+spec:
+  size: 3
+"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_day_one_workflow_with_every_kubectl() {
     let bins = kubectls();
     assert!(!bins.is_empty());
+    // scripts/test installs the newest beside the machine's: both must run.
+    if std::env::var_os("LISTWATCH_EXTRA_KUBECTL").is_some() {
+        assert!(bins.len() >= 2, "only {bins:?} found");
+    }
     for bin in bins {
         eprintln!("day one with {}", bin.display());
         workflow(bin).await;
