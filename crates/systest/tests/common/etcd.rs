@@ -27,12 +27,23 @@ pub fn spawn_etcd(etcd: &mut Command) -> Child {
         .expect("etcd on PATH (Debian: etcd-server)")
 }
 
-/// A port nobody listens on now (bound, then released).
+/// A port for an etcd this process starts (etcd binds its own, so it cannot be handed a
+/// listener). Taken below the kernel's ephemeral range (`ip_local_port_range` starts at
+/// 32768), where no `bind(0)` of another test lands, from a block of 100 per process and a
+/// counter within it, and checked free: no two calls in this process, and no listener of
+/// another test on 127.0.0.1:0, can get the same port.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 120) as u16 * 100;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(n < 100, "more than 100 etcd ports in one test binary");
+        let port = base + n;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// A temporary directory removed when dropped.
@@ -40,11 +51,9 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "listwatch-{tag}-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("listwatch-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).expect("temp dir");
         TempDir(p)
