@@ -117,7 +117,9 @@ impl ApiRequest {
     pub fn parse(req: Request<RequestBody>, route: Route, pass: bool) -> ApiRequest {
         let passes = pass
             && match &route {
-                Route::Resource(_) => req.method() != Method::GET,
+                // Reads of resources stay; writes and subresources (`status`, `scale`:
+                // the upstream's own, with its admission) go on.
+                Route::Resource(t) => req.method() != Method::GET || t.subresource.is_some(),
                 Route::Discovery(p) => !p.is_local(),
                 _ => true,
             };
