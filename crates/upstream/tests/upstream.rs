@@ -170,6 +170,44 @@ async fn a_consistent_list_after_a_write_contains_it() {
     assert!(source.stats().proof_lists.load(Ordering::Relaxed) >= 1);
 }
 
+/// Issue 26's history check in this mode: a write acknowledged through one front is in the
+/// next consistent read through another front over the same upstream, however the two
+/// fronts' streams are timed (each front proves its cache current against the upstream's
+/// RV before it answers; a front that answered from its cache alone would miss writes its
+/// own stream has not delivered yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_through_one_front_is_in_a_consistent_read_through_another() {
+    let up = upstream().await;
+    let (a, _) = front(up, up).await;
+    let (b, b_source) = front(up, up).await;
+    assert_eq!(ready(a).await, 200);
+    assert_eq!(ready(b).await, 200);
+    let mut written = Vec::new();
+    for i in 0..20 {
+        // Alternate which front takes the write and which reads.
+        let (w, r) = if i % 2 == 0 { (a, b) } else { (b, a) };
+        let name = format!("h{i}");
+        create(w, &name).await;
+        written.push(name.clone());
+        let (s, list) = get(r, "/api/v1/namespaces/default/configmaps?resourceVersion=").await;
+        assert_eq!(s, 200, "{list}");
+        let listed = names(&list);
+        let missing: Vec<&String> = written.iter().filter(|n| !listed.contains(n)).collect();
+        assert!(
+            missing.is_empty(),
+            "write {i}: {missing:?} missing from a consistent LIST"
+        );
+        // A consistent GET of the object just written, through the other front.
+        let (s, obj) = get(r, &format!("/api/v1/namespaces/default/configmaps/{name}")).await;
+        assert_eq!(s, 200, "write {i}: consistent GET: {obj}");
+    }
+    // b's reads each asked the upstream for its RV (or shared a probe): none was answered
+    // from the cache alone.
+    let stats = b_source.stats();
+    let asked = stats.probes.load(Ordering::Relaxed) + stats.coalesced.load(Ordering::Relaxed);
+    assert!(asked >= 20, "{stats:?}");
+}
+
 type Seen = Arc<parking_lot::Mutex<Vec<String>>>;
 
 /// A relay to `to` that holds every watch until `open` says so (discovery and LISTs pass),
