@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
 use listwatch_core::{ApiError, ObjectRef, ResourceInfo, WriteOptions};
-use listwatch_sources::{BoxFuture, Registry, Source, SourceWriter, WriteResult, objects};
+use listwatch_sources::{
+    BoxFuture, Registry, Source, SourceWriter, WriteOp, WriteRequest, WriteResult, objects,
+};
 use listwatch_store::{Record, Store};
 
 use crate::EtcdError;
@@ -593,37 +595,16 @@ impl Source for EtcdSource {
 }
 
 impl SourceWriter for EtcdSource {
-    fn create<'a>(
+    fn write<'a>(
         &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        body: &'a [u8],
-        options: WriteOptions,
+        write: WriteRequest<'a>,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        Box::pin(EtcdSource::create(self, store, namespace, body, options))
-    }
-
-    fn update<'a>(
-        &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        name: &'a str,
-        body: &'a [u8],
-        options: WriteOptions,
-    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        Box::pin(EtcdSource::update(
-            self, store, namespace, name, body, options,
-        ))
-    }
-
-    fn delete<'a>(
-        &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        name: &'a str,
-        options: WriteOptions,
-    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        Box::pin(EtcdSource::delete(self, store, namespace, name, options))
+        let (store, ns, options) = (write.store, write.namespace, write.options);
+        match write.op {
+            WriteOp::Create { body } => Box::pin(self.create(store, ns, body, options)),
+            WriteOp::Update { name, body } => Box::pin(self.update(store, ns, name, body, options)),
+            WriteOp::Delete { name } => Box::pin(self.delete(store, ns, name, options)),
+        }
     }
 }
 

@@ -47,7 +47,7 @@ pub use listwatch_server::body::ResponseBody;
 pub use listwatch_server::{Maintenance, ServerConfig};
 pub use listwatch_sources::{
     BoxFuture, EmbeddedSource, FeedError, HostChange, Registry, Relisted, Source, SourceWriter,
-    Views, WriteResult,
+    Views, WriteOp, WriteRequest, WriteResult,
 };
 pub use listwatch_store::StoreConfig;
 

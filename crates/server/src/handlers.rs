@@ -14,7 +14,7 @@ use listwatch_core::{
     ApiError, ContinueToken, ListOptions, ObjectRef, ResourceVersion, RvMatch, Verb, WriteOptions,
 };
 use listwatch_patch::PatchType;
-use listwatch_sources::{Source, SourceWriter, WriteResult, writes};
+use listwatch_sources::{Source, SourceWriter, WriteOp, WriteRequest, WriteResult, writes};
 use listwatch_store::{Filter, Snapshot, SnapshotReader, Store, StoreError};
 use tokio::time::Instant;
 
@@ -138,11 +138,17 @@ pub async fn write(
     let w = match (head.verb, target.name.as_deref()) {
         (Verb::Create, None) => {
             let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
-            writer.create(store, ns, &bytes, options).await?
+            let op = WriteOp::Create { body: &bytes };
+            writer
+                .write(WriteRequest::new(store, ns, op, options))
+                .await?
         }
         (Verb::Update, Some(name)) => {
             let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
-            writer.update(store, ns, name, &bytes, options).await?
+            let op = WriteOp::Update { name, body: &bytes };
+            writer
+                .write(WriteRequest::new(store, ns, op, options))
+                .await?
         }
         (Verb::Patch | Verb::Apply, Some(name)) => {
             patch(ctx, &target, name, content_type.as_deref(), body, options).await?
@@ -150,7 +156,10 @@ pub async fn write(
         (Verb::Delete, Some(name)) => {
             let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
             let options = WriteOptions::for_delete(&head.params, &bytes)?;
-            writer.delete(store, ns, name, options).await?
+            let op = WriteOp::Delete { name };
+            writer
+                .write(WriteRequest::new(store, ns, op, options))
+                .await?
         }
         _ => return Err(ApiError::MethodNotAllowed),
     };
@@ -226,7 +235,10 @@ pub async fn scale(
                 writes::patch_scale(&current, patch_type, &patch)?
             };
             let bytes = writes::scaled(&current, &wanted, name)?;
-            let w = writer.update(store, ns, name, &bytes, options).await?;
+            let op = WriteOp::Update { name, body: &bytes };
+            let w = writer
+                .write(WriteRequest::new(store, ns, op, options))
+                .await?;
             writes::scale_of(&writes::parse(&w.body)?)
         }
         _ => return Err(ApiError::MethodNotAllowed),
