@@ -400,14 +400,13 @@ impl EtcdSource {
     }
 
     /// POST: creates the object if its key is free (`create_revision == 0`).
-    pub async fn create(
+    async fn create(
         &self,
-        store: &Arc<Store>,
+        info: &ResourceInfo,
         namespace: Option<&str>,
         body: &[u8],
         options: WriteOptions,
     ) -> Result<WriteResult, ApiError> {
-        let info = store.info();
         let new = objects::prepare_create(info, namespace, body)?;
         let key = etcd_key(info, &new.key);
         if options.dry_run {
@@ -436,15 +435,14 @@ impl EtcdSource {
     /// PUT: replaces the object if it is still the version read (`mod_revision` compare);
     /// a body without `resourceVersion` retries on a concurrent change, one with it gets
     /// 409 Conflict, as kube-apiserver's optimistic concurrency.
-    pub async fn update(
+    async fn update(
         &self,
-        store: &Arc<Store>,
+        info: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
         body: &[u8],
         options: WriteOptions,
     ) -> Result<WriteResult, ApiError> {
-        let info = store.info();
         let replacement = objects::prepare_update(info, namespace, name, body)?;
         let key = etcd_key(info, &replacement.key);
         for _ in 0..16 {
@@ -478,14 +476,13 @@ impl EtcdSource {
     }
 
     /// DELETE: removes the object if it is still the version read.
-    pub async fn delete(
+    async fn delete(
         &self,
-        store: &Arc<Store>,
+        info: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
         options: WriteOptions,
     ) -> Result<WriteResult, ApiError> {
-        let info = store.info();
         let key = etcd_key(info, &info.key(namespace.unwrap_or(""), name));
         for _ in 0..16 {
             let Some((value, mod_rev)) = self.read(&key).await? else {
@@ -599,11 +596,12 @@ impl SourceWriter for EtcdSource {
         &'a self,
         write: WriteRequest<'a>,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        let (store, ns, options) = (write.store, write.namespace, write.options);
+        // Written to etcd only: the store catches up through the watch.
+        let (info, ns, options) = (write.store.info(), write.namespace, write.options);
         match write.op {
-            WriteOp::Create { body } => Box::pin(self.create(store, ns, body, options)),
-            WriteOp::Update { name, body } => Box::pin(self.update(store, ns, name, body, options)),
-            WriteOp::Delete { name } => Box::pin(self.delete(store, ns, name, options)),
+            WriteOp::Create { body } => Box::pin(self.create(info, ns, body, options)),
+            WriteOp::Update { name, body } => Box::pin(self.update(info, ns, name, body, options)),
+            WriteOp::Delete { name } => Box::pin(self.delete(info, ns, name, options)),
         }
     }
 }
