@@ -19,7 +19,7 @@ use listwatch_store::{Filter, Snapshot, SnapshotReader, Store, StoreError};
 use tokio::time::Instant;
 
 use crate::body::{StreamedBody, full};
-use crate::request::{Read, RequestHead, Target};
+use crate::request::{Payload, Read, RequestHead, Target};
 use crate::response::{Answer, encoded, typed, with_newline};
 use crate::{RequestBody, ServerConfig};
 
@@ -125,36 +125,30 @@ async fn get(
 
 /// Any other verb on `target`, authorized already: the source's writer (405 when it has
 /// none, with the source's reason).
-pub async fn write(
-    ctx: Ctx<'_>,
-    head: &RequestHead,
-    target: Target,
-    content_type: Option<String>,
-    body: RequestBody,
-) -> Answer {
+pub async fn write(ctx: Ctx<'_>, head: &RequestHead, target: Target, payload: Payload) -> Answer {
     let writer = ctx.writer()?;
     let options = WriteOptions::from_params(&head.params, head.verb)?;
     let (store, ns) = (&target.store, target.namespace.as_deref());
     let w = match (head.verb, target.name.as_deref()) {
         (Verb::Create, None) => {
-            let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
+            let bytes = read_request_body(ctx.config, payload).await?;
             let op = WriteOp::Create { body: &bytes };
             writer
                 .write(WriteRequest::new(store, ns, op, options))
                 .await?
         }
         (Verb::Update, Some(name)) => {
-            let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
+            let bytes = read_request_body(ctx.config, payload).await?;
             let op = WriteOp::Update { name, body: &bytes };
             writer
                 .write(WriteRequest::new(store, ns, op, options))
                 .await?
         }
         (Verb::Patch | Verb::Apply, Some(name)) => {
-            patch(ctx, &target, name, content_type.as_deref(), body, options).await?
+            patch(ctx, &target, name, payload, options).await?
         }
         (Verb::Delete, Some(name)) => {
-            let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
+            let bytes = read_request_body(ctx.config, payload).await?;
             let options = WriteOptions::for_delete(&head.params, &bytes)?;
             let op = WriteOp::Delete { name };
             writer
@@ -174,14 +168,13 @@ async fn patch(
     ctx: Ctx<'_>,
     target: &Target,
     name: &str,
-    content_type: Option<&str>,
-    body: RequestBody,
+    payload: Payload,
     options: WriteOptions,
 ) -> Result<WriteResult, ApiError> {
     let info = target.store.info();
     let builtin = listwatch_patch::GoNode::kind(&info.api_version(), &info.kind).is_some();
-    let patch_type = patch_type(content_type, builtin)?;
-    let patch = read_body_bytes(ctx.config, body).await?;
+    let patch_type = patch_type(payload.content_type.as_deref(), builtin)?;
+    let patch = read_body_bytes(ctx.config, payload.body).await?;
     let wait = ctx.config.rv_wait;
     let (source, writer) = (ctx.source, ctx.writer()?);
     let ns = target.namespace.as_deref();
@@ -210,13 +203,7 @@ fn patch_type(content_type: Option<&str>, builtin: bool) -> Result<PatchType, Ap
 /// GET, PUT or PATCH of `…/scale`: the object's `spec.replicas` as an autoscaling/v1
 /// `Scale` (`listwatch_sources::writes`); a write changes `spec.replicas` only, through the
 /// writer's update with the Scale's `resourceVersion` as its precondition.
-pub async fn scale(
-    ctx: Ctx<'_>,
-    head: &RequestHead,
-    target: Target,
-    content_type: Option<String>,
-    body: RequestBody,
-) -> Answer {
+pub async fn scale(ctx: Ctx<'_>, head: &RequestHead, target: Target, payload: Payload) -> Answer {
     let (store, ns) = (&target.store, target.namespace.as_deref());
     let name = target.name.as_deref().ok_or(ApiError::MethodNotAllowed)?;
     ctx.ready(store)?;
@@ -228,10 +215,10 @@ pub async fn scale(
             let writer = ctx.writer()?;
             let options = WriteOptions::from_params(&head.params, head.verb)?;
             let wanted = if head.verb == Verb::Update {
-                read_request_body(ctx.config, content_type.as_deref(), body).await?
+                read_request_body(ctx.config, payload).await?
             } else {
-                let patch_type = patch_type(content_type.as_deref(), true)?;
-                let patch = read_body_bytes(ctx.config, body).await?;
+                let patch_type = patch_type(payload.content_type.as_deref(), true)?;
+                let patch = read_body_bytes(ctx.config, payload.body).await?;
                 writes::patch_scale(&current, patch_type, &patch)?
             };
             let bytes = writes::scaled(&current, &wanted, name)?;
@@ -370,18 +357,17 @@ async fn watch(
 /// Reads a request body as JSON, bounded by `max_body_bytes` (writes, access reviews). A
 /// protobuf body of a built-in kind (`kubectl auth can-i` posts its review so) is read
 /// through the schema's protobuf → JSON transcoder; other media types get 415.
-pub async fn read_request_body(
-    config: &ServerConfig,
-    content_type: Option<&str>,
-    body: RequestBody,
-) -> Result<Bytes, ApiError> {
-    let ct = content_type.unwrap_or("application/json");
+pub async fn read_request_body(config: &ServerConfig, payload: Payload) -> Result<Bytes, ApiError> {
+    let ct = payload
+        .content_type
+        .as_deref()
+        .unwrap_or("application/json");
     let media = ct.split(';').next().unwrap_or("").trim();
     let protobuf = media == listwatch_codec::protobuf::PROTOBUF;
     if media != "application/json" && !media.is_empty() && !protobuf {
         return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf".to_string()));
     }
-    let buf = read_body_bytes(config, body).await?;
+    let buf = read_body_bytes(config, payload.body).await?;
     if protobuf {
         return listwatch_codec::protobuf::request_body_to_json(&buf).map(Bytes::from);
     }
