@@ -16,13 +16,14 @@ table's message names and JSON field names.
 
 Usage: scripts/gen-openapi. Parsing is textual and fails loudly on what it does not know.
 """
+import io
 import json
 import os
 import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from schemagen import snake_norm, type_files  # noqa: E402
+from schemagen import pb_modules, snake_norm, type_files  # noqa: E402
 
 SCHEMA_IMPL = re.compile(
     r'impl crate::schemars::JsonSchema for (\w+) \{\s*fn schema_name\(\) -> std::borrow::Cow<\'static, str> \{\s*"([^"]+)"\.into\(\)\s*\}'
@@ -147,32 +148,28 @@ def parse_markers(root):
     """{"mod/Message": ({tag: {marker: [values]}}, {struct marker: value})} from k8s-pb's
     doc comments."""
     out = {}
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            if f != "mod.rs":
+    for mod, text in pb_modules(root):
+        pending = {}
+        current = None
+        for line in io.StringIO(text):
+            m = MARKER.match(line)
+            if m:
+                pending.setdefault(m.group(1), []).append(m.group(2))
                 continue
-            mod = os.path.relpath(dirpath, root)
-            pending = {}
-            current = None
-            for line in open(os.path.join(dirpath, f)):
-                m = MARKER.match(line)
-                if m:
-                    pending.setdefault(m.group(1), []).append(m.group(2))
-                    continue
-                s = STRUCT_LINE.match(line)
-                if s:
-                    current = mod + "/" + s.group(1)
-                    out[current] = ({}, {k: v[0] for k, v in pending.items()})
-                    pending = {}
-                    continue
-                p = PROST_FIELD.search(line)
-                if p and current:
-                    if pending:
-                        out[current][0][int(p.group(1))] = pending
-                    pending = {}
-                    continue
-                if not line.strip().startswith("///") and not line.strip().startswith("#["):
-                    pending = {}
+            s = STRUCT_LINE.match(line)
+            if s:
+                current = mod + "/" + s.group(1)
+                out[current] = ({}, {k: v[0] for k, v in pending.items()})
+                pending = {}
+                continue
+            p = PROST_FIELD.search(line)
+            if p and current:
+                if pending:
+                    out[current][0][int(p.group(1))] = pending
+                pending = {}
+                continue
+            if not line.strip().startswith("///") and not line.strip().startswith("#["):
+                pending = {}
     return out
 
 

@@ -54,51 +54,54 @@ def resolve(mod, ty):
     return "/".join(base + parts[:-1]) + "/" + parts[-1]
 
 
+def pb_modules(root):
+    """Each k8s-pb module below `root`: its directory relative to `root` and its mod.rs."""
+    for dirpath, _, files in os.walk(root):
+        if "mod.rs" in files:
+            with open(os.path.join(dirpath, "mod.rs")) as f:
+                yield os.path.relpath(dirpath, root), f.read()
+
+
 def parse_pb(root):
     messages = {}
     groups = {}
     kinds = {}
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            if f != "mod.rs":
-                continue
-            mod = os.path.relpath(dirpath, root)
-            text = open(os.path.join(dirpath, f)).read()
-            for m in RESOURCE.finditer(text):
-                av = m.group(2)
-                groups[mod] = av.rsplit("/", 1)[0] if "/" in av else ""
-                kinds[mod + "/" + m.group(1)] = m.group(3)
-            for sm in STRUCT.finditer(text):
-                name, body = sm.group(1), sm.group(2) or ""
-                fields = []
-                pos = 0
-                for fm in PB_ATTR.finditer(body):
-                    doc = body[pos:fm.start()]
-                    pos = fm.end()
-                    attr, rname, rty = fm.group(1), fm.group(2), fm.group(3)
-                    tag = int(re.search(r'tag = "(\d+)"', attr).group(1))
-                    fd = {"tag": tag, "rust": rname, "optional_doc": bool(DOC_OPTIONAL.search(doc))}
-                    mm = re.match(r'btree_map = "(\w+), (\w+)"', attr)
-                    if mm:
-                        fd["map"] = True
-                        key, val = mm.group(1), mm.group(2)
-                        assert key == "string", (mod, name, rname)
-                        if val == "message":
-                            inner = re.search(r'BTreeMap<\s*::prost::alloc::string::String,\s*(.*)>\s*$', rty, re.S).group(1)
-                            fd["type"] = "message"
-                            fd["message"] = resolve(mod, inner)
-                        else:
-                            fd["type"] = val
+    for mod, text in pb_modules(root):
+        for m in RESOURCE.finditer(text):
+            av = m.group(2)
+            groups[mod] = av.rsplit("/", 1)[0] if "/" in av else ""
+            kinds[mod + "/" + m.group(1)] = m.group(3)
+        for sm in STRUCT.finditer(text):
+            name, body = sm.group(1), sm.group(2) or ""
+            fields = []
+            pos = 0
+            for fm in PB_ATTR.finditer(body):
+                doc = body[pos:fm.start()]
+                pos = fm.end()
+                attr, rname, rty = fm.group(1), fm.group(2), fm.group(3)
+                tag = int(re.search(r'tag = "(\d+)"', attr).group(1))
+                fd = {"tag": tag, "rust": rname, "optional_doc": bool(DOC_OPTIONAL.search(doc))}
+                mm = re.match(r'btree_map = "(\w+), (\w+)"', attr)
+                if mm:
+                    fd["map"] = True
+                    key, val = mm.group(1), mm.group(2)
+                    assert key == "string", (mod, name, rname)
+                    if val == "message":
+                        inner = re.search(r'BTreeMap<\s*::prost::alloc::string::String,\s*(.*)>\s*$', rty, re.S).group(1)
+                        fd["type"] = "message"
+                        fd["message"] = resolve(mod, inner)
                     else:
-                        kind = attr.split(",")[0].strip()
-                        if kind.startswith("bytes"):
-                            kind = "bytes"
-                        fd["type"] = kind
-                        fd["repeated"] = " repeated" in attr
-                        if kind == "message":
-                            fd["message"] = resolve(mod, rty)
-                    fields.append(fd)
-                messages[mod + "/" + name] = fields
+                        fd["type"] = val
+                else:
+                    kind = attr.split(",")[0].strip()
+                    if kind.startswith("bytes"):
+                        kind = "bytes"
+                    fd["type"] = kind
+                    fd["repeated"] = " repeated" in attr
+                    if kind == "message":
+                        fd["message"] = resolve(mod, rty)
+                fields.append(fd)
+            messages[mod + "/" + name] = fields
     return messages, groups, kinds
 
 

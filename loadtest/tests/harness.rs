@@ -25,6 +25,27 @@ async fn server() -> std::net::SocketAddr {
     addr
 }
 
+/// `--url URL --scenario SCENARIO --clients CLIENTS`, then `more`: what every run names.
+fn scenario_args<'a>(
+    url: &'a str,
+    scenario: &'a str,
+    clients: &'a str,
+    more: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec!["--url", url, "--scenario", scenario, "--clients", clients];
+    args.extend_from_slice(more);
+    args
+}
+
+/// The numbers in the JSON array `v` (`what` names it when it is no array).
+fn counts(v: &serde_json::Value, what: &str) -> Vec<u64> {
+    v.as_array()
+        .expect(what)
+        .iter()
+        .filter_map(serde_json::Value::as_u64)
+        .collect()
+}
+
 /// Runs the harness binary with `args` (plus --pid and --out) and returns its report.
 async fn run(args: &[&str]) -> serde_json::Value {
     let name: String = args
@@ -66,16 +87,7 @@ async fn list_and_watchlist_scenarios_report_complete_runs() {
     let pods = PODS.to_string();
     for scenario in ["list", "list-paged", "list-consistent", "watchlist"] {
         for gzip in [false, true] {
-            let mut args = vec![
-                "--url",
-                &url,
-                "--scenario",
-                scenario,
-                "--clients",
-                "3",
-                "--expect",
-                &pods,
-            ];
+            let mut args = scenario_args(&url, scenario, "3", &["--expect", &pods]);
             if gzip {
                 args.push("--gzip");
             }
@@ -123,16 +135,7 @@ async fn protobuf_and_metadata_only_scenarios_count_every_object() {
             &["--metadata-only"][..],
             &["--protobuf", "--metadata-only"][..],
         ] {
-            let mut args = vec![
-                "--url",
-                &url,
-                "--scenario",
-                scenario,
-                "--clients",
-                "2",
-                "--expect",
-                &pods,
-            ];
+            let mut args = scenario_args(&url, scenario, "2", &["--expect", &pods]);
             args.extend_from_slice(form);
             let report = run(&args).await;
             assert_eq!(report["complete"], true, "{scenario} {form:?}");
@@ -144,18 +147,8 @@ async fn protobuf_and_metadata_only_scenarios_count_every_object() {
         }
     }
     // Pages of protobuf: the continue token is read from the protobuf ListMeta.
-    let report = run(&[
-        "--url",
-        &url,
-        "--scenario",
-        "list-paged",
-        "--protobuf",
-        "--clients",
-        "2",
-        "--expect",
-        &pods,
-    ])
-    .await;
+    let args = scenario_args(&url, "list-paged", "2", &["--protobuf", "--expect", &pods]);
+    let report = run(&args).await;
     assert_eq!(report["complete"], true);
     let pages = (PODS as u64).div_ceil(500);
     assert!(
@@ -183,31 +176,16 @@ async fn protobuf_and_metadata_only_scenarios_count_every_object() {
 async fn storms_slow_readers_idle_watchers_and_churn() {
     let url = format!("http://{}", server().await);
     let pods = PODS.to_string();
-    let r = run(&[
-        "--url",
+    let r = run(&scenario_args(
         &url,
-        "--scenario",
         "relist-storm",
-        "--clients",
         "4",
-        "--expect",
-        &pods,
-    ])
+        &["--expect", &pods],
+    ))
     .await;
     assert_eq!(r["complete"], true);
-    let r = run(&[
-        "--url",
-        &url,
-        "--scenario",
-        "slow-readers",
-        "--clients",
-        "2",
-        "--read-rate-kib",
-        "64",
-        "--hold",
-        "1",
-    ])
-    .await;
+    let slow = ["--read-rate-kib", "64", "--hold", "1"];
+    let r = run(&scenario_args(&url, "slow-readers", "2", &slow)).await;
     assert_eq!(r["complete"], true);
     let objects = r["objects_per_client"].as_array().expect("objects");
     assert!(
@@ -217,16 +195,7 @@ async fn storms_slow_readers_idle_watchers_and_churn() {
         "{objects:?}"
     );
     for form in [&[][..], &["--protobuf"][..]] {
-        let mut args = vec![
-            "--url",
-            &url,
-            "--scenario",
-            "idle-watchers",
-            "--clients",
-            "20",
-            "--hold",
-            "1",
-        ];
+        let mut args = scenario_args(&url, "idle-watchers", "20", &["--hold", "1"]);
         args.extend_from_slice(form);
         let r = run(&args).await;
         assert_eq!(r["complete"], true, "{form:?}");
@@ -234,15 +203,9 @@ async fn storms_slow_readers_idle_watchers_and_churn() {
     }
     // Each churn in its own namespace: the second's watchers start from its own RV.
     for (ns, form) in [("churn-json", &[][..]), ("churn-pb", &["--protobuf"][..])] {
-        let mut args = vec![
-            "--url",
-            &url,
-            "--scenario",
-            "churn",
+        let churn = [
             "--namespace",
             ns,
-            "--clients",
-            "5",
             "--full-decode-every",
             "2",
             "--write-rate",
@@ -250,6 +213,7 @@ async fn storms_slow_readers_idle_watchers_and_churn() {
             "--hold",
             "2",
         ];
+        let mut args = scenario_args(&url, "churn", "5", &churn);
         args.extend_from_slice(form);
         let r = run(&args).await;
         let c = &r["churn"];
@@ -285,14 +249,8 @@ async fn kubelet_storm_gives_every_node_its_pods_then_its_churn() {
     }
     std::fs::write(&file, ndjson).expect("write pods");
     let pods_from = file.display().to_string();
-    let r = run(&[
-        "--url",
-        &url,
-        "--scenario",
-        "kubelet-storm",
+    let storm = [
         "--protobuf",
-        "--clients",
-        "7",
         "--pods-from",
         &pods_from,
         "--pods",
@@ -301,27 +259,17 @@ async fn kubelet_storm_gives_every_node_its_pods_then_its_churn() {
         "60",
         "--hold",
         "1",
-    ])
-    .await;
+    ];
+    let r = run(&scenario_args(&url, "kubelet-storm", "7", &storm)).await;
     let _ = std::fs::remove_file(file);
     let k = &r["kubelet"];
     assert_eq!(r["complete"], true, "{k}");
     assert_eq!(k["pods"], 60);
-    let expected: Vec<u64> = k["expected"]
-        .as_array()
-        .expect("expected")
-        .iter()
-        .filter_map(|v| v.as_u64())
-        .collect();
+    let expected = counts(&k["expected"], "expected");
     assert_eq!(expected.len(), 7);
     assert_eq!(k["received"], k["expected"]);
     // Each node's initial pods (round-robin: 60 over 7 nodes is 9 or 8), then its churn.
-    let initial: Vec<u64> = r["objects_per_client"]
-        .as_array()
-        .expect("objects")
-        .iter()
-        .filter_map(|v| v.as_u64())
-        .collect();
+    let initial = counts(&r["objects_per_client"], "objects");
     assert_eq!(initial, [9, 9, 9, 9, 8, 8, 8]);
     let churn = k["churn_writes"].as_u64().unwrap_or(0);
     assert!(churn > 20, "{k}");
@@ -373,18 +321,12 @@ async fn tls_targets_with_a_ca_file_or_skip_verify_and_a_token() {
         ["--ca-file", ca.as_str()],
         ["--insecure-skip-tls-verify", "--gzip"],
     ] {
-        let mut args = vec![
-            "--url",
+        let mut args = scenario_args(
             &url,
-            "--token",
-            "tok",
-            "--scenario",
             "watchlist",
-            "--clients",
             "2",
-            "--expect",
-            &pods,
-        ];
+            &["--token", "tok", "--expect", &pods],
+        );
         args.extend(trust);
         let report = run(&args).await;
         assert_eq!(report["complete"], true, "{trust:?}");

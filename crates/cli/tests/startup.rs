@@ -26,6 +26,14 @@ fn fails(args: &[&str]) -> String {
     stderr
 }
 
+/// [`fails`], asserting that its line names each of `parts`.
+fn fails_naming(args: &[&str], parts: &[&str]) {
+    let e = fails(args);
+    for p in parts {
+        assert!(e.contains(p), "{p:?} not in: {e}");
+    }
+}
+
 fn temp_file(name: &str, contents: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("listwatch-startup-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -36,38 +44,30 @@ fn temp_file(name: &str, contents: &str) -> std::path::PathBuf {
 
 #[test]
 fn a_port_without_a_host_says_what_to_write() {
-    let e = fails(&["--listen", "8080"]);
-    assert!(
-        e.contains("--listen \"8080\"") && e.contains("HOST:PORT") && e.contains("127.0.0.1:8080"),
-        "{e}"
-    );
+    let says = ["--listen \"8080\"", "HOST:PORT", "127.0.0.1:8080"];
+    fails_naming(&["--listen", "8080"], &says);
 }
 
 #[test]
 fn an_address_in_use_is_named_with_what_to_do() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = taken.local_addr().expect("addr").to_string();
-    let e = fails(&["--listen", &addr]);
-    assert!(e.contains(&format!("--listen {addr}")), "{e}");
-    assert!(
-        e.contains("in use") && e.contains("choose another port"),
-        "{e}"
+    let named = format!("--listen {addr}");
+    fails_naming(
+        &["--listen", &addr],
+        &[&named, "in use", "choose another port"],
     );
 }
 
 #[test]
 fn a_missing_or_malformed_resources_file_is_named() {
-    let e = fails(&["--resources", "/nonexistent/resources.json"]);
-    assert!(
-        e.contains("--resources /nonexistent/resources.json") && e.contains("No such file"),
-        "{e}"
-    );
+    let missing = "/nonexistent/resources.json";
+    let named = format!("--resources {missing}");
+    fails_naming(&["--resources", missing], &[&named, "No such file"]);
     let bad = temp_file("resources.json", "[{\"group\": 1}]");
-    let e = fails(&["--resources", &bad.display().to_string()]);
-    assert!(
-        e.contains(&format!("--resources {}", bad.display())) && e.contains("line 1 column"),
-        "{e}"
-    );
+    let bad = bad.display().to_string();
+    let named = format!("--resources {bad}");
+    fails_naming(&["--resources", &bad], &[&named, "line 1 column"]);
 }
 
 /// What the binary says when it fails loading `file` (`--load`).
@@ -101,13 +101,10 @@ fn a_bad_ndjson_line_is_named_by_file_and_line() {
 
 #[test]
 fn bad_log_levels_and_credential_files_are_named() {
-    let e = fails(&["--log-level", "foo=bar=baz"]);
-    assert!(e.contains("--log-level \"foo=bar=baz\""), "{e}");
-    let e = fails(&["--token-auth-file", "/nonexistent/tokens.csv"]);
-    assert!(
-        e.contains("--token-auth-file /nonexistent/tokens.csv") && e.contains("No such file"),
-        "{e}"
-    );
-    let e = fails(&["--authorization-mode", "Webhook"]);
-    assert!(e.contains("--authorization-mode \"Webhook\""), "{e}");
+    let level = ["--log-level", "foo=bar=baz"];
+    fails_naming(&level, &["--log-level \"foo=bar=baz\""]);
+    let tokens = ["--token-auth-file", "/nonexistent/tokens.csv"];
+    fails_naming(&tokens, &[&tokens.join(" "), "No such file"]);
+    let mode = ["--authorization-mode", "Webhook"];
+    fails_naming(&mode, &["--authorization-mode \"Webhook\""]);
 }

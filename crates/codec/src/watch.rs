@@ -384,13 +384,9 @@ pub fn event_line(kind: EventType, object: &Record, stamp_rv: Option<u64>) -> By
 #[cfg(test)]
 mod tests {
     use super::*;
-    use listwatch_core::builtin_resources;
 
     fn info(r: &str) -> ResourceInfo {
-        builtin_resources()
-            .into_iter()
-            .find(|i| i.resource == r)
-            .expect("builtin")
+        listwatch_core::builtin_resource(r).expect("builtin")
     }
 
     #[test]

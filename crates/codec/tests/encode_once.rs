@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use listwatch_codec::{ChunkWriter, Encoding, Form, Rendering, WatchEncoder, WatchSpec, WatchStep};
-use listwatch_core::builtin_resources;
+use listwatch_core::builtin_resource;
 use listwatch_core::fields::FieldSelector;
 use listwatch_core::labels::LabelSelector;
 use listwatch_store::{Change, Event, Filter, Record, Store, StoreConfig};
@@ -21,10 +21,7 @@ const EVENTS: u64 = 60;
 const WATCHERS: usize = 24;
 
 fn configmap(i: u64, team: &str, rv: u64) -> Record {
-    let info = builtin_resources()
-        .into_iter()
-        .find(|r| r.resource == "configmaps")
-        .expect("configmaps");
+    let info = builtin_resource("configmaps").expect("configmaps");
     let json = format!(
         r#"{{"metadata":{{"name":"cm-{}","namespace":"ns","labels":{{"team":"{team}"}}}},"data":{{"k":"{}"}}}}"#,
         i % 20,
@@ -36,12 +33,7 @@ fn configmap(i: u64, team: &str, rv: u64) -> Record {
 /// A store at RV 1 and its log's events after it: creates, updates (some moving an
 /// object out of team `a`, which a filtered watcher sees as a stamped DELETED) and deletes.
 fn store_with_events() -> Arc<Store> {
-    let info = Arc::new(
-        builtin_resources()
-            .into_iter()
-            .find(|r| r.resource == "configmaps")
-            .expect("configmaps"),
-    );
+    let info = Arc::new(builtin_resource("configmaps").expect("configmaps"));
     let store = Store::new(info, 1, Vec::<Record>::new(), StoreConfig::default());
     for rv in 2..2 + EVENTS {
         let i = rv - 2;

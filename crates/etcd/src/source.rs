@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
 use listwatch_core::{ApiError, ObjectRef, ResourceInfo, WriteOptions};
-use listwatch_sources::{BoxFuture, Registry, Source, SourceWriter, WriteResult, objects};
+use listwatch_sources::{
+    BoxFuture, Registry, Source, SourceWriter, WriteOp, WriteRequest, WriteResult, objects,
+};
 use listwatch_store::{Record, Store};
 
 use crate::EtcdError;
@@ -398,14 +400,13 @@ impl EtcdSource {
     }
 
     /// POST: creates the object if its key is free (`create_revision == 0`).
-    pub async fn create(
+    async fn create(
         &self,
-        store: &Arc<Store>,
+        info: &ResourceInfo,
         namespace: Option<&str>,
         body: &[u8],
         options: WriteOptions,
     ) -> Result<WriteResult, ApiError> {
-        let info = store.info();
         let new = objects::prepare_create(info, namespace, body)?;
         let key = etcd_key(info, &new.key);
         if options.dry_run {
@@ -434,15 +435,14 @@ impl EtcdSource {
     /// PUT: replaces the object if it is still the version read (`mod_revision` compare);
     /// a body without `resourceVersion` retries on a concurrent change, one with it gets
     /// 409 Conflict, as kube-apiserver's optimistic concurrency.
-    pub async fn update(
+    async fn update(
         &self,
-        store: &Arc<Store>,
+        info: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
         body: &[u8],
         options: WriteOptions,
     ) -> Result<WriteResult, ApiError> {
-        let info = store.info();
         let replacement = objects::prepare_update(info, namespace, name, body)?;
         let key = etcd_key(info, &replacement.key);
         for _ in 0..16 {
@@ -476,14 +476,13 @@ impl EtcdSource {
     }
 
     /// DELETE: removes the object if it is still the version read.
-    pub async fn delete(
+    async fn delete(
         &self,
-        store: &Arc<Store>,
+        info: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
         options: WriteOptions,
     ) -> Result<WriteResult, ApiError> {
-        let info = store.info();
         let key = etcd_key(info, &info.key(namespace.unwrap_or(""), name));
         for _ in 0..16 {
             let Some((value, mod_rev)) = self.read(&key).await? else {
@@ -593,37 +592,17 @@ impl Source for EtcdSource {
 }
 
 impl SourceWriter for EtcdSource {
-    fn create<'a>(
+    fn write<'a>(
         &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        body: &'a [u8],
-        options: WriteOptions,
+        write: WriteRequest<'a>,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        Box::pin(EtcdSource::create(self, store, namespace, body, options))
-    }
-
-    fn update<'a>(
-        &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        name: &'a str,
-        body: &'a [u8],
-        options: WriteOptions,
-    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        Box::pin(EtcdSource::update(
-            self, store, namespace, name, body, options,
-        ))
-    }
-
-    fn delete<'a>(
-        &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        name: &'a str,
-        options: WriteOptions,
-    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        Box::pin(EtcdSource::delete(self, store, namespace, name, options))
+        // Written to etcd only: the store catches up through the watch.
+        let (info, ns, options) = (write.store.info(), write.namespace, write.options);
+        match write.op {
+            WriteOp::Create { body } => Box::pin(self.create(info, ns, body, options)),
+            WriteOp::Update { name, body } => Box::pin(self.update(info, ns, name, body, options)),
+            WriteOp::Delete { name } => Box::pin(self.delete(info, ns, name, options)),
+        }
     }
 }
 

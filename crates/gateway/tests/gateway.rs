@@ -93,13 +93,20 @@ async fn upstream() -> (SocketAddr, Seen) {
 
 /// A front-proxy certificate the gateway presents (any will do over plain http).
 fn proxy_cert() -> (Vec<u8>, Vec<u8>) {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "front-proxy-client");
+    let (key, params) = cert_params("front-proxy-client", &[]);
     let cert = params.self_signed(&key).expect("cert");
     (cert.pem().into_bytes(), key.serialize_pem().into_bytes())
+}
+
+/// A new key and the parameters of a certificate for `cn` with `sans`.
+fn cert_params(cn: &str, sans: &[&str]) -> (rcgen::KeyPair, rcgen::CertificateParams) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+    let mut params = rcgen::CertificateParams::new(sans).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    (key, params)
 }
 
 /// listwatch (embedded store, tokens `alice-token` for alice in `dev`) passing through to
@@ -187,6 +194,35 @@ fn all(h: &HeaderMap, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Where the tests write.
+const CONFIGMAPS: &str = "/api/v1/namespaces/dev/configmaps";
+
+/// A resource listwatch does not serve: passed on.
+const METRICS_PODS: &str = "/apis/metrics.k8s.io/v1beta1/pods";
+
+/// alice's credential.
+const ALICE: &[(&str, &str)] = &[("authorization", "Bearer alice-token")];
+
+/// A forged front-proxy user and no credential.
+const REMOTE_ADMIN: &[(&str, &str)] = &[("x-remote-user", "admin")];
+
+/// Sends `method path` with `headers` through a gateway in `identity` mode (anonymous off)
+/// to a new recording upstream; asserts a 200 and returns the body and the path and
+/// headers the upstream saw.
+async fn through(
+    identity: Identity,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (String, String, HeaderMap) {
+    let (up, seen) = upstream().await;
+    let gw = gateway(up, identity, false).await;
+    let (status, body) = send(gw, method, path, headers).await;
+    assert_eq!(status, 200, "{body}");
+    let (uri, h) = seen.lock().expect("lock").remove(0);
+    (body, uri, h)
+}
+
 const FORGED: &[(&str, &str)] = &[
     ("authorization", "Bearer alice-token"),
     ("x-remote-user", "admin"),
@@ -197,14 +233,9 @@ const FORGED: &[(&str, &str)] = &[
 
 #[tokio::test]
 async fn forged_front_proxy_headers_never_reach_the_upstream() {
-    let (up, seen) = upstream().await;
-    let gw = gateway(up, Identity::FrontProxy, false).await;
-    let (status, body) = send(gw, "POST", "/api/v1/namespaces/dev/configmaps", FORGED).await;
-    assert_eq!(status, 200, "{body}");
+    let (body, uri, h) = &through(Identity::FrontProxy, "POST", CONFIGMAPS, FORGED).await;
     assert_eq!(body, "{\"kind\":\"ConfigMap\"}", "the body crossed the hop");
-    let seen = seen.lock().expect("lock");
-    let (uri, h) = &seen[0];
-    assert_eq!(uri, "/api/v1/namespaces/dev/configmaps");
+    assert_eq!(uri, CONFIGMAPS);
     assert_eq!(all(h, "x-remote-user"), ["alice"]);
     assert_eq!(all(h, "x-remote-group"), ["dev", "system:authenticated"]);
     assert!(h.get("x-remote-extra-scopes").is_none() && h.get("x-remote-uid").is_none());
@@ -247,12 +278,7 @@ async fn impersonation_by_the_client_is_refused_before_the_upstream() {
 
 #[tokio::test]
 async fn impersonate_mode_names_the_user_with_listwatch_s_own_credential() {
-    let (up, seen) = upstream().await;
-    let gw = gateway(up, Identity::Impersonate, false).await;
-    let (status, _) = send(gw, "POST", "/api/v1/namespaces/dev/configmaps", FORGED).await;
-    assert_eq!(status, 200);
-    let seen = seen.lock().expect("lock");
-    let h = &seen[0].1;
+    let (_, _, h) = &through(Identity::Impersonate, "POST", CONFIGMAPS, FORGED).await;
     assert_eq!(all(h, "authorization"), ["Bearer listwatch-own-token"]);
     assert_eq!(all(h, "impersonate-user"), ["alice"]);
     assert_eq!(all(h, "impersonate-group"), ["dev", "system:authenticated"]);
@@ -264,21 +290,10 @@ async fn unauthenticated_clients_never_reach_the_upstream() {
     let (up, seen) = upstream().await;
     let gw = gateway(up, Identity::FrontProxy, false).await;
     // An unknown token, and no credential with anonymous off: 401 here.
-    let (status, _) = send(
-        gw,
-        "POST",
-        "/api/v1/namespaces/dev/configmaps",
-        &[("authorization", "Bearer forged")],
-    )
-    .await;
+    let forged = [("authorization", "Bearer forged")];
+    let (status, _) = send(gw, "POST", CONFIGMAPS, &forged).await;
     assert_eq!(status, 401);
-    let (status, _) = send(
-        gw,
-        "GET",
-        "/apis/metrics.k8s.io/v1beta1/pods",
-        &[("x-remote-user", "admin")],
-    )
-    .await;
+    let (status, _) = send(gw, "GET", METRICS_PODS, REMOTE_ADMIN).await;
     assert_eq!(status, 401);
     assert!(seen.lock().expect("lock").is_empty());
 }
@@ -288,13 +303,7 @@ async fn anonymous_clients_stay_anonymous_upstream() {
     let (up, seen) = upstream().await;
     for identity in [Identity::FrontProxy, Identity::Impersonate] {
         let gw = gateway(up, identity, true).await;
-        let (status, _) = send(
-            gw,
-            "GET",
-            "/apis/metrics.k8s.io/v1beta1/pods",
-            &[("x-remote-user", "admin")],
-        )
-        .await;
+        let (status, _) = send(gw, "GET", METRICS_PODS, REMOTE_ADMIN).await;
         assert_eq!(status, 200);
     }
     let seen = seen.lock().expect("lock");
@@ -308,17 +317,13 @@ async fn anonymous_clients_stay_anonymous_upstream() {
 
 #[tokio::test]
 async fn forward_mode_passes_the_client_s_credential_as_it_came() {
-    let (up, seen) = upstream().await;
-    let gw = gateway(up, Identity::Forward, false).await;
     let headers = [
         ("authorization", "Bearer alice-token"),
         ("impersonate-user", "bob"),
         ("x-remote-user", "admin"),
     ];
-    let (status, _) = send(gw, "PUT", "/api/v1/namespaces/dev/configmaps/c", &headers).await;
-    assert_eq!(status, 200);
-    let seen = seen.lock().expect("lock");
-    let h = &seen[0].1;
+    let path = format!("{CONFIGMAPS}/c");
+    let (_, _, h) = &through(Identity::Forward, "PUT", &path, &headers).await;
     assert_eq!(all(h, "authorization"), ["Bearer alice-token"]);
     // The upstream checks this impersonation against alice's own token.
     assert_eq!(all(h, "impersonate-user"), ["bob"]);
@@ -329,15 +334,14 @@ async fn forward_mode_passes_the_client_s_credential_as_it_came() {
 async fn reads_of_served_resources_stay_here() {
     let (up, seen) = upstream().await;
     let gw = gateway(up, Identity::FrontProxy, false).await;
-    let auth = [("authorization", "Bearer alice-token")];
-    let (status, body) = send(gw, "GET", "/api/v1/namespaces/dev/configmaps", &auth).await;
+    let (status, body) = send(gw, "GET", CONFIGMAPS, ALICE).await;
     assert_eq!(status, 200);
     assert!(body.contains("\"kind\":\"ConfigMapList\""), "{body}");
-    let (status, _) = send(gw, "GET", "/readyz", &auth).await;
+    let (status, _) = send(gw, "GET", "/readyz", ALICE).await;
     assert_eq!(status, 200);
     assert!(seen.lock().expect("lock").is_empty());
     // Subresources are not: they go on.
-    let (status, _) = send(gw, "GET", "/api/v1/namespaces/dev/pods/p/status", &auth).await;
+    let (status, _) = send(gw, "GET", "/api/v1/namespaces/dev/pods/p/status", ALICE).await;
     assert_eq!(status, 200);
     assert_eq!(seen.lock().expect("lock").len(), 1);
 }
@@ -403,13 +407,7 @@ async fn an_absent_upstream_is_a_503_status_not_a_hang() {
     let addr = closed.local_addr().expect("addr");
     drop(closed);
     let gw = gateway(addr, Identity::FrontProxy, false).await;
-    let (status, body) = send(
-        gw,
-        "POST",
-        "/api/v1/namespaces/dev/configmaps",
-        &[("authorization", "Bearer alice-token")],
-    )
-    .await;
+    let (status, body) = send(gw, "POST", CONFIGMAPS, ALICE).await;
     assert_eq!(status, 503, "{body}");
     assert!(
         body.contains("\"kind\":\"Status\"") && body.contains("unavailable"),
@@ -431,24 +429,14 @@ async fn a_silent_upstream_is_a_504_status() {
     let mut config = GatewayConfig::new(format!("http://{addr}"), Identity::FrontProxy);
     config.response_timeout = Duration::from_millis(300);
     let gw = gateway_with(config, false).await;
-    let (status, body) = send(
-        gw,
-        "GET",
-        "/version",
-        &[("authorization", "Bearer alice-token")],
-    )
-    .await;
+    let (status, body) = send(gw, "GET", "/version", ALICE).await;
     assert_eq!(status, 504, "{body}");
 }
 
 /// A CA (certificate PEM and its issuer) for the client-certificate test.
 fn ca(name: &str) -> (rcgen::Certificate, rcgen::Issuer<'static, rcgen::KeyPair>) {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    let (key, mut params) = cert_params(name, &[]);
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
     let cert = params.self_signed(&key).expect("ca");
     (cert, rcgen::Issuer::new(params, key))
 }
@@ -459,12 +447,7 @@ fn leaf(
     sans: &[&str],
     cn: &str,
 ) -> (String, String) {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
-    let mut params = rcgen::CertificateParams::new(sans).expect("params");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn);
+    let (key, params) = cert_params(cn, sans);
     let cert = params.signed_by(&key, issuer).expect("sign");
     (cert.pem(), key.serialize_pem())
 }

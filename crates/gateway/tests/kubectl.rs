@@ -8,17 +8,11 @@ use std::sync::Arc;
 use listwatch_gateway::{Gateway, GatewayConfig, Identity};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use listwatch_sources::{EmbeddedSource, Registry};
-use tokio::net::TcpListener;
 
 async fn serve(app: Arc<App>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(serve_with(
-        app,
-        listener,
-        ServeOptions::default(),
-        std::future::pending(),
-    ));
+    let (listener, addr) = listwatch_testkit::listen_local().await;
+    let options = ServeOptions::default();
+    tokio::spawn(serve_with(app, listener, options, std::future::pending()));
     addr
 }
 

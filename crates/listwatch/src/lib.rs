@@ -39,6 +39,7 @@ use http::{Request, Response};
 #[cfg(feature = "etcd")]
 pub use listwatch_etcd::{Decryptor, EtcdConfig, EtcdError, EtcdTls, ValueDecoder};
 use listwatch_server::App;
+use listwatch_server::routes::Route;
 use listwatch_sources::HostFedSource;
 
 pub use listwatch_auth::{Attributes, Authorizer, Decision, User};
@@ -47,7 +48,7 @@ pub use listwatch_server::body::ResponseBody;
 pub use listwatch_server::{Maintenance, ServerConfig};
 pub use listwatch_sources::{
     BoxFuture, EmbeddedSource, FeedError, HostChange, Registry, Relisted, Source, SourceWriter,
-    Views, WriteResult,
+    Views, WriteOp, WriteRequest, WriteResult,
 };
 pub use listwatch_store::StoreConfig;
 
@@ -259,11 +260,7 @@ impl ListWatch {
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let Some(route) = self.app.read_route(req.method(), req.uri().path()) else {
-            return Outcome::NotHandled(req);
-        };
-        let req = req.map(listwatch_server::box_body);
-        Outcome::Handled(self.app.handle_routed(req, route).await)
+        self.handle_on(req, App::read_route).await
     }
 
     /// Answers discovery (`/api`, `/apis`, group-versions — aggregated too), `/version`,
@@ -276,7 +273,20 @@ impl ListWatch {
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let Some(route) = self.app.discovery_route(req.method(), req.uri().path()) else {
+        self.handle_on(req, App::discovery_route).await
+    }
+
+    /// Answers `req` on the route `route_of` finds for it; hands it back when there is none.
+    async fn handle_on<B>(
+        &self,
+        req: Request<B>,
+        route_of: fn(&App, &http::Method, &str) -> Option<Route>,
+    ) -> Outcome<B>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let Some(route) = route_of(&self.app, req.method(), req.uri().path()) else {
             return Outcome::NotHandled(req);
         };
         let req = req.map(listwatch_server::box_body);

@@ -14,7 +14,7 @@ use listwatch_sources::{Registry, Source};
 use crate::body::ResponseBody;
 use crate::connection::InFlight;
 use crate::handlers::{self, Ctx};
-use crate::request::{ApiRequest, RequestHead, RequestKind, Target};
+use crate::request::{ApiRequest, Payload, RequestHead, RequestKind, Target};
 use crate::response::{self, Answer};
 use crate::routes::Route;
 use crate::{RequestBody, ServerConfig, discovery, limits, metrics};
@@ -78,21 +78,13 @@ impl Service {
                 self.authorize(&head, &target)?;
                 handlers::read(ctx, head.verb, target, read).await
             }
-            RequestKind::Write {
-                target,
-                content_type,
-                body,
-            } => {
+            RequestKind::Write { target, payload } => {
                 self.authorize(&head, &target)?;
-                handlers::write(ctx, &head, target, content_type, body).await
+                handlers::write(ctx, &head, target, payload).await
             }
-            RequestKind::Subresource {
-                target,
-                content_type,
-                body,
-            } => {
+            RequestKind::Subresource { target, payload } => {
                 self.authorize(&head, &target)?;
-                handlers::subresource(ctx, &head, target, content_type, body).await
+                handlers::subresource(ctx, &head, target, payload).await
             }
             RequestKind::Discovery { path, accept } => {
                 let d = discovery::Discovery {
@@ -110,11 +102,9 @@ impl Service {
                 listwatch_openapi::respond(&docs, &head.path, &head.query, &headers)
                     .map(|r| r.map(crate::body::full))
             }
-            RequestKind::AccessReview {
-                kind,
-                content_type,
-                body,
-            } => self.access_review(&head, kind, content_type, body).await,
+            RequestKind::AccessReview { kind, payload } => {
+                self.access_review(&head, kind, payload).await
+            }
             RequestKind::Refused(e) => Err(e),
             RequestKind::PassThrough(req) => match self.pass_through.get() {
                 Some(p) => Ok(p.forward(req, head.user).await),
@@ -130,8 +120,7 @@ impl Service {
         &self,
         head: &RequestHead,
         kind: ReviewKind,
-        content_type: Option<String>,
-        body: RequestBody,
+        payload: Payload,
     ) -> Answer {
         let authorizer = self
             .authorizer
@@ -148,7 +137,7 @@ impl Service {
                 namespace: None,
             })));
         }
-        let body = handlers::read_request_body(&self.config, content_type.as_deref(), body).await?;
+        let body = handlers::read_request_body(&self.config, payload).await?;
         let review: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| ApiError::BadRequest(format!("invalid {}: {e}", kind.kind())))?;
         let review = listwatch_auth::review::answer(authorizer, kind, &user, review);

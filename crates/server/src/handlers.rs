@@ -15,12 +15,12 @@ use listwatch_core::{
 };
 use listwatch_patch::PatchType;
 use listwatch_sources::writes::Scope;
-use listwatch_sources::{Source, SourceWriter, WriteResult, writes};
+use listwatch_sources::{Source, SourceWriter, WriteOp, WriteRequest, WriteResult, writes};
 use listwatch_store::{Filter, Snapshot, SnapshotReader, Store, StoreError};
 use tokio::time::Instant;
 
 use crate::body::{StreamedBody, full};
-use crate::request::{Read, RequestHead, Target};
+use crate::request::{Payload, Read, RequestHead, Target};
 use crate::response::{Answer, encoded, typed, with_newline};
 use crate::{RequestBody, ServerConfig};
 
@@ -126,41 +126,35 @@ async fn get(
 
 /// Any other verb on `target`, authorized already: the source's writer (405 when it has
 /// none, with the source's reason).
-pub async fn write(
-    ctx: Ctx<'_>,
-    head: &RequestHead,
-    target: Target,
-    content_type: Option<String>,
-    body: RequestBody,
-) -> Answer {
+pub async fn write(ctx: Ctx<'_>, head: &RequestHead, target: Target, payload: Payload) -> Answer {
     let writer = ctx.writer()?;
     let options = WriteOptions::from_params(&head.params, head.verb)?;
     let (store, ns) = (&target.store, target.namespace.as_deref());
     let w = match (head.verb, target.name.as_deref()) {
         (Verb::Create, None) => {
-            let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
-            writer.create(store, ns, &bytes, options).await?
+            let bytes = read_request_body(ctx.config, payload).await?;
+            let op = WriteOp::Create { body: &bytes };
+            writer
+                .write(WriteRequest::new(store, ns, op, options))
+                .await?
         }
         (Verb::Update, Some(name)) => {
-            let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
-            writer.update(store, ns, name, &bytes, options).await?
+            let bytes = read_request_body(ctx.config, payload).await?;
+            let op = WriteOp::Update { name, body: &bytes };
+            writer
+                .write(WriteRequest::new(store, ns, op, options))
+                .await?
         }
         (Verb::Patch | Verb::Apply, Some(name)) => {
-            patch(
-                ctx,
-                &target,
-                name,
-                content_type.as_deref(),
-                body,
-                Scope::Object,
-                options,
-            )
-            .await?
+            patch(ctx, &target, name, payload, Scope::Object, options).await?
         }
         (Verb::Delete, Some(name)) => {
-            let bytes = read_request_body(ctx.config, content_type.as_deref(), body).await?;
+            let bytes = read_request_body(ctx.config, payload).await?;
             let options = WriteOptions::for_delete(&head.params, &bytes)?;
-            writer.delete(store, ns, name, options).await?
+            let op = WriteOp::Delete { name };
+            writer
+                .write(WriteRequest::new(store, ns, op, options))
+                .await?
         }
         _ => return Err(ApiError::MethodNotAllowed),
     };
@@ -175,15 +169,14 @@ async fn patch(
     ctx: Ctx<'_>,
     target: &Target,
     name: &str,
-    content_type: Option<&str>,
-    body: RequestBody,
+    payload: Payload,
     scope: Scope,
     options: WriteOptions,
 ) -> Result<WriteResult, ApiError> {
     let info = target.store.info();
     let builtin = listwatch_patch::GoNode::kind(&info.api_version(), &info.kind).is_some();
-    let patch_type = patch_type(content_type, builtin)?;
-    let patch = read_body_bytes(ctx.config, body).await?;
+    let patch_type = patch_type(payload.content_type.as_deref(), builtin)?;
+    let patch = read_body_bytes(ctx.config, payload.body).await?;
     let wait = ctx.config.rv_wait;
     let (source, writer) = (ctx.source, ctx.writer()?);
     let ns = target.namespace.as_deref();
@@ -215,24 +208,17 @@ pub async fn subresource(
     ctx: Ctx<'_>,
     head: &RequestHead,
     target: Target,
-    content_type: Option<String>,
-    body: RequestBody,
+    payload: Payload,
 ) -> Answer {
     match target.subresource.as_deref() {
-        Some("status") => status(ctx, head, target, content_type, body).await,
-        _ => scale(ctx, head, target, content_type, body).await,
+        Some("status") => status(ctx, head, target, payload).await,
+        _ => scale(ctx, head, target, payload).await,
     }
 }
 
 /// GET, PUT or PATCH of `…/status`: the whole object; a write changes its `.status` only
 /// (`writes::Scope::Status`), with the request's `resourceVersion` as the precondition.
-async fn status(
-    ctx: Ctx<'_>,
-    head: &RequestHead,
-    target: Target,
-    content_type: Option<String>,
-    body: RequestBody,
-) -> Answer {
+async fn status(ctx: Ctx<'_>, head: &RequestHead, target: Target, payload: Payload) -> Answer {
     let (store, ns) = (&target.store, target.namespace.as_deref());
     let name = target.name.as_deref().ok_or(ApiError::MethodNotAllowed)?;
     ctx.ready(store)?;
@@ -251,26 +237,20 @@ async fn status(
         Verb::Update => {
             let writer = ctx.writer()?;
             let options = WriteOptions::from_params(&head.params, head.verb)?;
-            let wanted = read_request_body(ctx.config, content_type.as_deref(), body).await?;
+            let wanted = read_request_body(ctx.config, payload).await?;
             let snap = ctx.consistent_snapshot(store).await?;
             let current = snap
                 .get(&store.info().key(ns.unwrap_or(""), name))
                 .ok_or_else(|| ApiError::NotFound(ObjectRef::new(store.info(), name)))?;
             let bytes = Scope::Status.narrow(current.bytes(), wanted.to_vec())?;
-            writer.update(store, ns, name, &bytes, options).await?
+            let op = WriteOp::Update { name, body: &bytes };
+            writer
+                .write(WriteRequest::new(store, ns, op, options))
+                .await?
         }
         Verb::Patch | Verb::Apply => {
             let options = WriteOptions::from_params(&head.params, head.verb)?;
-            patch(
-                ctx,
-                &target,
-                name,
-                content_type.as_deref(),
-                body,
-                Scope::Status,
-                options,
-            )
-            .await?
+            patch(ctx, &target, name, payload, Scope::Status, options).await?
         }
         _ => return Err(ApiError::MethodNotAllowed),
     };
@@ -284,13 +264,7 @@ async fn status(
 /// GET, PUT or PATCH of `…/scale`: the object's `spec.replicas` as an autoscaling/v1
 /// `Scale` (`listwatch_sources::writes`); a write changes `spec.replicas` only, through the
 /// writer's update with the Scale's `resourceVersion` as its precondition.
-async fn scale(
-    ctx: Ctx<'_>,
-    head: &RequestHead,
-    target: Target,
-    content_type: Option<String>,
-    body: RequestBody,
-) -> Answer {
+async fn scale(ctx: Ctx<'_>, head: &RequestHead, target: Target, payload: Payload) -> Answer {
     let (store, ns) = (&target.store, target.namespace.as_deref());
     let name = target.name.as_deref().ok_or(ApiError::MethodNotAllowed)?;
     ctx.ready(store)?;
@@ -302,14 +276,17 @@ async fn scale(
             let writer = ctx.writer()?;
             let options = WriteOptions::from_params(&head.params, head.verb)?;
             let wanted = if head.verb == Verb::Update {
-                read_request_body(ctx.config, content_type.as_deref(), body).await?
+                read_request_body(ctx.config, payload).await?
             } else {
-                let patch_type = patch_type(content_type.as_deref(), true)?;
-                let patch = read_body_bytes(ctx.config, body).await?;
+                let patch_type = patch_type(payload.content_type.as_deref(), true)?;
+                let patch = read_body_bytes(ctx.config, payload.body).await?;
                 writes::patch_scale(&current, patch_type, &patch)?
             };
             let bytes = writes::scaled(&current, &wanted, name)?;
-            let w = writer.update(store, ns, name, &bytes, options).await?;
+            let op = WriteOp::Update { name, body: &bytes };
+            let w = writer
+                .write(WriteRequest::new(store, ns, op, options))
+                .await?;
             writes::scale_of(&writes::parse(&w.body)?)
         }
         _ => return Err(ApiError::MethodNotAllowed),
@@ -441,18 +418,17 @@ async fn watch(
 /// Reads a request body as JSON, bounded by `max_body_bytes` (writes, access reviews). A
 /// protobuf body of a built-in kind (`kubectl auth can-i` posts its review so) is read
 /// through the schema's protobuf → JSON transcoder; other media types get 415.
-pub async fn read_request_body(
-    config: &ServerConfig,
-    content_type: Option<&str>,
-    body: RequestBody,
-) -> Result<Bytes, ApiError> {
-    let ct = content_type.unwrap_or("application/json");
+pub async fn read_request_body(config: &ServerConfig, payload: Payload) -> Result<Bytes, ApiError> {
+    let ct = payload
+        .content_type
+        .as_deref()
+        .unwrap_or("application/json");
     let media = ct.split(';').next().unwrap_or("").trim();
     let protobuf = media == listwatch_codec::protobuf::PROTOBUF;
     if media != "application/json" && !media.is_empty() && !protobuf {
         return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf".to_string()));
     }
-    let buf = read_body_bytes(config, body).await?;
+    let buf = read_body_bytes(config, payload.body).await?;
     if protobuf {
         return listwatch_codec::protobuf::request_body_to_json(&buf).map(Bytes::from);
     }

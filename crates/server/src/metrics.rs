@@ -16,6 +16,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry as PromRegistry;
 
+use listwatch_store::StoreStats;
+
 use crate::body::ResponseBody;
 
 /// Labels of a request.
@@ -62,17 +64,28 @@ pub struct Metrics {
     bytes: Family<VerbResource, Counter>,
     longrunning: Family<VerbResource, Gauge>,
     watchers: Family<ResourceLabel, Gauge>,
-    objects: Family<ResourceLabel, Gauge>,
-    object_bytes: Family<ResourceLabel, Gauge>,
-    events: Family<ResourceLabel, Gauge>,
-    oldest_rv: Family<ResourceLabel, Gauge>,
-    snapshots: Family<ResourceLabel, Gauge>,
-    watch_lag: Family<ResourceLabel, Gauge>,
+    /// [`STORE_GAUGES`]' families, in its order, each with the stat it shows.
+    store_gauges: Vec<(Family<ResourceLabel, Gauge>, StoreStat)>,
     skipped: Family<SkipLabel, Gauge>,
     rss: Gauge,
     request_log: RequestLog,
     log_suppressed: Counter,
 }
+
+/// The value of a per-resource gauge in a store's stats.
+type StoreStat = fn(&StoreStats) -> i64;
+
+/// The per-resource gauges a scrape reads from each store's stats: name, help, value.
+#[rustfmt::skip]
+const STORE_GAUGES: [(&str, &str, StoreStat); 6] = [
+    ("apiserver_storage_objects", "Objects in the store per resource", |s| s.objects as i64),
+    ("listwatch_store_object_bytes", "Serialized bytes of stored objects per resource", |s| s.object_bytes as i64),
+    ("listwatch_event_log_events", "Events held in the event log per resource", |s| s.events as i64),
+    ("listwatch_event_log_oldest_resource_version", "Oldest RV a watch can start from", |s| s.oldest_rv as i64),
+    ("listwatch_snapshots_retained", "Retained snapshots per resource", |s| s.snapshots as i64),
+    ("listwatch_watch_lag_events", "Events the slowest open watch on the resource has yet to read",
+        |s| i64::try_from(s.watcher_lag).unwrap_or(i64::MAX)),
+];
 
 /// Request-log lines at INFO per second when the server configures none.
 pub const DEFAULT_REQUEST_LOG_PER_SECOND: u32 = 20;
@@ -95,12 +108,6 @@ impl Metrics {
         let bytes = Family::<VerbResource, Counter>::default();
         let longrunning = Family::<VerbResource, Gauge>::default();
         let watchers = Family::<ResourceLabel, Gauge>::default();
-        let objects = Family::<ResourceLabel, Gauge>::default();
-        let object_bytes = Family::<ResourceLabel, Gauge>::default();
-        let events = Family::<ResourceLabel, Gauge>::default();
-        let oldest_rv = Family::<ResourceLabel, Gauge>::default();
-        let snapshots = Family::<ResourceLabel, Gauge>::default();
-        let watch_lag = Family::<ResourceLabel, Gauge>::default();
         let skipped = Family::<SkipLabel, Gauge>::default();
         let rss = Gauge::default();
         let log_suppressed = Counter::default();
@@ -115,12 +122,16 @@ impl Metrics {
             "listwatch_response_bytes", "Bytes sent in response bodies", bytes;
             "apiserver_longrunning_requests", "LISTs and watches in flight", longrunning;
             "apiserver_registered_watchers", "Open watches per resource", watchers;
-            "apiserver_storage_objects", "Objects in the store per resource", objects;
-            "listwatch_store_object_bytes", "Serialized bytes of stored objects per resource", object_bytes;
-            "listwatch_event_log_events", "Events held in the event log per resource", events;
-            "listwatch_event_log_oldest_resource_version", "Oldest RV a watch can start from", oldest_rv;
-            "listwatch_snapshots_retained", "Retained snapshots per resource", snapshots;
-            "listwatch_watch_lag_events", "Events the slowest open watch on the resource has yet to read", watch_lag;
+        }
+        let store_gauges: Vec<_> = STORE_GAUGES
+            .iter()
+            .map(|&(name, help, stat)| {
+                let family = Family::<ResourceLabel, Gauge>::default();
+                registry.register(name, help, family.clone());
+                (family, stat)
+            })
+            .collect();
+        register! {
             "listwatch_source_values_skipped", "Stored values the source could not read (KMS-encrypted, no key, malformed) and skipped so far", skipped;
             "process_resident_memory_bytes", "Resident set size", rss;
         }
@@ -131,12 +142,7 @@ impl Metrics {
             bytes,
             longrunning,
             watchers,
-            objects,
-            object_bytes,
-            events,
-            oldest_rv,
-            snapshots,
-            watch_lag,
+            store_gauges,
             skipped,
             rss,
             request_log: RequestLog::new(log_per_second),
@@ -209,16 +215,9 @@ impl Metrics {
             let l = ResourceLabel {
                 resource: s.info().resource.clone(),
             };
-            self.objects.get_or_create(&l).set(st.objects as i64);
-            self.object_bytes
-                .get_or_create(&l)
-                .set(st.object_bytes as i64);
-            self.events.get_or_create(&l).set(st.events as i64);
-            self.oldest_rv.get_or_create(&l).set(st.oldest_rv as i64);
-            self.snapshots.get_or_create(&l).set(st.snapshots as i64);
-            self.watch_lag
-                .get_or_create(&l)
-                .set(i64::try_from(st.watcher_lag).unwrap_or(i64::MAX));
+            for (family, stat) in &self.store_gauges {
+                family.get_or_create(&l).set(stat(&st));
+            }
         }
         self.rss.set(rss_bytes() as i64);
         let mut out = String::new();

@@ -55,6 +55,14 @@ pub struct Read {
     pub rendering: Rendering,
 }
 
+/// A request's body with its `Content-Type` (writes, `scale`, access reviews).
+pub struct Payload {
+    /// `Content-Type` of the body.
+    pub content_type: Option<String>,
+    /// The body.
+    pub body: RequestBody,
+}
+
 /// What a request is, by kind, each with what its handler needs.
 pub enum RequestKind {
     /// LIST, GET, WATCH or watch-list of a served resource; the options' error, if any,
@@ -69,20 +77,16 @@ pub enum RequestKind {
     Write {
         /// What is written.
         target: Target,
-        /// `Content-Type` of the body.
-        content_type: Option<String>,
         /// The body.
-        body: RequestBody,
+        payload: Payload,
     },
     /// GET, PUT or PATCH of an object's subresource: `scale` (autoscaling/v1 `Scale`) or
     /// `status` (the object, of which a write changes `.status` only).
     Subresource {
         /// The object, with the subresource named.
         target: Target,
-        /// `Content-Type` of the body.
-        content_type: Option<String>,
         /// The body.
-        body: RequestBody,
+        payload: Payload,
     },
     /// A GET of discovery, health, readiness, metrics.
     Discovery {
@@ -100,10 +104,8 @@ pub enum RequestKind {
     AccessReview {
         /// Which review.
         kind: ReviewKind,
-        /// `Content-Type` of the body.
-        content_type: Option<String>,
-        /// The body.
-        body: RequestBody,
+        /// The review.
+        payload: Payload,
     },
     /// Not served here: the error it is answered with (the gateway passes these on).
     Refused(ApiError),
@@ -164,8 +166,7 @@ impl ApiRequest {
                 if target.subresource.is_some() {
                     RequestKind::Subresource {
                         target,
-                        content_type,
-                        body,
+                        payload: Payload { content_type, body },
                     }
                 } else {
                     resource_kind(
@@ -174,8 +175,7 @@ impl ApiRequest {
                         &params,
                         ranges.as_deref(),
                         &parts.headers,
-                        content_type,
-                        body,
+                        Payload { content_type, body },
                     )
                 }
             }
@@ -193,8 +193,7 @@ impl ApiRequest {
             Route::NotFound => match ReviewKind::from_path(&path) {
                 Some(kind) if method == Method::POST => RequestKind::AccessReview {
                     kind,
-                    content_type,
-                    body,
+                    payload: Payload { content_type, body },
                 },
                 _ => RequestKind::Refused(ApiError::UnknownPath),
             },
@@ -251,16 +250,11 @@ fn resource_kind(
     params: &QueryParams,
     ranges: Option<&[listwatch_codec::render::MediaRange<'_>]>,
     headers: &http::HeaderMap,
-    content_type: Option<String>,
-    body: RequestBody,
+    payload: Payload,
 ) -> RequestKind {
     // `Verb::of` gives List only for collections and Get only for objects.
     if !matches!(verb, Verb::List | Verb::Get | Verb::Watch) {
-        return RequestKind::Write {
-            target,
-            content_type,
-            body,
-        };
+        return RequestKind::Write { target, payload };
     }
     let info = target.store.info();
     let options =

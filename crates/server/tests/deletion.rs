@@ -15,6 +15,11 @@ async fn make(addr: std::net::SocketAddr, body: &str) -> serde_json::Value {
     json(&r.body)
 }
 
+/// DELETE of `CMS/name` (a name and a query) with `body`.
+async fn delete(addr: std::net::SocketAddr, name: &str, body: Option<&str>) -> common::Raw {
+    request(addr, "DELETE", &format!("{CMS}/{name}"), body).await
+}
+
 async fn owner_and_dependent(addr: std::net::SocketAddr, owner: &str, dep: &str) {
     let o = make(addr, &format!(r#"{{"metadata":{{"name":"{owner}"}}}}"#)).await;
     let uid = o["metadata"]["uid"].as_str().expect("uid");
@@ -37,7 +42,7 @@ async fn dependents_follow_the_propagation_policy() {
     ] {
         owner_and_dependent(s.addr, owner, dep).await;
         let body = policy.map(|p| format!(r#"{{"propagationPolicy":"{p}"}}"#));
-        let r = request(s.addr, "DELETE", &format!("{CMS}/{owner}"), body.as_deref()).await;
+        let r = delete(s.addr, owner, body.as_deref()).await;
         assert_eq!(r.status, 200, "{}", r.body);
         let d = get(s.addr, &format!("{CMS}/{dep}")).await;
         if policy == Some("Orphan") {
@@ -53,33 +58,27 @@ async fn dependents_follow_the_propagation_policy() {
 async fn delete_options_are_validated_as_kube_does() {
     let s = start(0, ServerConfig::default()).await;
     make(s.addr, r#"{"metadata":{"name":"kept"}}"#).await;
-    let r = request(
-        s.addr,
-        "DELETE",
-        &format!("{CMS}/kept"),
-        Some(r#"{"propagationPolicy":"Sometimes"}"#),
-    )
-    .await;
-    assert_eq!(r.status, 422, "{}", r.body);
-    assert!(
-        r.body.contains(r#"Unsupported value: \"Sometimes\""#),
-        "{}",
-        r.body
-    );
-    let r = request(
-        s.addr,
-        "DELETE",
-        &format!("{CMS}/kept?propagationPolicy=Orphan&orphanDependents=true"),
-        None,
-    )
-    .await;
-    assert_eq!(r.status, 422, "{}", r.body);
-    assert!(r.body.contains("cannot be both set"), "{}", r.body);
+    let refused = [
+        (
+            "kept",
+            Some(r#"{"propagationPolicy":"Sometimes"}"#),
+            r#"Unsupported value: \"Sometimes\""#,
+        ),
+        (
+            "kept?propagationPolicy=Orphan&orphanDependents=true",
+            None,
+            "cannot be both set",
+        ),
+    ];
+    for (name, body, why) in refused {
+        let r = delete(s.addr, name, body).await;
+        assert_eq!(r.status, 422, "{}", r.body);
+        assert!(r.body.contains(why), "{}", r.body);
+    }
     assert_eq!(get(s.addr, &format!("{CMS}/kept")).await.status, 200);
-    let r = request(
+    let r = delete(
         s.addr,
-        "DELETE",
-        &format!("{CMS}/kept?gracePeriodSeconds=0&propagationPolicy=Background"),
+        "kept?gracePeriodSeconds=0&propagationPolicy=Background",
         None,
     )
     .await;

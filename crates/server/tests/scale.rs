@@ -4,22 +4,18 @@
 
 mod common;
 
-use common::{get, json, request, request_typed, start};
+use common::{answered, get, json, request, request_typed, start};
 use listwatch_server::ServerConfig;
 
 const DEPLOYS: &str = "/apis/apps/v1/namespaces/s/deployments";
 
+/// Deployment `d`: one replica, selector `a=1,b=2`.
+const DEPLOY_D: &str = r#"{"metadata":{"name":"d"},"spec":{"replicas":1,"selector":{"matchLabels":{"b":"2","a":"1"}},"template":{"metadata":{"labels":{"a":"1","b":"2"}}}}}"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scale_reads_and_writes_replicas_only() {
     let s = start(0, ServerConfig::default()).await;
-    let made = request(
-        s.addr,
-        "POST",
-        DEPLOYS,
-        Some(r#"{"metadata":{"name":"d"},"spec":{"replicas":1,"selector":{"matchLabels":{"b":"2","a":"1"}},"template":{"metadata":{"labels":{"a":"1","b":"2"}}}}}"#),
-    )
-    .await;
-    assert_eq!(made.status, 201, "{}", made.body);
+    let made = answered(s.addr, "POST", DEPLOYS, Some(DEPLOY_D), 201).await;
     let old_rv = json(&made.body)["metadata"]["resourceVersion"].clone();
     let scale = json(&get(s.addr, &format!("{DEPLOYS}/d/scale")).await.body);
     assert_eq!(scale["kind"], "Scale");

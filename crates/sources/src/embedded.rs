@@ -11,7 +11,7 @@ use listwatch_store::{Change, Record, Store, StoreConfig};
 use parking_lot::Mutex;
 
 use crate::objects::DeleteStep;
-use crate::source::{BoxFuture, Source, SourceWriter, WriteResult};
+use crate::source::{BoxFuture, Source, SourceWriter, WriteOp, WriteRequest, WriteResult};
 use crate::{Registry, crd, objects};
 
 /// The embedded store: serves writes and keeps the registry's stores current.
@@ -568,37 +568,16 @@ impl Source for EmbeddedSource {
 }
 
 impl SourceWriter for EmbeddedSource {
-    fn create<'a>(
+    fn write<'a>(
         &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        body: &'a [u8],
-        options: WriteOptions,
+        write: WriteRequest<'a>,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        let r = EmbeddedSource::create_with(self, store, namespace, body, options);
-        Box::pin(async move { r })
-    }
-
-    fn update<'a>(
-        &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        name: &'a str,
-        body: &'a [u8],
-        options: WriteOptions,
-    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        let r = EmbeddedSource::update_with(self, store, namespace, name, body, options);
-        Box::pin(async move { r })
-    }
-
-    fn delete<'a>(
-        &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        name: &'a str,
-        options: WriteOptions,
-    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        let r = EmbeddedSource::delete_with(self, store, namespace, name, options);
+        let (store, ns, options) = (write.store, write.namespace, write.options);
+        let r = match write.op {
+            WriteOp::Create { body } => self.create_with(store, ns, body, options),
+            WriteOp::Update { name, body } => self.update_with(store, ns, name, body, options),
+            WriteOp::Delete { name } => self.delete_with(store, ns, name, options),
+        };
         Box::pin(async move { r })
     }
 }

@@ -24,5 +24,5 @@ pub mod writes;
 pub use embedded::EmbeddedSource;
 pub use host::{FeedError, HostChange, HostFedSource, Relisted};
 pub use registry::Registry;
-pub use source::{BoxFuture, Source, SourceWriter, WriteResult};
+pub use source::{BoxFuture, Source, SourceWriter, WriteOp, WriteRequest, WriteResult};
 pub use views::Views;

@@ -301,6 +301,15 @@ const METADATA_ORDER: &[&str] = &[
     "managedFields",
 ];
 
+/// The ObjectMeta fields Go serializes before `field` (all of them when it is none).
+pub(crate) fn metadata_fields_before(field: &str) -> &'static [&'static str] {
+    let at = METADATA_ORDER
+        .iter()
+        .position(|k| *k == field)
+        .unwrap_or(METADATA_ORDER.len());
+    &METADATA_ORDER[..at]
+}
+
 fn canonical_json(mut obj: Value) -> Result<Vec<u8>, ApiError> {
     if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
         let mut ordered = Map::new();

@@ -78,36 +78,65 @@ pub trait Source: Send + Sync + 'static {
     }
 }
 
-/// The write verbs of a writable source (POST, PUT, DELETE), checked the same way by every
-/// source (`objects`). PATCH and `scale` writes reach a source as an `update` (the server
-/// patches the stored object and sends it here), so they are checked as a PUT is. With `options.dry_run` a write is checked and answered exactly as it
-/// would be, and nothing is committed (no new revision, no event).
-pub trait SourceWriter: Send + Sync {
-    /// POST: creates the object in `namespace`.
-    fn create<'a>(
-        &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
+/// One write verb and what it names.
+#[derive(Clone, Copy, Debug)]
+pub enum WriteOp<'a> {
+    /// POST: creates the object `body` describes.
+    Create {
+        /// The object's JSON.
         body: &'a [u8],
-        options: WriteOptions,
-    ) -> BoxFuture<'a, Result<WriteResult, ApiError>>;
-
+    },
     /// PUT: replaces the object `name`.
-    fn update<'a>(
-        &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
+    Update {
+        /// The object's name.
         name: &'a str,
+        /// The replacement's JSON.
         body: &'a [u8],
-        options: WriteOptions,
-    ) -> BoxFuture<'a, Result<WriteResult, ApiError>>;
-
+    },
     /// DELETE: removes the object `name`.
-    fn delete<'a>(
-        &'a self,
+    Delete {
+        /// The object's name.
+        name: &'a str,
+    },
+}
+
+/// One write as a [`SourceWriter`] takes it: the verb and what it names, where, and how.
+#[derive(Clone, Copy)]
+pub struct WriteRequest<'a> {
+    /// The resource's store.
+    pub store: &'a Arc<Store>,
+    /// The object's namespace (`None` for a cluster-scoped resource).
+    pub namespace: Option<&'a str>,
+    /// The verb and the object.
+    pub op: WriteOp<'a>,
+    /// `dryRun`, delete propagation.
+    pub options: WriteOptions,
+}
+
+impl<'a> WriteRequest<'a> {
+    /// `op` on `store`'s object in `namespace`, with `options`.
+    pub fn new(
         store: &'a Arc<Store>,
         namespace: Option<&'a str>,
-        name: &'a str,
+        op: WriteOp<'a>,
         options: WriteOptions,
-    ) -> BoxFuture<'a, Result<WriteResult, ApiError>>;
+    ) -> Self {
+        Self {
+            store,
+            namespace,
+            op,
+            options,
+        }
+    }
+}
+
+/// The write verbs of a writable source (POST, PUT, DELETE), checked the same way by every
+/// source (`objects`). PATCH and `scale` writes reach a source as a [`WriteOp::Update`] (the
+/// server patches the stored object and sends it here), so they are checked as a PUT is.
+/// With `options.dry_run` a write is checked and answered exactly as it would be, and
+/// nothing is committed (no new revision, no event).
+pub trait SourceWriter: Send + Sync {
+    /// Applies `write.op` to its store.
+    fn write<'a>(&'a self, write: WriteRequest<'a>)
+    -> BoxFuture<'a, Result<WriteResult, ApiError>>;
 }

@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use listwatch_core::{ApiError, ResourceInfo, WriteOptions};
+use listwatch_core::{ApiError, ResourceInfo};
 use listwatch_store::{
     Change, Event, EventType, Record, Store, StoreConfig, StoreError, WatchCursor,
 };
@@ -27,7 +27,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::Registry;
-use crate::source::{BoxFuture, Source, SourceWriter, WriteResult};
+use crate::source::{BoxFuture, Source, SourceWriter, WriteRequest, WriteResult};
 
 pub use event::core_event_to_events_v1;
 pub use hpa::hpa_v2_to_v1;
@@ -185,42 +185,12 @@ impl Source for Views {
 /// Writes to a view are refused (405): kube-apiserver converts them into the stored
 /// version, which is not written here yet.
 impl SourceWriter for Views {
-    fn create<'a>(
+    fn write<'a>(
         &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        body: &'a [u8],
-        options: WriteOptions,
+        write: WriteRequest<'a>,
     ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
         match self.inner.writer() {
-            Some(w) if !self.is_view(store) => w.create(store, namespace, body, options),
-            _ => Box::pin(async { Err(ApiError::MethodNotAllowed) }),
-        }
-    }
-
-    fn update<'a>(
-        &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        name: &'a str,
-        body: &'a [u8],
-        options: WriteOptions,
-    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        match self.inner.writer() {
-            Some(w) if !self.is_view(store) => w.update(store, namespace, name, body, options),
-            _ => Box::pin(async { Err(ApiError::MethodNotAllowed) }),
-        }
-    }
-
-    fn delete<'a>(
-        &'a self,
-        store: &'a Arc<Store>,
-        namespace: Option<&'a str>,
-        name: &'a str,
-        options: WriteOptions,
-    ) -> BoxFuture<'a, Result<WriteResult, ApiError>> {
-        match self.inner.writer() {
-            Some(w) if !self.is_view(store) => w.delete(store, namespace, name, options),
+            Some(w) if !self.is_view(write.store) => w.write(write),
             _ => Box::pin(async { Err(ApiError::MethodNotAllowed) }),
         }
     }

@@ -12,7 +12,7 @@ use listwatch_patch::PatchType;
 use listwatch_store::{Snapshot, Store};
 use serde_json::Value;
 
-use crate::{Source, SourceWriter, WriteResult};
+use crate::{Source, SourceWriter, WriteOp, WriteRequest, WriteResult};
 
 /// Waits until `store` has reached `rv`, asking the source for progress, at most `wait`.
 pub async fn wait_for(
@@ -117,7 +117,14 @@ pub async fn patch(
         };
         let patched = listwatch_patch::apply(patch_type, type_of, current.bytes(), patch)?;
         let patched = scope.narrow(current.bytes(), patched)?;
-        match writer.update(store, ns, name, &patched, options).await {
+        let op = WriteOp::Update {
+            name,
+            body: &patched,
+        };
+        match writer
+            .write(WriteRequest::new(store, ns, op, options))
+            .await
+        {
             // Our own precondition went stale (the patch named none): patch the newer one.
             Err(ApiError::Conflict(_))
                 if attempt < PATCH_ATTEMPTS && patched_rv(&patched) == Some(current.rv()) =>

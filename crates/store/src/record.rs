@@ -439,19 +439,12 @@ fn write_metadata(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use listwatch_core::builtin_resources;
-
-    fn info(r: &str) -> ResourceInfo {
-        builtin_resources()
-            .into_iter()
-            .find(|i| i.resource == r)
-            .unwrap()
-    }
+    use listwatch_core::builtin_resource;
 
     #[test]
     fn inserts_rv_after_uid_and_puts_kind_first() {
         let raw = br#"{"metadata":{"name":"a","namespace":"default","uid":"u1","labels":{"app":"web"}},"data":{"k":"v"},"kind":"ConfigMap","apiVersion":"v1"}"#;
-        let r = Record::ingest(raw, &info("configmaps"), 42).unwrap();
+        let r = Record::ingest(raw, &builtin_resource("configmaps").expect("builtin"), 42).unwrap();
         assert_eq!(
             &r.bytes()[..],
             br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"default","uid":"u1","resourceVersion":"42","labels":{"app":"web"}},"data":{"k":"v"}}"#
@@ -476,7 +469,7 @@ mod tests {
     #[test]
     fn replaces_existing_rv_and_indexes_fields() {
         let raw = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"n","resourceVersion":"7"},"spec":{"nodeName":"node-1"},"status":{"phase":"Running"}}"#;
-        let pods = info("pods");
+        let pods = builtin_resource("pods").expect("builtin");
         let r = Record::ingest(raw, &pods, 9).unwrap();
         assert!(
             std::str::from_utf8(r.bytes())
@@ -491,7 +484,7 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        let cm = info("configmaps");
+        let cm = builtin_resource("configmaps").expect("builtin");
         assert!(matches!(
             Record::ingest(b"{not json", &cm, 1),
             Err(IngestError::Json(_))

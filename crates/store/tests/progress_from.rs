@@ -3,16 +3,11 @@
 
 use std::sync::Arc;
 
-use listwatch_core::builtin_resources;
+use listwatch_core::builtin_resource;
 use listwatch_store::{Change, Record, Store, StoreConfig};
 
 fn store() -> Arc<Store> {
-    let info = Arc::new(
-        builtin_resources()
-            .into_iter()
-            .find(|r| r.resource == "configmaps")
-            .expect("cm"),
-    );
+    let info = Arc::new(builtin_resource("configmaps").expect("cm"));
     Store::new(info, 5, Vec::<Record>::new(), StoreConfig::default())
 }
 

@@ -153,18 +153,25 @@ async fn start_with_list_share(per_connection: usize) -> common::TestServer {
     common::start(20_000, config).await
 }
 
+/// A server with 100 LIST slots (one connection may hold `per_connection` of them) and a
+/// greedy connection asking for 400 LISTs: whether it came to hold `held` slots, then the
+/// codes a polite client got meanwhile.
+async fn greedy_then_polite(per_connection: usize, held: usize) -> (bool, Vec<u16>) {
+    let s = start_with_list_share(per_connection).await;
+    let _greedy = greedy_h2(s.addr, 400).await;
+    let full = format!("apiserver_longrunning_requests{{verb=\"LIST\",resource=\"pods\"}} {held}");
+    let holds = common::poll_until(Duration::from_secs(10), || gauge(s.addr, &full), |v| *v).await;
+    (holds, polite_client(s.addr).await)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_connection_cannot_take_every_list_slot() {
     // 100 slots; one connection may hold 32 of them.
-    let s = start_with_list_share(32).await;
-    let _greedy = greedy_h2(s.addr, 400).await;
-    let full = "apiserver_longrunning_requests{verb=\"LIST\",resource=\"pods\"} 32";
-    let capped = common::poll_until(Duration::from_secs(10), || gauge(s.addr, full), |v| *v).await;
+    let (capped, codes) = greedy_then_polite(32, 32).await;
     assert!(
         capped,
         "the greedy connection should hold exactly its 32 slots"
     );
-    let codes = polite_client(s.addr).await;
     assert!(codes.len() >= 10);
     assert!(codes.iter().all(|c| *c == 200), "{codes:?}");
 }
@@ -172,12 +179,8 @@ async fn one_connection_cannot_take_every_list_slot() {
 /// The control: without the per-connection share, the same client starves the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_per_connection_share_one_client_starves_the_rest() {
-    let s = start_with_list_share(0).await;
-    let _greedy = greedy_h2(s.addr, 400).await;
-    let full = "apiserver_longrunning_requests{verb=\"LIST\",resource=\"pods\"} 100";
-    let starved = common::poll_until(Duration::from_secs(10), || gauge(s.addr, full), |v| *v).await;
+    let (starved, codes) = greedy_then_polite(0, 100).await;
     assert!(starved, "the greedy connection should hold every slot");
-    let codes = polite_client(s.addr).await;
     assert!(codes.iter().all(|c| *c == 429), "{codes:?}");
 }
 

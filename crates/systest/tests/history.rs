@@ -294,6 +294,7 @@ fn check_watcher(segments: &[Segment], truth: &[TruthEvent], counts: &mut Counts
     }
 }
 
+#[derive(Debug)]
 struct Run {
     seed: u64,
     seconds: u64,
@@ -301,6 +302,34 @@ struct Run {
     early_progress: bool,
     /// etcd with frequent periodic progress notifications (else etcd's defaults).
     progress_notify: bool,
+}
+
+impl Run {
+    /// `seconds` of traffic seeded by `HISTORY_SEED` (else `seed`), on one etcd member with
+    /// frequent progress notifications, nothing planted.
+    fn new(seed: u64, seconds: u64) -> Run {
+        Run {
+            seed: env("HISTORY_SEED", seed),
+            seconds,
+            members: 1,
+            early_progress: false,
+            progress_notify: true,
+        }
+    }
+}
+
+/// Enough traffic to judge, and no stale read, lost, phantom, duplicated or reordered
+/// event.
+fn assert_clean(c: &Counts) {
+    assert!(
+        c.writes > 50 && c.reads > 50,
+        "too little traffic to judge: {c:?}"
+    );
+    assert_eq!(
+        (c.stale_reads, c.lost, c.phantom, c.duplicated, c.reordered),
+        (0, 0, 0, 0, 0),
+        "{c:?}"
+    );
 }
 
 async fn replica(endpoints: Vec<String>, early_progress: bool) -> EtcdServer {
@@ -316,7 +345,9 @@ async fn replica(endpoints: Vec<String>, early_progress: bool) -> EtcdServer {
     .await
 }
 
+/// The checker's run `cfg` on etcd; its counts, printed too.
 async fn run(cfg: Run) -> Counts {
+    common::require("etcd");
     let mut rng = StdRng::seed_from_u64(cfg.seed);
     let mut etcd = Etcd::start_with(cfg.members, cfg.progress_notify).await;
     // Replica B reaches etcd through a proxy the test can cut (first member).
@@ -543,6 +574,7 @@ async fn run(cfg: Run) -> Counts {
         check_watcher(&v.lock(), &truth, &mut counts);
     }
     drop((a, b));
+    println!("history checker, {cfg:?}: {counts:?}");
     counts
 }
 
@@ -555,42 +587,20 @@ fn env(name: &str, default: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_stale_reads_and_no_lost_events_under_faults() {
-    common::require("etcd");
-    let c = run(Run {
-        seed: env("HISTORY_SEED", 1),
-        seconds: env("HISTORY_SECONDS", 40),
-        members: env("HISTORY_MEMBERS", 1) as usize,
-        early_progress: false,
-        progress_notify: true,
-    })
-    .await;
-    println!("history checker: {c:?}");
-    assert!(
-        c.writes > 50 && c.reads > 50,
-        "too little traffic to judge: {c:?}"
-    );
+    let mut cfg = Run::new(1, env("HISTORY_SECONDS", 40));
+    cfg.members = env("HISTORY_MEMBERS", 1) as usize;
+    let c = run(cfg).await;
+    assert_clean(&c);
     assert!(c.watch_events > 0, "the watchers saw nothing: {c:?}");
-    assert_eq!(
-        (c.stale_reads, c.lost, c.phantom, c.duplicated, c.reordered),
-        (0, 0, 0, 0, 0),
-        "{c:?}"
-    );
 }
 
 /// The same run with a planted bug — each consistent read applies etcd's revision to the
 /// cache before the watch delivered the events up to it — must be caught.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn planted_early_progress_is_caught() {
-    common::require("etcd");
-    let c = run(Run {
-        seed: env("HISTORY_SEED", 1),
-        seconds: 15,
-        members: 1,
-        early_progress: true,
-        progress_notify: true,
-    })
-    .await;
-    println!("history checker, planted bug: {c:?}");
+    let mut cfg = Run::new(1, 15);
+    cfg.early_progress = true;
+    let c = run(cfg).await;
     assert!(
         c.stale_reads + c.lost + c.phantom > 0,
         "the checker missed a planted early progress mark: {c:?}"
@@ -603,25 +613,9 @@ async fn planted_early_progress_is_caught() {
 /// (`EtcdSource::prove_current`) and are never stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_stale_reads_on_etcd_without_the_progress_notify_flag() {
-    common::require("etcd");
-    let c = run(Run {
-        seed: env("HISTORY_SEED", 2),
-        seconds: 20,
-        members: 1,
-        early_progress: false,
-        progress_notify: false,
-    })
-    .await;
-    println!("history checker, no progress-notify flag: {c:?}");
-    assert!(
-        c.writes > 50 && c.reads > 50,
-        "too little traffic to judge: {c:?}"
-    );
-    assert_eq!(
-        (c.stale_reads, c.lost, c.phantom, c.duplicated, c.reordered),
-        (0, 0, 0, 0, 0),
-        "{c:?}"
-    );
+    let mut cfg = Run::new(2, 20);
+    cfg.progress_notify = false;
+    assert_clean(&run(cfg).await);
 }
 
 /// On the same etcd, a consistent read of a resource nobody writes, after writes to

@@ -129,18 +129,23 @@ pub fn for_each_chunk(mut r: impl BufRead, mut f: impl FnMut(&[u8])) {
         if r.read_line(&mut line).unwrap_or(0) == 0 {
             return;
         }
-        let Ok(n) = usize::from_str_radix(line.trim(), 16) else {
+        let Some(n) = chunk_size(&line) else {
             return;
         };
-        if n == 0 {
-            return;
-        }
         let mut buf = vec![0u8; n + 2];
         if r.read_exact(&mut buf).is_err() {
             return;
         }
         f(&buf[..n]);
     }
+}
+
+/// The size a chunk-size line announces; `None` for the last chunk (size 0) or a line that
+/// is no chunk size.
+fn chunk_size(line: &str) -> Option<usize> {
+    usize::from_str_radix(line.trim(), 16)
+        .ok()
+        .filter(|&n| n > 0)
 }
 
 /// Skips a response head on `r`.
@@ -217,12 +222,9 @@ pub async fn try_stream_lines(addr: SocketAddr, path: &str) -> Option<Lines> {
             if r.read_line(&mut line).await.unwrap_or(0) == 0 {
                 break;
             }
-            let Ok(n) = usize::from_str_radix(line.trim(), 16) else {
+            let Some(n) = chunk_size(&line) else {
                 break;
             };
-            if n == 0 {
-                break;
-            }
             let mut buf = vec![0u8; n + 2];
             if r.read_exact(&mut buf).await.is_err() {
                 break;

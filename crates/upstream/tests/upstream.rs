@@ -15,19 +15,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch_gateway::{Gateway, GatewayConfig, Identity};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use listwatch_sources::{EmbeddedSource, Registry, demo};
-use listwatch_testkit::{next_line, send, try_stream_lines};
+use listwatch_testkit::{listen_local, next_line, send, try_stream_lines};
 use listwatch_upstream::UpstreamSource;
-use tokio::net::TcpListener;
 
 async fn serve(app: Arc<App>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(serve_with(
-        app,
-        listener,
-        ServeOptions::default(),
-        std::future::pending(),
-    ));
+    let (listener, addr) = listen_local().await;
+    let options = ServeOptions::default();
+    tokio::spawn(serve_with(app, listener, options, std::future::pending()));
     addr
 }
 
@@ -53,6 +47,23 @@ async fn front(follow: SocketAddr, upstream: SocketAddr) -> (SocketAddr, Arc<Ups
     let gw = GatewayConfig::new(format!("http://{upstream}"), Identity::Forward);
     app.set_pass_through(Gateway::new(gw).expect("gateway"));
     (serve(app).await, source)
+}
+
+/// An upstream and a front following it directly, the front ready: (upstream, front, the
+/// front's source).
+async fn ready_pair() -> (SocketAddr, SocketAddr, Arc<UpstreamSource>) {
+    let up = upstream().await;
+    let (front, source) = front(up, up).await;
+    assert_eq!(ready(front).await, 200);
+    (up, front, source)
+}
+
+/// A list's `metadata.resourceVersion`.
+fn list_rv(list: &serde_json::Value) -> u64 {
+    list["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("rv")
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
@@ -96,9 +107,7 @@ fn names(list: &serde_json::Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_through_the_front_equals_the_upstream_s() {
-    let up = upstream().await;
-    let (front, _) = front(up, up).await;
-    assert_eq!(ready(front).await, 200);
+    let (up, front, _) = ready_pair().await;
     let (s1, theirs) = get(up, "/api/v1/pods").await;
     let (s2, ours) = get(front, "/api/v1/pods").await;
     assert_eq!((s1, s2), (200, 200));
@@ -109,14 +118,9 @@ async fn a_list_through_the_front_equals_the_upstream_s() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_through_the_front_shows_in_a_watch_on_the_front() {
-    let up = upstream().await;
-    let (front, _) = front(up, up).await;
-    assert_eq!(ready(front).await, 200);
+    let (_, front, _) = ready_pair().await;
     let (_, list) = get(front, "/api/v1/namespaces/default/configmaps").await;
-    let rv = list["metadata"]["resourceVersion"]
-        .as_str()
-        .expect("rv")
-        .to_string();
+    let rv = list_rv(&list);
     let mut lines = try_stream_lines(
         front,
         &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}"),
@@ -133,9 +137,7 @@ async fn a_write_through_the_front_shows_in_a_watch_on_the_front() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consistent_list_after_a_write_contains_it() {
-    let up = upstream().await;
-    let (front, source) = front(up, up).await;
-    assert_eq!(ready(front).await, 200);
+    let (up, front, source) = ready_pair().await;
     for i in 0..5 {
         let name = format!("c{i}");
         create(front, &name).await;
@@ -157,15 +159,9 @@ async fn a_consistent_list_after_a_write_contains_it() {
     let (s, list) = get(front, "/api/v1/pods").await;
     assert_eq!(s, 200, "{list}");
     assert_eq!(names(&list).len(), 50);
-    let at: u64 = list["metadata"]["resourceVersion"]
-        .as_str()
-        .and_then(|v| v.parse().ok())
-        .expect("rv");
+    let at = list_rv(&list);
     let (_, theirs) = get(up, "/api/v1/namespaces/default/configmaps?limit=1").await;
-    let now: u64 = theirs["metadata"]["resourceVersion"]
-        .as_str()
-        .and_then(|v| v.parse().ok())
-        .expect("rv");
+    let now = list_rv(&theirs);
     assert!(at >= now, "pods read at {at}, before the upstream's {now}");
     assert!(source.stats().proof_lists.load(Ordering::Relaxed) >= 1);
 }
@@ -219,8 +215,7 @@ async fn relay(
     open: tokio::sync::watch::Receiver<bool>,
     no_watch_list: bool,
 ) -> (SocketAddr, Seen) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
+    let (listener, addr) = listen_local().await;
     let seen = Seen::default();
     let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .build_http::<Empty<Bytes>>();
@@ -261,12 +256,28 @@ async fn relay(
     (addr, seen)
 }
 
+/// An upstream, a [`relay`] to it with its watches `open` or held, and a front following
+/// the relay (writes go to the upstream directly): (upstream, front, the relay's gate, what
+/// the relay saw).
+async fn relayed(
+    open: bool,
+    no_watch_list: bool,
+) -> (
+    SocketAddr,
+    SocketAddr,
+    tokio::sync::watch::Sender<bool>,
+    Seen,
+) {
+    let up = upstream().await;
+    let (gate, opened) = tokio::sync::watch::channel(open);
+    let (relay, seen) = relay(up, opened, no_watch_list).await;
+    let (front, _) = front(relay, up).await;
+    (up, front, gate, seen)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_watch_list_the_source_lists_by_pages_then_watches() {
-    let up = upstream().await;
-    let (_open, opened) = tokio::sync::watch::channel(true);
-    let (relay, seen) = relay(up, opened, true).await;
-    let (front, _) = front(relay, up).await;
+    let (up, front, _open, seen) = relayed(true, true).await;
     assert_eq!(ready(front).await, 200);
     let (_, theirs) = get(up, "/api/v1/pods").await;
     let (_, ours) = get(front, "/api/v1/pods").await;
@@ -284,10 +295,7 @@ async fn without_watch_list_the_source_lists_by_pages_then_watches() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_fails_until_every_resource_is_synced() {
-    let up = upstream().await;
-    let (open, opened) = tokio::sync::watch::channel(false);
-    let (relay, _) = relay(up, opened, false).await;
-    let (front, _) = front(relay, up).await;
+    let (_, front, open, _) = relayed(false, false).await;
     let r = send(front, "GET", "/readyz?verbose", &[], None)
         .await
         .expect("answer");

@@ -398,25 +398,10 @@ pub fn hpa_v2_to_v1(v2: &Value) -> Result<Vec<u8>, ConvertError> {
 /// Puts `annotations` where ObjectMeta declares it (after `labels`, before
 /// `ownerReferences`).
 fn insert_annotations(meta: &mut Map<String, Value>, annotations: Map<String, Value>) {
-    // ObjectMeta's order: name, generateName, namespace, selfLink, uid, resourceVersion,
-    // generation, creationTimestamp, deletionTimestamp, deletionGracePeriodSeconds,
-    // labels, annotations, ownerReferences, finalizers, managedFields.
-    const BEFORE: [&str; 11] = [
-        "name",
-        "generateName",
-        "namespace",
-        "selfLink",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "labels",
-    ];
+    let before = crate::objects::metadata_fields_before("annotations");
     let at = meta
         .keys()
-        .position(|k| !BEFORE.contains(&k.as_str()))
+        .position(|k| !before.contains(&k.as_str()))
         .unwrap_or(meta.len());
     meta.shift_insert(at, "annotations".into(), Value::Object(annotations));
 }
