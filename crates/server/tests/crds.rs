@@ -32,6 +32,19 @@ fn widget(name: &str, color: &str) -> String {
     )
 }
 
+/// PATCHes `object`'s `status` subresource (asserting 200) and reads the object back.
+async fn patch_status(
+    addr: std::net::SocketAddr,
+    object: &str,
+    content_type: &str,
+    patch: &str,
+) -> serde_json::Value {
+    let path = format!("{object}/status");
+    let r = request_typed(addr, "PATCH", &path, content_type, patch).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    json(&get_expecting(addr, object, 200).await.body)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crd_written_here_is_served_until_it_is_deleted() {
     let s = start(0, ServerConfig::default()).await;
@@ -59,12 +72,7 @@ async fn a_crd_written_here_is_served_until_it_is_deleted() {
                 .await
                 .body,
         );
-        let names: Vec<&str> = d["resources"]
-            .as_array()
-            .expect("resources")
-            .iter()
-            .filter_map(|r| r["name"].as_str())
-            .collect();
+        let names = listwatch_testkit::member_strings(&d["resources"], "name");
         assert!(names.contains(&"widgets"), "{v}: {names:?}");
     }
 
@@ -108,29 +116,17 @@ async fn a_crd_written_here_is_served_until_it_is_deleted() {
     )
     .await;
     let table: serde_json::Value = serde_json::from_slice(&table.body).expect("a Table");
-    let columns: Vec<&str> = table["columnDefinitions"]
-        .as_array()
-        .expect("columns")
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
+    let columns = listwatch_testkit::member_strings(&table["columnDefinitions"], "name");
     assert_eq!(columns, ["Name", "Color"]);
 
     // The status subresource the CRD declares: status changes, spec does not.
-    let r = request_typed(
+    let a = patch_status(
         s.addr,
-        "PATCH",
-        &format!("{WIDGETS}/a/status"),
+        &format!("{WIDGETS}/a"),
         "application/merge-patch+json",
         r#"{"spec":{"color":"green"},"status":{"ready":true}}"#,
     )
     .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let a = json(
-        &get_expecting(s.addr, &format!("{WIDGETS}/a"), 200)
-            .await
-            .body,
-    );
     assert_eq!(a["status"]["ready"], true);
     assert_eq!(a["spec"]["color"], "blue");
     // v1beta1 declares none.
@@ -210,21 +206,17 @@ async fn a_status_write_changes_status_only() {
     .await;
 
     // Strategic merge patch of the status of a built-in type.
-    let r = request_typed(
+    let d = patch_status(
         s.addr,
-        "PATCH",
-        &format!("{deploys}/d/status"),
+        &format!("{deploys}/d"),
         "application/strategic-merge-patch+json",
         r#"{"status":{"conditions":[{"type":"Available","status":"True"}]}}"#,
     )
     .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let d = json(
-        &get_expecting(s.addr, &format!("{deploys}/d/status"), 200)
-            .await
-            .body,
-    );
     assert_eq!(d["status"]["conditions"][0]["type"], "Available");
+    // A GET of the subresource answers the object.
+    let via_status = get_expecting(s.addr, &format!("{deploys}/d/status"), 200).await;
+    assert_eq!(json(&via_status.body), d);
     assert_eq!(d["status"]["readyReplicas"], 1);
     assert_eq!(d["spec"]["replicas"], 1);
 

@@ -72,14 +72,7 @@ impl Scope {
                 }
             }
         }
-        if let Some(rv) = wanted
-            .get("metadata")
-            .and_then(|m| m.get("resourceVersion"))
-            .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
-        {
-            new["metadata"]["resourceVersion"] = rv.clone();
-        }
-        serde_json::to_vec(&new).map_err(|e| ApiError::Internal(e.to_string()))
+        with_precondition(new, &wanted)
     }
 }
 
@@ -194,6 +187,12 @@ pub fn scaled(obj: &Value, wanted: &[u8], name: &str) -> Result<Vec<u8>, ApiErro
     }
     let mut new = obj.clone();
     new["spec"]["replicas"] = replicas;
+    with_precondition(new, &wanted)
+}
+
+/// `new` as JSON, with the `resourceVersion` the request `wanted` names (when it names one)
+/// as the update's precondition: a subresource write is checked against what its client read.
+fn with_precondition(mut new: Value, wanted: &Value) -> Result<Vec<u8>, ApiError> {
     if let Some(rv) = wanted
         .get("metadata")
         .and_then(|m| m.get("resourceVersion"))

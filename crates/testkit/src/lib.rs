@@ -261,6 +261,14 @@ pub async fn ends_within(lines: &mut Lines, secs: u64) -> bool {
     }
 }
 
+/// The string member `field` of each element of the JSON array `list` (the resource names
+/// of a discovery document, the column names of a Table).
+pub fn member_strings<'a>(list: &'a serde_json::Value, field: &str) -> Vec<&'a str> {
+    list.as_array()
+        .map(|a| a.iter().filter_map(|e| e[field].as_str()).collect())
+        .unwrap_or_default()
+}
+
 /// Calls `probe` until `done` holds for its result or `within` has passed, and returns the
 /// last result: for waiting on something a server does asynchronously without a fixed
 /// sleep (the caller asserts on what it gets).
