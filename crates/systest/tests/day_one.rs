@@ -7,7 +7,9 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use common::{get, json, start};
 use listwatch_server::ServerConfig;
@@ -144,24 +146,22 @@ async fn object(addr: std::net::SocketAddr, path: &str) -> Value {
     json(&r.body)
 }
 
-async fn workflow(bin: PathBuf) {
-    let s = start(0, ServerConfig::default()).await;
+/// The workflow with kubectl `bin` against the apiserver at `addr` (the embedded store, or
+/// a front listwatch passing writes to it), each step's effect read back there.
+async fn workflow(bin: PathBuf, addr: SocketAddr) {
     let dir = std::env::temp_dir().join(format!(
-        "lw-day-one-{}-{}",
+        "lw-day-one-{}-{}-{}",
         std::process::id(),
+        addr.port(),
         bin.display().to_string().replace('/', "_")
     ));
     std::fs::create_dir_all(&dir).expect("scratch");
-    let k = Kubectl {
-        bin,
-        addr: s.addr,
-        dir,
-    };
+    let k = Kubectl { bin, addr, dir };
 
     // create, validation on: a namespace, then a ConfigMap from a file; a misspelt field
     // is refused client-side by the OpenAPI schema (as against kube-apiserver).
     k.run(&["create", "namespace", "day1"]).await;
-    let ns = object(s.addr, "/api/v1/namespaces/day1").await;
+    let ns = object(addr, "/api/v1/namespaces/day1").await;
     // kube's namespace strategy: spec.finalizers [kubernetes], status.phase Active.
     assert_eq!(ns["spec"]["finalizers"], serde_json::json!(["kubernetes"]));
     assert_eq!(ns["status"]["phase"], "Active");
@@ -183,13 +183,13 @@ async fn workflow(bin: PathBuf) {
     // annotation (kubectl's three-way merge), so what the manifest dropped is dropped.
     let f = k.file("deploy.yaml", DEPLOY_V1);
     k.run(&["apply", "-f", &f]).await;
-    let d = object(s.addr, DEPLOYMENT).await;
+    let d = object(addr, DEPLOYMENT).await;
     let annotation = "kubectl.kubernetes.io/last-applied-configuration";
     assert!(d["metadata"]["annotations"][annotation].is_string(), "{d}");
     let f = k.file("deploy.yaml", DEPLOY_V2);
     let out = k.run(&["apply", "-f", &f]).await;
     assert!(out.contains("configured"), "{out}");
-    let d = object(s.addr, DEPLOYMENT).await;
+    let d = object(addr, DEPLOYMENT).await;
     assert_eq!(d["spec"]["replicas"], 3);
     assert_eq!(d["metadata"]["labels"], serde_json::json!({"app": "web"}));
     let containers = d["spec"]["template"]["spec"]["containers"]
@@ -246,7 +246,7 @@ async fn workflow(bin: PathBuf) {
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"web","env":[{"name":"MODE","value":"day1"}]}]}}}}"#,
     ])
     .await;
-    let d = object(s.addr, DEPLOYMENT).await;
+    let d = object(addr, DEPLOYMENT).await;
     assert_eq!(d["spec"]["replicas"], 2);
     assert_eq!(d["spec"]["paused"], true);
     let c = &d["spec"]["template"]["spec"]["containers"][0];
@@ -273,7 +273,7 @@ async fn workflow(bin: PathBuf) {
         ])
         .await;
     assert!(!ok && err.contains("the object has been modified"), "{err}");
-    let d = object(s.addr, DEPLOYMENT).await;
+    let d = object(addr, DEPLOYMENT).await;
     assert_eq!(d["metadata"]["labels"]["tier"], "front");
     assert_eq!(d["metadata"]["annotations"]["note"], "hello");
     assert!(d["metadata"]["labels"].get("x").is_none());
@@ -295,14 +295,14 @@ async fn workflow(bin: PathBuf) {
         .await
         .expect("kubectl edit");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let c = object(s.addr, "/api/v1/namespaces/day1/configmaps/settings").await;
+    let c = object(addr, "/api/v1/namespaces/day1/configmaps/settings").await;
     assert_eq!(c["data"]["a"], "2");
 
     // scale: through the scale subresource (autoscaling/v1 Scale).
     k.run(&["scale", "deployment", "web", "-n", "day1", "--replicas=4"])
         .await;
-    assert_eq!(object(s.addr, DEPLOYMENT).await["spec"]["replicas"], 4);
-    let scale = object(s.addr, &format!("{DEPLOYMENT}/scale")).await;
+    assert_eq!(object(addr, DEPLOYMENT).await["spec"]["replicas"], 4);
+    let scale = object(addr, &format!("{DEPLOYMENT}/scale")).await;
     assert_eq!(scale["kind"], "Scale");
     assert_eq!(scale["spec"]["replicas"], 4);
     assert_eq!(scale["status"]["selector"], "app=web");
@@ -320,7 +320,7 @@ async fn workflow(bin: PathBuf) {
     k.run(&["create", "-f", &held]).await;
     k.run(&["delete", "configmap", "held", "-n", "day1", "--wait=false"])
         .await;
-    let h = object(s.addr, "/api/v1/namespaces/day1/configmaps/held").await;
+    let h = object(addr, "/api/v1/namespaces/day1/configmaps/held").await;
     assert!(h["metadata"]["deletionTimestamp"].is_string(), "{h}");
     assert_eq!(h["metadata"]["deletionGracePeriodSeconds"], 0);
     // A deleting object takes no new finalizers.
@@ -342,12 +342,12 @@ async fn workflow(bin: PathBuf) {
     // objects deleted, no new content; gone once the finalizer is removed.
     k.run(&["delete", "namespace", "day1", "--wait=false"])
         .await;
-    let ns = object(s.addr, "/api/v1/namespaces/day1").await;
+    let ns = object(addr, "/api/v1/namespaces/day1").await;
     assert_eq!(ns["status"]["phase"], "Terminating");
     assert!(ns["metadata"]["deletionTimestamp"].is_string());
-    assert_eq!(get(s.addr, DEPLOYMENT).await.status, 404);
+    assert_eq!(get(addr, DEPLOYMENT).await.status, 404);
     assert_eq!(
-        get(s.addr, "/api/v1/namespaces/day1/configmaps/settings")
+        get(addr, "/api/v1/namespaces/day1/configmaps/settings")
             .await
             .status,
         404
@@ -368,12 +368,12 @@ async fn workflow(bin: PathBuf) {
     ])
     .await;
     assert_eq!(
-        get(s.addr, "/api/v1/namespaces/day1/configmaps/held")
+        get(addr, "/api/v1/namespaces/day1/configmaps/held")
             .await
             .status,
         404
     );
-    assert_eq!(get(s.addr, "/api/v1/namespaces/day1").await.status, 404);
+    assert_eq!(get(addr, "/api/v1/namespaces/day1").await.status, 404);
     let (ok, _, err) = k.try_run(&["get", "namespace", "day1"]).await;
     assert!(!ok && err.contains("not found"), "{err}");
 
@@ -446,6 +446,50 @@ async fn kubectl_day_one_workflow_with_every_kubectl() {
     }
     for bin in bins {
         eprintln!("day one with {}", bin.display());
-        workflow(bin).await;
+        let s = start(0, ServerConfig::default()).await;
+        workflow(bin, s.addr).await;
     }
+}
+
+/// Issue 26: the same workflow with a kubeconfig naming only a front listwatch that follows
+/// an upstream (here listwatch on its embedded store) with the apiserver source and passes
+/// everything it does not serve (writes, subresources, discovery, OpenAPI, the CRD's kind it
+/// does not follow) to it; every read-back goes through the front as a consistent read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_day_one_workflow_through_a_front_listwatch() {
+    for bin in kubectls() {
+        eprintln!("day one through the front with {}", bin.display());
+        let up = start(0, ServerConfig::default()).await;
+        let front = front(up.addr).await;
+        workflow(bin, front).await;
+    }
+}
+
+/// A front listwatch on 127.0.0.1: the apiserver source following `upstream`, the gateway
+/// passing the rest to it; returned once ready.
+async fn front(upstream: SocketAddr) -> SocketAddr {
+    use listwatch_gateway::{Gateway, GatewayConfig, Identity};
+    let url = format!("http://{upstream}");
+    let source = listwatch_upstream::UpstreamSource::start(
+        &GatewayConfig::new(url.clone(), Identity::Forward),
+        &Default::default(),
+    )
+    .await
+    .expect("the upstream's discovery");
+    let app = listwatch_server::App::new(source, ServerConfig::default(), None);
+    app.set_pass_through(
+        Gateway::new(GatewayConfig::new(url, Identity::Forward)).expect("gateway"),
+    );
+    let (listener, addr) = listwatch_testkit::listen_local().await;
+    tokio::spawn(listwatch_server::serve_with(
+        app,
+        listener,
+        listwatch_server::ServeOptions::default(),
+        std::future::pending(),
+    ));
+    assert_eq!(
+        listwatch_testkit::wait_ready(addr, Duration::from_secs(20)).await,
+        200
+    );
+    addr
 }
