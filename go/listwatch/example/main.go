@@ -168,6 +168,7 @@ func main() {
 	namespaces := flag.Int("demo-namespaces", 10, "spread demo pods over this many namespaces")
 	load := flag.String("load", "", "feed the objects of this NDJSON(.gz) file")
 	workers := flag.Int("workers", 2, "threads of listwatch's own runtime")
+	h2c := flag.Bool("h2c", true, "also serve HTTP/2 without TLS (prior knowledge), Go 1.24+")
 	flag.Parse()
 
 	h := &host{rv: 1, configmaps: map[string][]byte{}}
@@ -204,6 +205,9 @@ func main() {
 	log.Printf("seeded %d demo pods in %v; RV %d", *demoPods, time.Since(start).Round(time.Millisecond), h.rv)
 
 	srv := &http.Server{Addr: *listen, Handler: lw.Wrap(h), ReadHeaderTimeout: 10 * time.Second}
+	if *h2c && !serveH2C(srv) {
+		log.Printf("-h2c: this Go has no unencrypted HTTP/2 (1.24+); HTTP/1.1 only")
+	}
 	go func() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
