@@ -31,6 +31,65 @@ fn static_lib_dir() -> PathBuf {
     dir
 }
 
+/// One etcd member on 127.0.0.1 (Debian's `etcd-server`), killed when dropped.
+struct Etcd {
+    child: std::process::Child,
+    url: String,
+    dir: PathBuf,
+}
+
+impl Etcd {
+    fn start() -> Etcd {
+        let (client, peer) = (
+            listwatch_testkit::unlisted_port(),
+            listwatch_testkit::unlisted_port(),
+        );
+        let url = format!("http://127.0.0.1:{client}");
+        let dir = std::env::temp_dir().join(format!("listwatch-go-etcd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let child = Command::new("etcd")
+            .env("ETCD_UNSUPPORTED_ARCH", "")
+            .args(["--data-dir", &dir.display().to_string()])
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+            ])
+            .args([
+                "--initial-cluster",
+                &format!("default=http://127.0.0.1:{peer}"),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("etcd on PATH (Debian: etcd-server; scripts/test installs it)");
+        let etcd = Etcd { child, url, dir };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "etcd did not listen on {client}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        etcd
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn go_available() -> bool {
     Command::new("go")
         .arg("version")
@@ -73,8 +132,11 @@ fn go_package_tests_pass_against_the_static_library() {
         (url, stop)
     });
 
+    // A real etcd for TestEtcdSource (the etcd source through the Go package).
+    let etcd = Etcd::start();
+
     let go = |args: &[&str]| {
-        let status = Command::new("go")
+        let out = Command::new("go")
             .args(args)
             .current_dir(&go_dir)
             .env("CGO_ENABLED", "1")
@@ -86,17 +148,26 @@ fn go_package_tests_pass_against_the_static_library() {
             .env("LISTWATCH_REFERENCE_URL", &url)
             .env("LISTWATCH_FIXTURE", &fixture)
             .env("LISTWATCH_REQUIRE_REFERENCE", "1")
-            .status()
+            .env("LISTWATCH_TEST_ETCD", &etcd.url)
+            .output()
             .expect("run go");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
-            status.success(),
-            "go {} failed in {}",
+            out.status.success(),
+            "go {} failed in {}:\n{text}\n{}",
             args.join(" "),
-            go_dir.display()
+            go_dir.display(),
+            String::from_utf8_lossy(&out.stderr)
         );
+        text
     };
     go(&["vet", "./..."]);
-    go(&["test", "-race", "-count=1", "-timeout=600s", "./..."]);
+    let tested = go(&["test", "-race", "-count=1", "-timeout=600s", "-v", "./..."]);
+    // Skipped without etcd: it must have run here.
+    assert!(
+        tested.contains("--- PASS: TestEtcdSource"),
+        "TestEtcdSource did not pass:\n{tested}"
+    );
 
     let _ = stop.send(());
     let _ = std::fs::remove_file(&fixture);

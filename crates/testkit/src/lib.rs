@@ -261,6 +261,25 @@ pub async fn ends_within(lines: &mut Lines, secs: u64) -> bool {
     }
 }
 
+/// A port for a process a test starts that binds its own (etcd: it cannot be handed a
+/// listener). Taken below the kernel's ephemeral range (`ip_local_port_range` starts at
+/// 32768), where no `bind(0)` of another test lands, from a block of 100 per process and a
+/// counter within it, and checked free: no two calls in this process, and no listener of
+/// another test on 127.0.0.1:0, can get the same port.
+pub fn unlisted_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 120) as u16 * 100;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(n < 100, "more than 100 such ports in one test binary");
+        let port = base + n;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// The string member `field` of each element of the JSON array `list` (the resource names
 /// of a discovery document, the column names of a Table).
 pub fn member_strings<'a>(list: &'a serde_json::Value, field: &str) -> Vec<&'a str> {

@@ -27,23 +27,9 @@ pub fn spawn_etcd(etcd: &mut Command) -> Child {
         .expect("etcd on PATH (Debian: etcd-server)")
 }
 
-/// A port for an etcd this process starts (etcd binds its own, so it cannot be handed a
-/// listener). Taken below the kernel's ephemeral range (`ip_local_port_range` starts at
-/// 32768), where no `bind(0)` of another test lands, from a block of 100 per process and a
-/// counter within it, and checked free: no two calls in this process, and no listener of
-/// another test on 127.0.0.1:0, can get the same port.
+/// A port for an etcd this process starts (see [`listwatch_testkit::unlisted_port`]).
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let base = 20_000 + (std::process::id() % 120) as u16 * 100;
-    loop {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        assert!(n < 100, "more than 100 etcd ports in one test binary");
-        let port = base + n;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
+    listwatch_testkit::unlisted_port()
 }
 
 /// A temporary directory removed when dropped.
