@@ -114,8 +114,8 @@ pub fn served_resources(crd_json: &[u8]) -> Vec<ResourceInfo> {
         .map(|v| {
             let mut columns = Vec::new();
             if !v.additional_printer_columns.is_empty() {
-                // kube-apiserver's CRD tables: Name first, the CRD's columns, and Age
-                // unless the CRD has a creationTimestamp column of its own.
+                // kube-apiserver's CRD tables: Name first, then the CRD's columns (Age
+                // is its default only for a version without columns of its own).
                 columns.push(PrinterColumn {
                     name: "Name".into(),
                     type_: "string".into(),
