@@ -1,0 +1,3 @@
+module listwatch.local/handover-bench
+
+go 1.22
