@@ -20,7 +20,9 @@ mod scenario;
 mod writers;
 
 use report::{ClientResult, FirstByte, Sampler, Server, cpu_delta};
-use scenario::{churn, idle_watchers, informers, kubelet_storm, list, relist_storm, slow_readers};
+use scenario::{
+    churn, idle_watchers, informers, kubelet_storm, list, relist_storm, slow_readers, writes,
+};
 
 #[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -51,6 +53,9 @@ pub(crate) enum Scenario {
     /// `--clients` nodes: `--pods` pods from `--pods-from` spread over them, every node's
     /// watch-list (fieldSelector=spec.nodeName) at once, then pod churn on the nodes.
     KubeletStorm,
+    /// `--writes` ConfigMap creates of `--body-kib` KiB over `--clients` keep-alive
+    /// connections, as fast as answered (pass-through cost against going direct).
+    Writes,
 }
 
 #[derive(Parser)]
@@ -132,6 +137,12 @@ pub(crate) struct Args {
     /// kubelet-storm: how many pods to create, cycling through --pods-from (default: once).
     #[arg(long)]
     pub pods: Option<u64>,
+    /// writes: how many creates.
+    #[arg(long, default_value_t = 10_000)]
+    pub writes: u64,
+    /// writes: KiB of data in each ConfigMap (0: a small object).
+    #[arg(long, default_value_t = 0)]
+    pub body_kib: u64,
     /// Informer scenarios: decode every object but keep only its key (32 full stores of
     /// 40,000 typed Pods do not fit this machine's memory).
     #[arg(long)]
@@ -191,6 +202,8 @@ struct Report {
     bytes_per_watcher: Option<f64>,
     /// Informer scenarios: sync times, requests, client CPU.
     informers: Option<InformerSummary>,
+    /// Writes only: writes, errors, rate.
+    writes: Option<writes::Report>,
     per_client: Vec<ClientResult>,
 }
 
@@ -203,6 +216,7 @@ struct Outcome {
     churn: Option<churn::Report>,
     kubelet: Option<kubelet_storm::Report>,
     informers: Option<InformerSummary>,
+    writes: Option<writes::Report>,
 }
 
 /// Waits for every client, showing progress on a terminal (hidden when stderr is not one).
@@ -323,6 +337,10 @@ async fn run(args: Arc<Args>, host: String, server: Server) -> Result<Outcome, S
                 ..Default::default()
             }
         }
+        Scenario::Writes => Outcome {
+            writes: Some(writes::run(args, host).await),
+            ..Default::default()
+        },
         Scenario::IdleWatchers => Outcome {
             per_client: idle_watchers::run(args, host).await?,
             ..Default::default()
@@ -402,6 +420,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .kubelet
             .as_ref()
             .is_some_and(|k| k.every_node_got_its_events),
+        Scenario::Writes => outcome
+            .writes
+            .as_ref()
+            .is_some_and(|w| w.errors == 0 && w.writes == args.writes),
         _ => args.expect.is_none_or(|e| objects.iter().all(|o| *o == e)),
     };
     let complete = per_client.iter().all(|c| c.error.is_none()) && expect_ok;
@@ -448,6 +470,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         churn: outcome.churn,
         kubelet: outcome.kubelet,
         informers: outcome.informers,
+        writes: outcome.writes,
         per_client,
     };
     let json = serde_json::to_string_pretty(&report)?;

@@ -283,6 +283,27 @@ async fn kubelet_storm_gives_every_node_its_pods_then_its_churn() {
     assert!(r["peak_minus_idle_kib"].is_u64());
 }
 
+/// Writes as fast as answered: every create acknowledged, the body the size asked for, and
+/// the objects there afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_all_acknowledged_at_the_body_size_asked() {
+    let addr = server().await;
+    let url = format!("http://{addr}");
+    let more = ["--writes", "40", "--body-kib", "64", "--namespace", "wr"];
+    let r = run(&scenario_args(&url, "writes", "4", &more)).await;
+    let w = &r["writes"];
+    assert_eq!(r["complete"], true, "{w}");
+    assert_eq!(w["writes"], 40);
+    assert_eq!(w["errors"], 0);
+    assert!(
+        w["body_bytes"].as_u64().is_some_and(|b| b > 64 * 1024),
+        "{w}"
+    );
+    let list = listwatch_testkit::get_with(addr, "/api/v1/namespaces/wr/configmaps", &[]).await;
+    let list: serde_json::Value = serde_json::from_slice(&list.body).expect("a list");
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(40));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_targets_with_a_ca_file_or_skip_verify_and_a_token() {
     use std::sync::Arc;

@@ -7,3 +7,4 @@ pub mod kubelet_storm;
 pub mod list;
 pub mod relist_storm;
 pub mod slow_readers;
+pub mod writes;
