@@ -213,19 +213,7 @@ impl EtcdSource {
     /// versions get a store and a follower, versions no longer served are retired (their
     /// watches drain over [`CRD_DRAIN`]) and their followers stopped.
     fn reconcile_crds(&self, crds: &listwatch_store::Snapshot) {
-        let mut wanted = HashMap::new();
-        for r in crds.items().values() {
-            for info in listwatch_sources::crd::served_resources(r.bytes()) {
-                wanted.insert(
-                    (
-                        info.group.clone(),
-                        info.version.clone(),
-                        info.resource.clone(),
-                    ),
-                    info,
-                );
-            }
-        }
+        let wanted = listwatch_sources::crd::served_by(crds);
         let mut custom = self.custom.lock();
         let gone: Vec<_> = custom
             .keys()
@@ -237,10 +225,7 @@ impl EtcdSource {
                 task.abort();
             }
             self.followers.lock().remove(&key);
-            if let Some(store) = self.registry.get(&key.0, &key.1, &key.2) {
-                store.retire(CRD_DRAIN);
-            }
-            tracing::info!(group = %key.0, version = %key.1, resource = %key.2, "custom resource no longer served");
+            listwatch_sources::crd::retire(&self.registry, &key);
         }
         for (key, info) in wanted {
             if custom.contains_key(&key) {

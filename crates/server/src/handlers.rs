@@ -225,13 +225,10 @@ async fn status(ctx: Ctx<'_>, head: &RequestHead, target: Target, payload: Paylo
     let w = match head.verb {
         Verb::Get => {
             let snap = ctx.consistent_snapshot(store).await?;
-            let key = store.info().key(ns.unwrap_or(""), name);
-            let r = snap
-                .get(&key)
-                .ok_or_else(|| ApiError::NotFound(ObjectRef::new(store.info(), name)))?;
+            let current = writes::stored(&snap, store.info(), ns, name)?;
             WriteResult {
                 code: 200,
-                body: r.bytes().clone(),
+                body: current.bytes().clone(),
             }
         }
         Verb::Update => {
@@ -239,9 +236,7 @@ async fn status(ctx: Ctx<'_>, head: &RequestHead, target: Target, payload: Paylo
             let options = WriteOptions::from_params(&head.params, head.verb)?;
             let wanted = read_request_body(ctx.config, payload).await?;
             let snap = ctx.consistent_snapshot(store).await?;
-            let current = snap
-                .get(&store.info().key(ns.unwrap_or(""), name))
-                .ok_or_else(|| ApiError::NotFound(ObjectRef::new(store.info(), name)))?;
+            let current = writes::stored(&snap, store.info(), ns, name)?;
             let bytes = Scope::Status.narrow(current.bytes(), wanted.to_vec())?;
             let op = WriteOp::Update { name, body: &bytes };
             writer

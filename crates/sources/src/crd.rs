@@ -159,6 +159,29 @@ pub fn served_resources(crd_json: &[u8]) -> Vec<ResourceInfo> {
         .collect()
 }
 
+/// A served resource by (group, version, resource).
+pub type Key = (String, String, String);
+
+/// Every resource the established CRDs in `crds` serve, by key.
+pub fn served_by(
+    crds: &listwatch_store::Snapshot,
+) -> std::collections::BTreeMap<Key, ResourceInfo> {
+    crds.items()
+        .values()
+        .flat_map(|r| served_resources(r.bytes()))
+        .map(|i| ((i.group.clone(), i.version.clone(), i.resource.clone()), i))
+        .collect()
+}
+
+/// Retires the custom resource `key` in `registry`: 404 from now on, its open watches
+/// drained over [`DRAIN`].
+pub fn retire(registry: &crate::Registry, key: &Key) {
+    if let Some(store) = registry.get(&key.0, &key.1, &key.2) {
+        store.retire(DRAIN);
+    }
+    tracing::info!(group = %key.0, version = %key.1, resource = %key.2, "custom resource no longer served");
+}
+
 /// `crd` (v1 JSON) with the status kube-apiserver's CRD controllers give it once its names
 /// are accepted and it is established (`NamingConditionController`,
 /// `EstablishingController`): `acceptedNames` from `spec.names`, `NamesAccepted` and

@@ -20,7 +20,7 @@ pub struct EmbeddedSource {
     revision: Mutex<u64>,
     /// The custom resources served now, by (group, version, resource): what the stored
     /// CRDs serve (kept by [`EmbeddedSource::reconcile_crds`]).
-    custom: Mutex<BTreeSet<(String, String, String)>>,
+    custom: Mutex<BTreeSet<crd::Key>>,
 }
 
 impl EmbeddedSource {
@@ -334,7 +334,7 @@ impl EmbeddedSource {
     fn remove(&self, store: &Arc<Store>, rev: &mut u64, key: String) {
         *rev += 1;
         let rv = *rev;
-        for s in self.versions_of(store) {
+        for s in std::iter::once(store.clone()).chain(self.other_versions(store)) {
             let key = key.clone();
             if let Err(e) = s.apply([Change::Delete { key, rv }]) {
                 tracing::error!(error = %e, "removing an object from its store");
@@ -346,23 +346,24 @@ impl EmbeddedSource {
         }
     }
 
-    /// `store` and, for a custom resource, the stores of its other served versions: one
-    /// object stored once is read in every served version (a CRD's `None` conversion:
-    /// only `apiVersion` differs).
-    fn versions_of(&self, store: &Arc<Store>) -> Vec<Arc<Store>> {
-        let mut stores = vec![store.clone()];
+    /// For a custom resource, the stores of its other served versions: one object stored
+    /// once is read in every served version (a CRD's `None` conversion: only `apiVersion`
+    /// differs). Empty for every other resource.
+    fn other_versions(&self, store: &Store) -> Vec<Arc<Store>> {
         let i = store.info();
         let custom = self.custom.lock();
-        if custom.contains(&(i.group.clone(), i.version.clone(), i.resource.clone())) {
-            stores.extend(
-                custom
-                    .iter()
-                    .filter(|(g, v, r)| *g == i.group && *r == i.resource && *v != i.version)
-                    .filter_map(|(g, v, r)| self.registry.get(g, v, r))
-                    .filter(|s| !s.is_retired()),
-            );
+        let is_custom = custom
+            .iter()
+            .any(|(g, v, r)| *g == i.group && *v == i.version && *r == i.resource);
+        if !is_custom {
+            return Vec::new();
         }
-        stores
+        custom
+            .iter()
+            .filter(|(g, v, r)| *g == i.group && *r == i.resource && *v != i.version)
+            .filter_map(|(g, v, r)| self.registry.get(g, v, r))
+            .filter(|s| !s.is_retired())
+            .collect()
     }
 
     /// Makes the served custom resources what the stored CRDs serve, as kube-apiserver's
@@ -377,28 +378,16 @@ impl EmbeddedSource {
         else {
             return;
         };
-        let wanted: Vec<ResourceInfo> = crds
-            .current()
-            .items()
-            .values()
-            .flat_map(|r| crd::served_resources(r.bytes()))
-            .collect();
-        let key = |i: &ResourceInfo| (i.group.clone(), i.version.clone(), i.resource.clone());
+        let wanted = crd::served_by(&crds.current());
         let mut custom = self.custom.lock();
-        let gone: Vec<_> = custom
-            .iter()
-            .filter(|k| !wanted.iter().any(|w| key(w) == **k))
-            .cloned()
-            .collect();
-        for k in gone {
-            custom.remove(&k);
-            if let Some(store) = self.registry.get(&k.0, &k.1, &k.2) {
-                store.retire(crd::DRAIN);
+        custom.retain(|k| {
+            let served = wanted.contains_key(k);
+            if !served {
+                crd::retire(&self.registry, k);
             }
-            tracing::info!(group = %k.0, version = %k.1, resource = %k.2, "custom resource no longer served");
-        }
-        for info in wanted {
-            let k = key(&info);
+            served
+        });
+        for (k, info) in wanted {
             if custom.contains(&k) {
                 continue;
             }
@@ -500,10 +489,10 @@ impl EmbeddedSource {
         let record = Record::ingest(bytes, store.info(), rv)
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let out = record.bytes().clone();
-        let others = self.versions_of(store);
+        let others = self.other_versions(store);
         // The other versions first: each ingest can fail, and nothing is applied then.
         let mut copies = Vec::new();
-        for s in &others[1..] {
+        for s in &others {
             let json = with_api_version(record.bytes(), &s.info().api_version())?;
             copies.push((
                 s,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use listwatch_core::status::FieldErrorKind;
 use listwatch_core::{ApiError, FieldError, ObjectRef, ResourceInfo, WriteOptions};
 use listwatch_patch::PatchType;
-use listwatch_store::{Snapshot, Store};
+use listwatch_store::{Record, Snapshot, Store};
 use serde_json::Value;
 
 use crate::{Source, SourceWriter, WriteOp, WriteRequest, WriteResult};
@@ -129,6 +129,17 @@ pub async fn patch(
     }
 }
 
+/// The stored object `ns/name` in `snap`; 404 when it is not there.
+pub fn stored<'a>(
+    snap: &'a Snapshot,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+) -> Result<&'a Arc<Record>, ApiError> {
+    snap.get(&info.key(ns.unwrap_or(""), name))
+        .ok_or_else(|| ApiError::NotFound(ObjectRef::new(info, name)))
+}
+
 /// The stored object `ns/name` in `snap`, parsed; 404 when it is not there.
 pub fn current(
     snap: &Snapshot,
@@ -136,10 +147,7 @@ pub fn current(
     ns: Option<&str>,
     name: &str,
 ) -> Result<Value, ApiError> {
-    match snap.get(&info.key(ns.unwrap_or(""), name)) {
-        Some(r) => parse(r.bytes()),
-        None => Err(ApiError::NotFound(ObjectRef::new(info, name))),
-    }
+    parse(stored(snap, info, ns, name)?.bytes())
 }
 
 /// A stored (or just written) object's JSON, parsed.
