@@ -17,6 +17,7 @@ mod list;
 pub mod printers;
 pub mod protobuf;
 pub mod render;
+pub mod shared;
 pub mod table;
 pub mod watch;
 

@@ -8,8 +8,9 @@ use listwatch_core::ContinueToken;
 use listwatch_protobuf::ProtoError;
 use listwatch_store::SnapshotReader;
 
-use crate::ChunkWriter;
 use crate::render::{ListHead, ObjectWriter};
+use crate::shared::ActiveResponse;
+use crate::{ChunkWriter, Encoding};
 
 enum Phase {
     Header,
@@ -27,6 +28,8 @@ pub struct ListEncoder {
     first: bool,
     continue_prefix: String,
     page_limited: bool,
+    /// A protobuf LIST shares items with concurrent protobuf responses while it runs.
+    _sharing: Option<ActiveResponse>,
 }
 
 /// Records examined per step: bounds the work done per poll when a selector skips most.
@@ -42,7 +45,9 @@ impl ListEncoder {
         page_limited: bool,
         chunk: usize,
     ) -> Self {
+        let sharing = (writer.encoding() == Encoding::Protobuf).then(ActiveResponse::begin);
         ListEncoder {
+            _sharing: sharing,
             reader,
             writer,
             out: ChunkWriter::new(chunk),

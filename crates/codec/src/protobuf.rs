@@ -6,8 +6,13 @@
 use listwatch_core::{ApiError, ResourceInfo};
 use listwatch_protobuf::encode::{begin, end, put_bytes, put_varint, varint_len, write_envelope};
 use listwatch_protobuf::{MessageId, ProtoEncoder, ProtoError, Schema};
-use listwatch_store::Record;
+use std::sync::Arc;
+
+use bytes::Bytes;
 use listwatch_store::record::EncodedForm;
+use listwatch_store::{Filter, Record, Snapshot, SnapshotReader};
+
+use crate::shared;
 
 /// Protobuf responses' `Content-Type`.
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -100,6 +105,45 @@ impl ProtoObjects {
         written?;
         r.set_encoded_len(form, n);
         Ok(n)
+    }
+
+    /// `r`'s message as it is stored (no stamp): another response's encoding while
+    /// protobuf responses share items, else transcoded into `scratch` (and kept for the
+    /// others while they share). `None` means the message is in `scratch`.
+    pub fn item(
+        &mut self,
+        r: &Arc<Record>,
+        scratch: &mut Vec<u8>,
+    ) -> Result<Option<Bytes>, ProtoError> {
+        let form = self.object.unwrap_or(u32::MAX);
+        let share = shared::sharing();
+        if share && let Some(b) = shared::get(r, form) {
+            return Ok(Some(b));
+        }
+        scratch.clear();
+        self.write_item(r, None, scratch)?;
+        if !share {
+            return Ok(None);
+        }
+        let b = Bytes::copy_from_slice(scratch);
+        shared::keep(r, form, b.clone());
+        Ok(Some(b))
+    }
+
+    /// Appends `r` as a whole protobuf body with its own resourceVersion, its message
+    /// shared as [`Self::item`] shares it.
+    pub fn write_item_envelope(
+        &mut self,
+        r: &Arc<Record>,
+        scratch: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProtoError> {
+        let shared = self.item(r, scratch)?;
+        let message: &[u8] = shared.as_deref().unwrap_or(scratch);
+        write_envelope(out, &self.api_version, &self.kind, |out| {
+            out.extend_from_slice(message);
+            Ok(())
+        })
     }
 
     /// Appends `r`'s message (its resourceVersion replaced by `stamp_rv` if given).
@@ -239,6 +283,35 @@ impl ProtoObjects {
         end(out, at);
         Ok(())
     }
+}
+
+/// Measures the protobuf lengths a LIST states before its items (whole object and
+/// PartialObjectMetadata) of every record of `snap` not measured yet, so that a protobuf
+/// LIST's size pass sums memos instead of transcoding the collection before its first
+/// byte. Returns how many records it transcoded; `0` for a kind without protobuf.
+pub fn measure_lengths(info: &ResourceInfo, snap: &Snapshot) -> usize {
+    let mut measured = 0;
+    for metadata_only in [false, true] {
+        let Some(mut w) = ProtoObjects::new(info, metadata_only) else {
+            return 0;
+        };
+        let form = if metadata_only {
+            EncodedForm::Metadata
+        } else {
+            EncodedForm::Object
+        };
+        let mut reader =
+            SnapshotReader::new(snap.clone(), Arc::new(Filter::everything()), None, None);
+        while reader.next_batch(usize::MAX, |r| {
+            if r.encoded_len(form).is_none() {
+                measured += 1;
+                // An object that cannot be encoded is reported by the LIST that sends it.
+                let _ = w.item_len(r);
+            }
+            true
+        }) {}
+    }
+    measured
 }
 
 /// A `Status` JSON body as a protobuf body.

@@ -5,6 +5,8 @@
 //! metadata. LIST, WATCH and GET drive it (ripgrep's searcher and `Sink`); a new wire form
 //! is one more writer style here.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use listwatch_core::json::push_go_string;
 use listwatch_core::{ApiError, QueryParams, ResourceInfo, Verb};
@@ -200,7 +202,7 @@ impl ObjectWriter {
     pub fn list_item(
         &mut self,
         out: &mut ChunkWriter,
-        r: &Record,
+        r: &Arc<Record>,
         first: bool,
     ) -> Result<(), ProtoError> {
         match &mut self.style {
@@ -224,9 +226,9 @@ impl ObjectWriter {
             }
             Style::Protobuf(p) => {
                 let expected = p.item_len(r)?;
-                self.scratch.clear();
-                p.write_item(r, None, &mut self.scratch)?;
-                if expected != self.scratch.len() {
+                let shared = p.item(r, &mut self.scratch)?;
+                let item = shared.as_deref().unwrap_or(&self.scratch);
+                if expected != item.len() {
                     return Err(ProtoError::Malformed(
                         "an item's length changed between passes",
                     ));
@@ -235,7 +237,10 @@ impl ObjectWriter {
                 let k = varint_bytes(expected as u64, &mut len);
                 out.put_slice(&[0x12]);
                 out.put_slice(&len[..k]);
-                out.put_slice(&self.scratch);
+                match shared {
+                    Some(b) => out.put_bytes(b),
+                    None => out.put_slice(&self.scratch),
+                }
             }
         }
         Ok(())
@@ -288,6 +293,27 @@ impl ObjectWriter {
                 out.put_slice(&self.frame);
             }
         }
+        Ok(())
+    }
+
+    /// One initial event of a watch-list: `r` ADDED with its own resourceVersion (a
+    /// protobuf message shared with concurrent protobuf responses, see [`crate::shared`]).
+    pub fn initial_event(
+        &mut self,
+        out: &mut ChunkWriter,
+        r: &Arc<Record>,
+        now: i64,
+    ) -> Result<(), ProtoError> {
+        let Style::Protobuf(p) = &mut self.style else {
+            return self.event(out, EventType::Added, r, None, now);
+        };
+        self.frame.clear();
+        p.write_item_envelope(r, &mut self.scratch, &mut self.frame)?;
+        let envelope_len = self.frame.len();
+        self.scratch.clear();
+        write_watch_frame_head(EventType::Added.as_str(), envelope_len, &mut self.scratch);
+        out.put_slice(&self.scratch);
+        out.put_slice(&self.frame);
         Ok(())
     }
 

@@ -10,9 +10,10 @@ use listwatch_core::ResourceInfo;
 use listwatch_core::json::push_go_string;
 use listwatch_store::{Event, EventType, Filter, Record, SnapshotReader, WatchCursor};
 
-use crate::ChunkWriter;
 use crate::protobuf::PARTIAL_HEAD;
 use crate::render::ObjectWriter;
+use crate::shared::ActiveResponse;
+use crate::{ChunkWriter, Encoding};
 
 /// Writes an event line for `object`; with `stamp_rv` the object is sent with that RV in
 /// place of its own (three shared slices, no copy of the object when large).
@@ -133,7 +134,11 @@ pub enum WatchStep {
 }
 
 enum Phase {
-    Initial(SnapshotReader),
+    /// Initial events; a protobuf watch-list shares items with concurrent responses.
+    Initial {
+        reader: SnapshotReader,
+        _sharing: Option<ActiveResponse>,
+    },
     InitialEnd,
     Live,
     Done,
@@ -171,7 +176,13 @@ impl WatchEncoder {
         now: Instant,
     ) -> Self {
         let phase = match spec.initial.take() {
-            Some(r) => Phase::Initial(r),
+            Some(r) => {
+                let sharing = (writer.encoding() == Encoding::Protobuf).then(ActiveResponse::begin);
+                Phase::Initial {
+                    reader: r,
+                    _sharing: sharing,
+                }
+            }
             None => Phase::InitialEnd,
         };
         let mut e = WatchEncoder {
@@ -196,12 +207,12 @@ impl WatchEncoder {
 
     /// Whether initial events are still being sent (where compression pays off).
     pub fn in_initial_phase(&self) -> bool {
-        matches!(self.phase, Phase::Initial(_) | Phase::InitialEnd)
+        matches!(self.phase, Phase::Initial { .. } | Phase::InitialEnd)
     }
 
     /// Whether initial events are still to come (a watch-list not yet past its snapshot).
     pub fn has_initial_events(&self) -> bool {
-        matches!(self.phase, Phase::Initial(_))
+        matches!(self.phase, Phase::Initial { .. })
     }
 
     /// Ends the watch at `at` if that is before its deadline (shutdown spreads watch ends).
@@ -218,17 +229,17 @@ impl WatchEncoder {
             }
             match &mut self.phase {
                 Phase::Done => return WatchStep::End,
-                Phase::Initial(_) if now >= self.spec.deadline => {
+                Phase::Initial { .. } if now >= self.spec.deadline => {
                     self.out.flush();
                     self.phase = Phase::Done;
                 }
-                Phase::Initial(reader) => {
+                Phase::Initial { reader, .. } => {
                     let out = &mut self.out;
                     let writer = &mut self.writer;
                     let wall = listwatch_core::time::unix_now();
                     let mut ok = true;
                     let more = reader.next_batch(SCAN_PER_STEP, |r| {
-                        ok = encoded(writer.event(out, EventType::Added, r, None, wall));
+                        ok = encoded(writer.initial_event(out, r, wall));
                         ok && !out.is_full()
                     });
                     if !ok {

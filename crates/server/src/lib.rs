@@ -7,6 +7,7 @@
 //! them to the socket as the connection drains; [`response`] turns errors into `Status`.
 //! This file builds the [`App`]; `serve` accepts connections.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -231,6 +232,24 @@ impl App {
         &self.service.source
     }
 
+    /// Measures the protobuf lengths of the records of every store with a protobuf form
+    /// that changed since `warmed` (store address → RV measured) was last updated, so a
+    /// protobuf LIST's first byte does not wait for a transcode of its collection (issue 27
+    /// item 2). A pass over a measured store only reads the memos.
+    pub fn measure_encodings(&self, warmed: &mut HashMap<usize, u64>) {
+        let mut next = HashMap::new();
+        for s in self.service.registry.stores() {
+            let key = Arc::as_ptr(&s) as usize;
+            let snap = s.current();
+            let rv = snap.rv();
+            if warmed.get(&key) != Some(&rv) {
+                listwatch_codec::protobuf::measure_lengths(s.info(), &snap);
+            }
+            next.insert(key, rv);
+        }
+        *warmed = next;
+    }
+
     /// Spawns the housekeeping loop ([`Self::maintain`] every second) on the current tokio
     /// runtime. [`Maintenance::shutdown`] stops it and waits; dropping the handle detaches
     /// the loop, as dropping a `JoinHandle` does.
@@ -240,9 +259,21 @@ impl App {
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             let mut stopped = Some(stopped);
+            // Length measuring transcodes: on a blocking thread, one pass at a time.
+            let warmed = Arc::new(std::sync::Mutex::new(HashMap::new()));
+            let mut measuring: Option<tokio::task::JoinHandle<()>> = None;
             loop {
                 tokio::select! {
-                    _ = tick.tick() => app.maintain(),
+                    _ = tick.tick() => {
+                        app.maintain();
+                        if measuring.as_ref().is_none_or(|h| h.is_finished()) {
+                            let (app, warmed) = (app.clone(), warmed.clone());
+                            measuring = Some(tokio::task::spawn_blocking(move || {
+                                let mut w = warmed.lock().unwrap_or_else(|e| e.into_inner());
+                                app.measure_encodings(&mut w);
+                            }));
+                        }
+                    }
                     r = async { stopped.as_mut().expect("guarded").await }, if stopped.is_some() => {
                         match r {
                             Ok(()) => break,

@@ -68,6 +68,10 @@ pub struct Metrics {
     store_gauges: Vec<(Family<ResourceLabel, Gauge>, StoreStat)>,
     skipped: Family<SkipLabel, Gauge>,
     rss: Gauge,
+    /// Protobuf items served from another response's encoding / kept for others (issue 27).
+    shared_hits: Counter,
+    shared_kept: Counter,
+    shared_held: Gauge,
     request_log: RequestLog,
     log_suppressed: Counter,
 }
@@ -110,6 +114,8 @@ impl Metrics {
         let watchers = Family::<ResourceLabel, Gauge>::default();
         let skipped = Family::<SkipLabel, Gauge>::default();
         let rss = Gauge::default();
+        let (shared_hits, shared_kept, shared_held) =
+            (Counter::default(), Counter::default(), Gauge::default());
         let log_suppressed = Counter::default();
         // One line per metric: name, help, value.
         macro_rules! register {
@@ -134,6 +140,9 @@ impl Metrics {
         register! {
             "listwatch_source_values_skipped", "Stored values the source could not read (KMS-encrypted, no key, malformed) and skipped so far", skipped;
             "process_resident_memory_bytes", "Resident set size", rss;
+            "listwatch_shared_protobuf_item_hits", "Protobuf list items and initial events copied from a concurrent response's encoding", shared_hits;
+            "listwatch_shared_protobuf_items_kept", "Protobuf items a response transcoded and kept for concurrent ones", shared_kept;
+            "listwatch_shared_protobuf_item_bytes", "Bytes of protobuf items held for concurrent responses now", shared_held;
         }
         Metrics {
             registry,
@@ -145,6 +154,9 @@ impl Metrics {
             store_gauges,
             skipped,
             rss,
+            shared_hits,
+            shared_kept,
+            shared_held,
             request_log: RequestLog::new(log_per_second),
             log_suppressed,
         }
@@ -220,6 +232,14 @@ impl Metrics {
             }
         }
         self.rss.set(rss_bytes() as i64);
+        let shared = listwatch_codec::shared::stats();
+        // The counters follow the codec's own: add what they gained since the last scrape.
+        self.shared_hits
+            .inc_by(shared.hits.saturating_sub(self.shared_hits.get()));
+        self.shared_kept
+            .inc_by(shared.kept.saturating_sub(self.shared_kept.get()));
+        self.shared_held
+            .set(i64::try_from(shared.held).unwrap_or(i64::MAX));
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out

@@ -1,0 +1,153 @@
+//! Issue 27 item 2: concurrent protobuf LISTs and watch-lists of one snapshot share the
+//! items one of them transcodes, send exactly the bytes a lone response sends, and hold
+//! nothing once the last of them ends. One test: the shared items are the process's.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use listwatch_codec::shared::{self, SharedStats};
+use listwatch_codec::{Encoding, Form, ListEncoder, Rendering, WatchEncoder, WatchSpec, WatchStep};
+use listwatch_core::builtin_resource;
+use listwatch_store::{Filter, Record, SnapshotReader, Store, StoreConfig};
+
+const OBJECTS: u64 = 3_000;
+
+fn store() -> Arc<Store> {
+    let info = builtin_resource("configmaps").expect("configmaps");
+    let records = (0..OBJECTS).map(|i| {
+        let json = format!(
+            r#"{{"metadata":{{"name":"cm-{i:05}","namespace":"ns{}","labels":{{"i":"{i}"}}}},"data":{{"k":"{}"}}}}"#,
+            i % 7,
+            "v".repeat(100 + (i % 50) as usize)
+        );
+        Record::ingest(json.as_bytes(), &info, 2 + i).expect("ingest")
+    });
+    let records: Vec<_> = records.collect();
+    Store::new(Arc::new(info), 2 + OBJECTS, records, StoreConfig::default())
+}
+
+fn rendering(metadata: bool) -> Rendering {
+    Rendering {
+        encoding: Encoding::Protobuf,
+        form: if metadata {
+            Form::Metadata
+        } else {
+            Form::Objects
+        },
+        gzip: false,
+    }
+}
+
+fn list(store: &Store, metadata: bool) -> ListEncoder {
+    let reader = SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
+    let writer = rendering(metadata).writer(store.info()).expect("writer");
+    ListEncoder::new(reader, writer, String::new(), false, 16 * 1024)
+}
+
+fn watch_list(store: &Arc<Store>, metadata: bool) -> WatchEncoder {
+    let now = Instant::now();
+    let snap = store.current();
+    let rv = snap.rv();
+    let spec = WatchSpec {
+        initial: Some(SnapshotReader::new(
+            snap,
+            Arc::new(Filter::everything()),
+            None,
+            None,
+        )),
+        initial_events_end: true,
+        initial_rv: rv,
+        bookmarks: true,
+        bookmark_every: Duration::from_secs(60),
+        deadline: now + Duration::from_secs(3600),
+        chunk: 16 * 1024,
+    };
+    let writer = rendering(metadata).writer(store.info()).expect("writer");
+    let cursor = store.watch_from(rv).expect("cursor");
+    WatchEncoder::new(cursor, Arc::new(Filter::everything()), writer, spec, now)
+}
+
+/// Bodies of `n` encoders driven chunk by chunk in turn (as a storm's responses go).
+fn interleaved<E>(
+    mut encoders: Vec<E>,
+    mut next: impl FnMut(&mut E) -> Option<Vec<u8>>,
+) -> Vec<Vec<u8>> {
+    let mut bodies = vec![Vec::new(); encoders.len()];
+    let mut open = vec![true; encoders.len()];
+    while open.iter().any(|o| *o) {
+        for (i, e) in encoders.iter_mut().enumerate() {
+            if !open[i] {
+                continue;
+            }
+            match next(e) {
+                Some(c) => bodies[i].extend_from_slice(&c),
+                None => open[i] = false,
+            }
+        }
+    }
+    bodies
+}
+
+fn list_bodies(store: &Store, metadata: bool, n: usize) -> Vec<Vec<u8>> {
+    let encoders = (0..n).map(|_| list(store, metadata)).collect();
+    interleaved(encoders, |e: &mut ListEncoder| {
+        e.next_chunk().map(|c| c.to_vec())
+    })
+}
+
+fn watch_bodies(store: &Arc<Store>, metadata: bool, n: usize) -> Vec<Vec<u8>> {
+    let encoders = (0..n).map(|_| watch_list(store, metadata)).collect();
+    let now = Instant::now();
+    // Up to the initial-events-end bookmark: the watch then idles.
+    interleaved(encoders, |e: &mut WatchEncoder| match e.step(now) {
+        WatchStep::Chunk(c) => Some(c.to_vec()),
+        _ => None,
+    })
+}
+
+fn delta(before: SharedStats, after: SharedStats) -> (u64, u64) {
+    (after.hits - before.hits, after.kept - before.kept)
+}
+
+#[test]
+fn concurrent_protobuf_responses_share_items_and_send_the_same_bytes() {
+    let store = store();
+    for metadata in [false, true] {
+        // A lone LIST neither keeps nor finds anything.
+        let s0 = shared::stats();
+        let lone = list_bodies(&store, metadata, 1).remove(0);
+        assert_eq!(delta(s0, shared::stats()), (0, 0), "metadata={metadata}");
+        assert!(lone.len() > OBJECTS as usize * 20);
+
+        // Four at once: every object is transcoded about once and copied three times.
+        let s1 = shared::stats();
+        let four = list_bodies(&store, metadata, 4);
+        let (hits, kept) = delta(s1, shared::stats());
+        for body in &four {
+            assert!(
+                body == &lone,
+                "a shared LIST differs from a lone one (metadata={metadata})"
+            );
+        }
+        assert!(
+            (OBJECTS..OBJECTS + OBJECTS / 10).contains(&kept),
+            "kept {kept}"
+        );
+        assert!(hits >= 3 * OBJECTS - OBJECTS / 10, "hits {hits}");
+        assert_eq!(shared::stats().held, 0, "items outlived the last response");
+
+        // Watch-lists share the same items.
+        let lone_watch = watch_bodies(&store, metadata, 1).remove(0);
+        let s2 = shared::stats();
+        let three = watch_bodies(&store, metadata, 3);
+        let (hits, _) = delta(s2, shared::stats());
+        for body in &three {
+            assert!(
+                body == &lone_watch,
+                "a shared watch-list differs (metadata={metadata})"
+            );
+        }
+        assert!(hits >= 2 * OBJECTS - OBJECTS / 10, "watch-list hits {hits}");
+        assert_eq!(shared::stats().held, 0);
+    }
+}
