@@ -240,6 +240,15 @@ struct ServeArgs {
 fn main() -> std::process::ExitCode {
     #[cfg(feature = "dhat-heap")]
     let _profiler = dhat::Profiler::new_heap();
+    // jemalloc's background thread returns freed pages to the system (after its decay
+    // time) even while the server is idle; without it, pages freed after a LIST storm stay
+    // resident until allocation picks up again.
+    #[cfg(not(feature = "dhat-heap"))]
+    if let Err(e) = tikv_jemalloc_ctl::max_background_threads::write(1)
+        .and_then(|()| tikv_jemalloc_ctl::background_thread::write(true))
+    {
+        eprintln!("listwatch: jemalloc's background thread could not be started: {e}");
+    }
     let cli = Cli::parse();
     let Command::Serve(args) = cli.command;
     match serve(args) {

@@ -8,9 +8,8 @@ use listwatch_core::ContinueToken;
 use listwatch_protobuf::ProtoError;
 use listwatch_store::SnapshotReader;
 
+use crate::ChunkWriter;
 use crate::render::{ListHead, ObjectWriter};
-use crate::shared::ActiveResponse;
-use crate::{ChunkWriter, Encoding};
 
 enum Phase {
     Header,
@@ -28,8 +27,6 @@ pub struct ListEncoder {
     first: bool,
     continue_prefix: String,
     page_limited: bool,
-    /// A protobuf LIST shares items with concurrent protobuf responses while it runs.
-    _sharing: Option<ActiveResponse>,
 }
 
 /// Records examined per step: bounds the work done per poll when a selector skips most.
@@ -40,14 +37,13 @@ impl ListEncoder {
     /// key prefix (for the continue token); `chunk` bounds the bytes copied per chunk.
     pub fn new(
         reader: SnapshotReader,
-        writer: ObjectWriter,
+        mut writer: ObjectWriter,
         continue_prefix: String,
         page_limited: bool,
         chunk: usize,
     ) -> Self {
-        let sharing = (writer.encoding() == Encoding::Protobuf).then(ActiveResponse::begin);
+        writer.start_sharing();
         ListEncoder {
-            _sharing: sharing,
             reader,
             writer,
             out: ChunkWriter::new(chunk),
@@ -142,6 +138,7 @@ impl ListEncoder {
                         self.fail(&e);
                     } else if !more {
                         self.writer.list_tail(&mut self.out);
+                        self.writer.stop_sharing();
                         self.out.flush();
                         self.phase = Phase::Done;
                     }

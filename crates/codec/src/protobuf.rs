@@ -12,7 +12,7 @@ use bytes::Bytes;
 use listwatch_store::record::EncodedForm;
 use listwatch_store::{Filter, Record, Snapshot, SnapshotReader};
 
-use crate::shared;
+use crate::shared::{self, Lookup};
 
 /// Protobuf responses' `Content-Type`.
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -44,6 +44,10 @@ pub struct ProtoObjects {
     stamped: Vec<u8>,
     /// One object's message, when its length must be known before it is written.
     scratch: Vec<u8>,
+    /// Which responses' items this one may share ([`shared::group_of`]).
+    group: u64,
+    /// Present while this response shares items.
+    sharing: Option<shared::Reader>,
 }
 
 impl ProtoObjects {
@@ -71,6 +75,13 @@ impl ProtoObjects {
             kind,
             stamped: Vec::new(),
             scratch: Vec::new(),
+            group: shared::group_of(
+                &info.api_version(),
+                &info.kind,
+                &info.resource,
+                metadata_only,
+            ),
+            sharing: None,
         })
     }
 
@@ -107,6 +118,18 @@ impl ProtoObjects {
         Ok(n)
     }
 
+    /// Takes part in sharing items with concurrent protobuf responses of the same
+    /// resource and form (a LIST, a watch-list's initial events), until
+    /// [`Self::stop_sharing`].
+    pub fn start_sharing(&mut self) {
+        self.sharing = Some(shared::Reader::join(self.group));
+    }
+
+    /// Leaves the sharing readers (a watch-list's initial events are over).
+    pub fn stop_sharing(&mut self) {
+        self.sharing = None;
+    }
+
     /// `r`'s message as it is stored (no stamp): another response's encoding while
     /// protobuf responses share items, else transcoded into `scratch` (and kept for the
     /// others while they share). `None` means the message is in `scratch`.
@@ -115,19 +138,23 @@ impl ProtoObjects {
         r: &Arc<Record>,
         scratch: &mut Vec<u8>,
     ) -> Result<Option<Bytes>, ProtoError> {
-        let form = self.object.unwrap_or(u32::MAX);
-        let share = shared::sharing();
-        if share && let Some(b) = shared::get(r, form) {
+        let lookup = match &self.sharing {
+            Some(s) => s.get(r),
+            None => Lookup::Alone,
+        };
+        if let Lookup::Hit(b) = lookup {
             return Ok(Some(b));
         }
         scratch.clear();
         self.write_item(r, None, scratch)?;
-        if !share {
-            return Ok(None);
+        match (lookup, &self.sharing) {
+            (Lookup::Miss, Some(s)) => {
+                let b = Bytes::copy_from_slice(scratch);
+                s.keep(r, b.clone());
+                Ok(Some(b))
+            }
+            _ => Ok(None),
         }
-        let b = Bytes::copy_from_slice(scratch);
-        shared::keep(r, form, b.clone());
-        Ok(Some(b))
     }
 
     /// Appends `r` as a whole protobuf body with its own resourceVersion, its message

@@ -134,6 +134,22 @@ impl ObjectWriter {
         }
     }
 
+    /// Shares protobuf items with concurrent responses of the same resource and form
+    /// until [`Self::stop_sharing`] (see [`crate::shared`]); other forms have nothing to
+    /// share.
+    pub fn start_sharing(&mut self) {
+        if let Style::Protobuf(p) = &mut self.style {
+            p.start_sharing();
+        }
+    }
+
+    /// Stops sharing protobuf items.
+    pub fn stop_sharing(&mut self) {
+        if let Style::Protobuf(p) = &mut self.style {
+            p.stop_sharing();
+        }
+    }
+
     /// Whether [`Self::list_head`] needs the items' encoded size first (protobuf: the
     /// list message is length-prefixed).
     pub fn measures_items(&self) -> bool {

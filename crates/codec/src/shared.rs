@@ -1,46 +1,49 @@
 //! Protobuf items shared by concurrent responses (issue 27 item 2). While two or more
-//! protobuf LISTs or watch-lists are being written, an object message one of them
-//! transcodes is kept, within a byte budget, for the others: a LIST storm (N requests for
-//! the same snapshot) transcodes each object about once instead of N times. A lone response
-//! neither looks nor keeps (no allocation beyond today's), and the items are dropped as
-//! soon as the last protobuf response ends, so idle memory is untouched. docs/memory.md
-//! has the measurements and the alternatives.
+//! protobuf LISTs or watch-lists of one resource (in one form) are being written, an
+//! object message one of them transcodes is kept for the others: a LIST storm (N requests
+//! for the same snapshot) transcodes each object about once instead of N times.
+//!
+//! The kept items are a window behind the fastest reader: each reader records where it is
+//! (responses walk a collection in key order) and an item every reader has passed is
+//! dropped. At the byte budget the lowest items go first — those only readers far behind
+//! still want, who transcode for themselves as a lone response does — and an item below
+//! everything kept is not kept: a slow or stalled reader never holds memory or the others
+//! back. A lone response neither looks nor keeps, and the
+//! items go with the last reader. docs/memory.md has the measurements and alternatives.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 use bytes::Bytes;
 use listwatch_store::Record;
 
-/// Bytes of encoded items kept at most, over all shards.
+/// Bytes of encoded items kept at most, over all resources.
 pub const SHARED_BUDGET: usize = 32 << 20;
-const SHARDS: usize = 16;
 
-/// An item's identity: the record's address (held alive by the entry's `Weak`, so no
-/// other record can take it while the entry exists) and the form it is encoded in.
-type ItemKey = (usize, u32);
-
+/// The readers of one resource in one form, and the items kept for them.
 #[derive(Default)]
-struct Shard {
-    items: HashMap<ItemKey, (Weak<Record>, Bytes)>,
-    /// Insertion order, for eviction: the oldest item goes first.
-    order: VecDeque<ItemKey>,
+struct Group {
+    /// Each reader's last key (`None` before its first item).
+    readers: HashMap<u64, Option<Arc<str>>>,
+    /// Items by key; the `Weak` pins the record's address, which identifies its version.
+    items: BTreeMap<Arc<str>, (Weak<Record>, Bytes)>,
     bytes: usize,
 }
 
-/// The process's shared protobuf items.
-pub struct SharedItems {
-    shards: [Mutex<Shard>; SHARDS],
-    /// Protobuf responses being written now.
-    active: AtomicUsize,
+struct Shared {
+    groups: Mutex<HashMap<u64, Group>>,
+    next_reader: AtomicU64,
+    held: AtomicUsize,
     hits: AtomicU64,
     kept: AtomicU64,
 }
 
-static SHARED: LazyLock<SharedItems> = LazyLock::new(|| SharedItems {
-    shards: std::array::from_fn(|_| Mutex::new(Shard::default())),
-    active: AtomicUsize::new(0),
+static SHARED: LazyLock<Shared> = LazyLock::new(|| Shared {
+    groups: Mutex::new(HashMap::new()),
+    next_reader: AtomicU64::new(0),
+    held: AtomicUsize::new(0),
     hits: AtomicU64::new(0),
     kept: AtomicU64::new(0),
 });
@@ -57,88 +60,186 @@ pub struct SharedStats {
     pub held: usize,
 }
 
-/// Held by a protobuf response while it writes objects: sharing is on while two or more
-/// are held, and the shared items are dropped when the last one goes.
-pub struct ActiveResponse(());
-
-impl ActiveResponse {
-    /// Counts one more protobuf response in progress.
-    pub fn begin() -> ActiveResponse {
-        SHARED.active.fetch_add(1, Ordering::AcqRel);
-        ActiveResponse(())
-    }
-}
-
-impl Drop for ActiveResponse {
-    fn drop(&mut self) {
-        if SHARED.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            for shard in &SHARED.shards {
-                let mut s = lock(shard);
-                s.items = HashMap::new();
-                s.order = VecDeque::new();
-                s.bytes = 0;
-            }
-        }
-    }
-}
-
 /// The counters of the process's shared items.
 pub fn stats() -> SharedStats {
     SharedStats {
         hits: SHARED.hits.load(Ordering::Relaxed),
         kept: SHARED.kept.load(Ordering::Relaxed),
-        held: SHARED.shards.iter().map(|s| lock(s).bytes).sum(),
+        held: SHARED.held.load(Ordering::Relaxed),
     }
 }
 
-/// Whether responses share items now (two or more protobuf responses in progress).
-pub(crate) fn sharing() -> bool {
-    SHARED.active.load(Ordering::Acquire) >= 2
+/// Which items a response can share: those of one resource (`api_version`, `kind`,
+/// `resource`) in one form.
+pub fn group_of(api_version: &str, kind: &str, resource: &str, metadata_only: bool) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (api_version, kind, resource, metadata_only).hash(&mut h);
+    h.finish()
 }
 
-/// `r`'s item in `form`, if another response kept it.
-pub(crate) fn get(r: &Arc<Record>, form: u32) -> Option<Bytes> {
-    let key = (Arc::as_ptr(r) as usize, form);
-    let found = lock(shard_of(key)).items.get(&key).map(|(_, b)| b.clone());
-    if found.is_some() {
-        SHARED.hits.fetch_add(1, Ordering::Relaxed);
-    }
-    found
+/// One response taking part in sharing, from [`Reader::join`] until dropped.
+pub struct Reader {
+    group: u64,
+    id: u64,
 }
 
-/// Keeps `item` as `r`'s encoding in `form`, evicting the oldest items past the budget.
-pub(crate) fn keep(r: &Arc<Record>, form: u32, item: Bytes) {
-    let per_shard = SHARED_BUDGET / SHARDS;
-    if item.len() > per_shard {
-        return;
+impl Reader {
+    /// Joins the readers of `group`.
+    pub fn join(group: u64) -> Reader {
+        let id = SHARED.next_reader.fetch_add(1, Ordering::Relaxed);
+        lock().entry(group).or_default().readers.insert(id, None);
+        Reader { group, id }
     }
-    let key = (Arc::as_ptr(r) as usize, form);
-    let mut s = lock(shard_of(key));
-    let len = item.len();
-    if s.items.insert(key, (Arc::downgrade(r), item)).is_some() {
-        // Two responses transcoded it at once; the one entry stands.
-        return;
-    }
-    s.order.push_back(key);
-    s.bytes += len;
-    while s.bytes > per_shard {
-        let Some(old) = s.order.pop_front() else {
-            break;
+
+    /// `r`'s item, if another reader kept it; notes that this reader is at `r`.
+    /// `None` also when this reader is alone (it then neither looks nor keeps).
+    pub(crate) fn get(&self, r: &Arc<Record>) -> Lookup {
+        let mut groups = lock();
+        let Some(g) = groups.get_mut(&self.group) else {
+            return Lookup::Alone;
         };
-        if let Some((_, b)) = s.items.remove(&old) {
-            s.bytes -= b.len();
+        if let Some(at) = g.readers.get_mut(&self.id) {
+            *at = Some(r.key().clone());
+        }
+        if g.readers.len() < 2 {
+            return Lookup::Alone;
+        }
+        match g.items.get(r.key()) {
+            Some((w, b)) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(r)) => {
+                SHARED.hits.fetch_add(1, Ordering::Relaxed);
+                Lookup::Hit(b.clone())
+            }
+            _ => Lookup::Miss,
         }
     }
-    SHARED.kept.fetch_add(1, Ordering::Relaxed);
+
+    /// Keeps `item` as `r`'s encoding for the other readers, first dropping what every
+    /// reader has passed; not kept at the budget.
+    pub(crate) fn keep(&self, r: &Arc<Record>, item: Bytes) {
+        let mut groups = lock();
+        let Some(g) = groups.get_mut(&self.group) else {
+            return;
+        };
+        let over = || SHARED.held.load(Ordering::Relaxed) + item.len() > SHARED_BUDGET;
+        if over() {
+            g.drop_passed();
+        }
+        // Still at the budget: the items below this one are wanted only by readers behind
+        // it; the slowest of them transcode for themselves rather than hold the rest back.
+        while over() {
+            match g.items.first_entry() {
+                Some(first) if first.key() < r.key() => {
+                    let (_, b) = first.remove();
+                    g.bytes -= b.len();
+                    SHARED.held.fetch_sub(b.len(), Ordering::Relaxed);
+                }
+                _ => return,
+            }
+        }
+        let len = item.len();
+        if let Some((_, old)) = g.items.insert(r.key().clone(), (Arc::downgrade(r), item)) {
+            g.bytes -= old.len();
+            SHARED.held.fetch_sub(old.len(), Ordering::Relaxed);
+        }
+        g.bytes += len;
+        SHARED.held.fetch_add(len, Ordering::Relaxed);
+        SHARED.kept.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
-fn shard_of(key: ItemKey) -> &'static Mutex<Shard> {
-    // Records are allocations of one size: the address bits above the alignment spread.
-    let h = (key.0 >> 6) ^ (key.0 >> 12) ^ key.1 as usize;
-    &SHARED.shards[h % SHARDS]
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let mut groups = lock();
+        let Some(g) = groups.get_mut(&self.group) else {
+            return;
+        };
+        g.readers.remove(&self.id);
+        if g.readers.is_empty() {
+            SHARED.held.fetch_sub(g.bytes, Ordering::Relaxed);
+            groups.remove(&self.group);
+        } else {
+            g.drop_passed();
+        }
+    }
 }
 
-fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    // A panic while holding a shard leaves it consistent enough to clear and reuse.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// What [`Reader::get`] found.
+pub(crate) enum Lookup {
+    /// No other reader: transcode and do not keep.
+    Alone,
+    /// Another reader's encoding.
+    Hit(Bytes),
+    /// Not kept: transcode and keep.
+    Miss,
+}
+
+impl Group {
+    /// Drops the items below every reader's position (none if a reader has not started).
+    fn drop_passed(&mut self) {
+        let mut slowest: Option<&Arc<str>> = None;
+        for at in self.readers.values() {
+            match at {
+                None => return,
+                Some(k) if slowest.is_none_or(|s| k < s) => slowest = Some(k),
+                Some(_) => {}
+            }
+        }
+        let Some(slowest) = slowest.cloned() else {
+            return;
+        };
+        while let Some(entry) = self.items.first_entry() {
+            if entry.key() >= &slowest {
+                break;
+            }
+            let (_, b) = entry.remove();
+            self.bytes -= b.len();
+            SHARED.held.fetch_sub(b.len(), Ordering::Relaxed);
+        }
+    }
+}
+
+fn lock() -> MutexGuard<'static, HashMap<u64, Group>> {
+    // A panic while holding the lock leaves the maps consistent enough to go on.
+    SHARED.groups.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(name: &str) -> Arc<Record> {
+        let info = listwatch_core::builtin_resource("configmaps").expect("configmaps");
+        let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns"}}}}"#);
+        Arc::new(Record::ingest(json.as_bytes(), &info, 2).expect("ingest"))
+    }
+
+    fn held(group: u64) -> usize {
+        lock().get(&group).map_or(0, |g| g.items.len())
+    }
+
+    #[test]
+    fn items_every_reader_passed_are_dropped_and_a_lone_reader_keeps_nothing() {
+        let group = group_of("v1", "Test", "tests", false);
+        let rs: Vec<_> = ["a", "b", "c", "d"].into_iter().map(record).collect();
+        let fast = Reader::join(group);
+        assert!(matches!(fast.get(&rs[0]), Lookup::Alone));
+        let slow = Reader::join(group);
+        for r in &rs {
+            assert!(matches!(fast.get(r), Lookup::Miss));
+            fast.keep(r, Bytes::from_static(b"x"));
+        }
+        assert_eq!(held(group), 4);
+        // The slow reader finds the fast one's items; what both readers passed goes.
+        assert!(matches!(slow.get(&rs[0]), Lookup::Hit(_)));
+        assert!(matches!(slow.get(&rs[2]), Lookup::Hit(_)));
+        lock().get_mut(&group).expect("group").drop_passed();
+        assert_eq!(held(group), 2, "a and b are behind both readers");
+        // Another version of c (same key) is not c's item.
+        assert!(matches!(slow.get(&record("c")), Lookup::Miss));
+        drop(fast);
+        // One reader left: no sharing, and the group goes with it.
+        assert!(matches!(slow.get(&rs[3]), Lookup::Alone));
+        drop(slow);
+        assert!(lock().get(&group).is_none());
+    }
 }

@@ -10,10 +10,9 @@ use listwatch_core::ResourceInfo;
 use listwatch_core::json::push_go_string;
 use listwatch_store::{Event, EventType, Filter, Record, SnapshotReader, WatchCursor};
 
+use crate::ChunkWriter;
 use crate::protobuf::PARTIAL_HEAD;
 use crate::render::ObjectWriter;
-use crate::shared::ActiveResponse;
-use crate::{ChunkWriter, Encoding};
 
 /// Writes an event line for `object`; with `stamp_rv` the object is sent with that RV in
 /// place of its own (three shared slices, no copy of the object when large).
@@ -135,10 +134,7 @@ pub enum WatchStep {
 
 enum Phase {
     /// Initial events; a protobuf watch-list shares items with concurrent responses.
-    Initial {
-        reader: SnapshotReader,
-        _sharing: Option<ActiveResponse>,
-    },
+    Initial(SnapshotReader),
     InitialEnd,
     Live,
     Done,
@@ -171,17 +167,14 @@ impl WatchEncoder {
     pub fn new(
         cursor: WatchCursor,
         filter: Arc<Filter>,
-        writer: ObjectWriter,
+        mut writer: ObjectWriter,
         mut spec: WatchSpec,
         now: Instant,
     ) -> Self {
         let phase = match spec.initial.take() {
             Some(r) => {
-                let sharing = (writer.encoding() == Encoding::Protobuf).then(ActiveResponse::begin);
-                Phase::Initial {
-                    reader: r,
-                    _sharing: sharing,
-                }
+                writer.start_sharing();
+                Phase::Initial(r)
             }
             None => Phase::InitialEnd,
         };
@@ -207,12 +200,12 @@ impl WatchEncoder {
 
     /// Whether initial events are still being sent (where compression pays off).
     pub fn in_initial_phase(&self) -> bool {
-        matches!(self.phase, Phase::Initial { .. } | Phase::InitialEnd)
+        matches!(self.phase, Phase::Initial(_) | Phase::InitialEnd)
     }
 
     /// Whether initial events are still to come (a watch-list not yet past its snapshot).
     pub fn has_initial_events(&self) -> bool {
-        matches!(self.phase, Phase::Initial { .. })
+        matches!(self.phase, Phase::Initial(_))
     }
 
     /// Ends the watch at `at` if that is before its deadline (shutdown spreads watch ends).
@@ -229,11 +222,11 @@ impl WatchEncoder {
             }
             match &mut self.phase {
                 Phase::Done => return WatchStep::End,
-                Phase::Initial { .. } if now >= self.spec.deadline => {
+                Phase::Initial(_) if now >= self.spec.deadline => {
                     self.out.flush();
                     self.phase = Phase::Done;
                 }
-                Phase::Initial { reader, .. } => {
+                Phase::Initial(reader) => {
                     let out = &mut self.out;
                     let writer = &mut self.writer;
                     let wall = listwatch_core::time::unix_now();
@@ -245,6 +238,7 @@ impl WatchEncoder {
                     if !ok {
                         self.end_with_internal_error();
                     } else if !more {
+                        self.writer.stop_sharing();
                         self.phase = Phase::InitialEnd;
                     }
                 }
