@@ -78,30 +78,44 @@ impl ListEncoder {
 
     /// The head: one pass over the page gives where it ends (limited pages) and, when the
     /// writer needs it (protobuf), the items' encoded size — memoized per record, so only
-    /// a record's first protobuf LIST transcodes it twice.
+    /// a record's first protobuf LIST transcodes it twice, and per snapshot for a whole
+    /// collection, so a storm of such LISTs of one snapshot sums it once.
     fn header(&mut self) -> Result<(), ProtoError> {
         let mut items_len = 0usize;
-        let (token, remaining) = if self.writer.measures_items() {
-            let mut failed = None;
-            let mut probe = self.reader.clone();
-            let writer = &mut self.writer;
-            while probe.next_batch(usize::MAX, |r| match writer.item_len(r) {
-                Ok(n) => {
-                    items_len += n;
-                    true
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    false
-                }
-            }) && failed.is_none()
-            {}
-            if let Some(e) = failed {
-                return Err(e);
+        let form = self.writer.measured_form();
+        let whole = self.reader.reads_whole_snapshot();
+        let known = form
+            .filter(|_| whole)
+            .and_then(|f| self.reader.snapshot().encoded_total(f));
+        let (token, remaining) = match (form, known) {
+            (Some(_), Some(total)) => {
+                items_len = total;
+                (None, None)
             }
-            self.page_metadata_of(&probe)
-        } else {
-            self.page_metadata()
+            (Some(form), None) => {
+                let mut failed = None;
+                let mut probe = self.reader.clone();
+                let writer = &mut self.writer;
+                while probe.next_batch(usize::MAX, |r| match writer.item_len(r) {
+                    Ok(n) => {
+                        items_len += n;
+                        true
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        false
+                    }
+                }) && failed.is_none()
+                {}
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                if whole {
+                    self.reader.snapshot().set_encoded_total(form, items_len);
+                }
+                self.page_metadata_of(&probe)
+            }
+            (None, _) => self.page_metadata(),
         };
         let head = ListHead {
             rv: self.reader.snapshot().rv(),

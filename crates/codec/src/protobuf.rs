@@ -313,9 +313,10 @@ impl ProtoObjects {
 }
 
 /// Measures the protobuf lengths a LIST states before its items (whole object and
-/// PartialObjectMetadata) of every record of `snap` not measured yet, so that a protobuf
-/// LIST's size pass sums memos instead of transcoding the collection before its first
-/// byte. Returns how many records it transcoded; `0` for a kind without protobuf.
+/// PartialObjectMetadata) of every record of `snap` not measured yet, and the snapshot's
+/// total in each form, so that a protobuf LIST — the first of a storm too — states its
+/// length without transcoding or summing the collection before its first byte. Returns
+/// how many records it transcoded; `0` for a kind without protobuf.
 pub fn measure_lengths(info: &ResourceInfo, snap: &Snapshot) -> usize {
     let mut measured = 0;
     for metadata_only in [false, true] {
@@ -329,16 +330,28 @@ pub fn measure_lengths(info: &ResourceInfo, snap: &Snapshot) -> usize {
         };
         let mut reader =
             SnapshotReader::new(snap.clone(), Arc::new(Filter::everything()), None, None);
+        let (mut total, mut complete) = (0, true);
         while reader.next_batch(usize::MAX, |r| {
             if r.encoded_len(form).is_none() {
                 measured += 1;
+            }
+            match w.item_len(r) {
+                Ok(n) => total += field_len(n),
                 // An object that cannot be encoded is reported by the LIST that sends it.
-                let _ = w.item_len(r);
+                Err(_) => complete = false,
             }
             true
         }) {}
+        if complete {
+            snap.set_encoded_total(form, total);
+        }
     }
     measured
+}
+
+/// The bytes a length-delimited field of `n` bytes takes (field number below 16).
+pub(crate) fn field_len(n: usize) -> usize {
+    1 + varint_len(n as u64) + n
 }
 
 /// A `Status` JSON body as a protobuf body.

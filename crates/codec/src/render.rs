@@ -10,12 +10,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use listwatch_core::json::push_go_string;
 use listwatch_core::{ApiError, QueryParams, ResourceInfo, Verb};
-use listwatch_protobuf::encode::{put_type_meta, put_varint, varint_bytes, varint_len};
+use listwatch_protobuf::encode::{put_type_meta, put_varint, varint_bytes};
 use listwatch_protobuf::{MAGIC, ProtoError};
+use listwatch_store::record::EncodedForm;
 use listwatch_store::{Event, EventForm, EventType, FilteredEvent, Record};
 
 use crate::protobuf::{
-    self as pb, META_V1, PARTIAL_HEAD, ProtoObjects, write_watch_frame, write_watch_frame_head,
+    self as pb, META_V1, PARTIAL_HEAD, ProtoObjects, field_len, write_watch_frame,
+    write_watch_frame_head,
 };
 use crate::table::{IncludeObject, TableFormat};
 use crate::watch::{bookmark_object, partial_bookmark_object, write_error, write_event};
@@ -150,10 +152,14 @@ impl ObjectWriter {
         }
     }
 
-    /// Whether [`Self::list_head`] needs the items' encoded size first (protobuf: the
-    /// list message is length-prefixed).
-    pub fn measures_items(&self) -> bool {
-        matches!(self.style, Style::Protobuf(_))
+    /// The form whose items' encoded size [`Self::list_head`] needs first (protobuf: the
+    /// list message is length-prefixed); `None` for JSON.
+    pub fn measured_form(&self) -> Option<EncodedForm> {
+        match &self.style {
+            Style::Protobuf(p) if p.metadata_only() => Some(EncodedForm::Metadata),
+            Style::Protobuf(_) => Some(EncodedForm::Object),
+            _ => None,
+        }
     }
 
     /// The bytes `r` takes as a list item (protobuf; memoized in the record).
@@ -452,11 +458,6 @@ impl ObjectWriter {
         }
         Ok(Bytes::from(body))
     }
-}
-
-/// The bytes a length-delimited field of `n` bytes takes (field number below 16).
-fn field_len(n: usize) -> usize {
-    1 + varint_len(n as u64) + n
 }
 
 /// One media range of `Accept`.

@@ -1,6 +1,7 @@
 //! Issue 27 item 2: concurrent protobuf LISTs and watch-lists of one snapshot share the
 //! items one of them transcodes, send exactly the bytes a lone response sends, and hold
-//! nothing once the last of them ends. One test: the shared items are the process's.
+//! nothing once the last of them ends; a whole collection's protobuf length is summed once
+//! per snapshot.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -105,11 +106,67 @@ fn watch_bodies(store: &Arc<Store>, metadata: bool, n: usize) -> Vec<Vec<u8>> {
     })
 }
 
+/// Whether a protobuf LIST body's stated list length is the length it has: `k8s\0`,
+/// `typeMeta` (field 1), then `raw` (field 2, the list) and the empty fields 3 and 4.
+fn states_its_length(body: &[u8]) -> bool {
+    let varint = |at: &mut usize| {
+        let (mut v, mut shift) = (0usize, 0);
+        loop {
+            let b = body[*at];
+            *at += 1;
+            v |= ((b & 0x7f) as usize) << shift;
+            if b < 0x80 {
+                return v;
+            }
+            shift += 7;
+        }
+    };
+    let mut at = 4;
+    assert_eq!(body[at], 0x0a);
+    at += 1;
+    at += varint(&mut at);
+    assert_eq!(body[at], 0x12);
+    at += 1;
+    let raw = varint(&mut at);
+    at + raw + 4 == body.len()
+}
+
 fn delta(before: SharedStats, after: SharedStats) -> (u64, u64) {
     (after.hits - before.hits, after.kept - before.kept)
 }
 
+/// One test: the shared items are the process's, and a LIST running beside would share.
 #[test]
+fn protobuf_lists_share_items_and_sum_lengths_once_per_snapshot() {
+    concurrent_protobuf_responses_share_items_and_send_the_same_bytes();
+    a_whole_collection_s_summed_length_is_the_snapshot_s_own();
+    measuring_ahead_sets_what_a_list_states();
+}
+
+/// What the maintenance loop measures ahead is what a LIST then states without a pass.
+fn measuring_ahead_sets_what_a_list_states() {
+    use listwatch_store::record::EncodedForm;
+    let store = store();
+    let snap = store.current();
+    assert_eq!(snap.encoded_total(EncodedForm::Object), None);
+    let measured = listwatch_codec::protobuf::measure_lengths(store.info(), &snap);
+    assert_eq!(measured as u64, 2 * OBJECTS, "both forms of every record");
+    assert_eq!(
+        listwatch_codec::protobuf::measure_lengths(store.info(), &snap),
+        0
+    );
+    for (metadata, form) in [(false, EncodedForm::Object), (true, EncodedForm::Metadata)] {
+        let total = snap.encoded_total(form).expect("summed ahead");
+        let body = list_bodies(&store, metadata, 1).remove(0);
+        assert!(states_its_length(&body));
+        // The list is ListMeta and the items: the items are the total.
+        assert!(
+            body.len() > total && body.len() < total + 200,
+            "metadata={metadata}"
+        );
+    }
+}
+
 fn concurrent_protobuf_responses_share_items_and_send_the_same_bytes() {
     let store = store();
     for metadata in [false, true] {
@@ -149,5 +206,31 @@ fn concurrent_protobuf_responses_share_items_and_send_the_same_bytes() {
         }
         assert!(hits >= 2 * OBJECTS - OBJECTS / 10, "watch-list hits {hits}");
         assert_eq!(shared::stats().held, 0);
+    }
+}
+
+fn a_whole_collection_s_summed_length_is_the_snapshot_s_own() {
+    let store = store();
+    for metadata in [false, true] {
+        // Summed by the first LIST, read by the second (the same snapshot).
+        let first = list_bodies(&store, metadata, 1).remove(0);
+        let second = list_bodies(&store, metadata, 1).remove(0);
+        assert!(states_its_length(&first) && first == second);
+    }
+    // A write makes a new snapshot whose sum is taken anew: an object grows.
+    let info = store.info().clone();
+    let json = format!(
+        r#"{{"metadata":{{"name":"cm-00001","namespace":"ns1"}},"data":{{"k":"{}"}}}}"#,
+        "w".repeat(5000)
+    );
+    let rv = store.rv() + 1;
+    store
+        .apply([listwatch_store::Change::Put(
+            Record::ingest(json.as_bytes(), &info, rv).expect("ingest"),
+        )])
+        .expect("apply");
+    for metadata in [false, true] {
+        let after = list_bodies(&store, metadata, 1).remove(0);
+        assert!(states_its_length(&after), "metadata={metadata}");
     }
 }

@@ -50,7 +50,17 @@ pub struct StreamedBody {
     ahead: VecDeque<Bytes>,
     gzip: Option<GzipStream>,
     done: bool,
+    /// When this body's current turn on a worker began (its first frame since it last
+    /// yielded).
+    turn_started: Option<std::time::Instant>,
 }
+
+/// How long a body produces frames before its connection's task yields to the others: a
+/// protobuf LIST transcodes as it goes and a fast client rarely pushes back, so without it
+/// one storm response keeps a worker for many chunks while new requests wait for their
+/// first byte. By time, not frames: a response copying shared bytes still catches up with
+/// the one ahead of it (and shares its encoding) within its turn.
+const TURN: Duration = Duration::from_millis(1);
 
 impl StreamedBody {
     /// A body over `pieces`, gzip-encoded when `gzip`; `compress` says whether the first
@@ -62,6 +72,7 @@ impl StreamedBody {
             ahead: VecDeque::new(),
             gzip: gzip.then(|| GzipStream::new(compress)),
             done: false,
+            turn_started: None,
         }
     }
 
@@ -127,6 +138,17 @@ impl Body for StreamedBody {
             return Poll::Ready(None);
         }
         let this = &mut *self;
+        let now = std::time::Instant::now();
+        match this.turn_started {
+            Some(t) if now.duration_since(t) >= TURN => {
+                // Woken at once: the task goes to the back of the run queue, then goes on.
+                this.turn_started = None;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Some(_) => {}
+            None => this.turn_started = Some(now),
+        }
         let next = match this.ahead.pop_front() {
             Some(c) => Some(Piece {
                 bytes: c,

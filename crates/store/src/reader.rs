@@ -41,6 +41,18 @@ impl SnapshotReader {
         }
     }
 
+    /// Whether this page is the whole snapshot, from its start (no namespace, selector or
+    /// limit, nothing read yet).
+    pub fn reads_whole_snapshot(&self) -> bool {
+        self.limit.is_none()
+            && self.emitted == 0
+            && !self.exhausted
+            && self.filter.prefix().is_empty()
+            && self.filter.selects_all_in_prefix()
+            && self.at.0.is_empty()
+            && !self.at.1
+    }
+
     /// The snapshot being read.
     pub fn snapshot(&self) -> &Snapshot {
         &self.snap

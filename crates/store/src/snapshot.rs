@@ -3,13 +3,14 @@
 
 use std::ops::Bound;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use imbl::{OrdMap, OrdSet};
 use listwatch_core::fields::FieldSelector;
 use listwatch_core::labels::LabelSelector;
 use listwatch_core::{ListOptions, ResourceInfo};
 
-use crate::record::Record;
+use crate::record::{EncodedForm, Record};
 
 /// The persistent map behind a snapshot: key → record, ordered by key bytes (the order
 /// etcd and kube-apiserver list in).
@@ -64,6 +65,20 @@ pub struct Snapshot {
     rv: u64,
     items: RecordMap,
     index: Option<FieldIndex>,
+    /// Sums over all the items that encoders memoize, shared by every copy of these items.
+    totals: Arc<Totals>,
+}
+
+/// The protobuf list length of all of a snapshot's items, per form (`u64::MAX` until an
+/// encoder has summed it): a storm of whole-collection protobuf LISTs of one snapshot
+/// then states its length without a pass over the items before its first byte.
+#[derive(Debug)]
+struct Totals([AtomicU64; 2]);
+
+impl Default for Totals {
+    fn default() -> Self {
+        Totals([AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)])
+    }
 }
 
 impl Snapshot {
@@ -73,12 +88,18 @@ impl Snapshot {
             rv,
             items,
             index: None,
+            totals: Arc::default(),
         }
     }
 
     /// A snapshot of `items` at `rv` with `index` kept over the same items.
     pub fn indexed(rv: u64, items: RecordMap, index: Option<FieldIndex>) -> Self {
-        Snapshot { rv, items, index }
+        Snapshot {
+            rv,
+            items,
+            index,
+            totals: Arc::default(),
+        }
     }
 
     /// The field index kept with the items, if the resource has one.
@@ -122,6 +143,24 @@ impl Snapshot {
             rv,
             items: self.items.clone(),
             index: self.index.clone(),
+            totals: self.totals.clone(),
+        }
+    }
+
+    /// The summed encoded length of all items in `form`, once an encoder has set it.
+    pub fn encoded_total(&self, form: EncodedForm) -> Option<usize> {
+        match self.totals.0[form as usize].load(Ordering::Relaxed) {
+            u64::MAX => None,
+            n => usize::try_from(n).ok(),
+        }
+    }
+
+    /// Records the summed encoded length of all items in `form`.
+    pub fn set_encoded_total(&self, form: EncodedForm, total: usize) {
+        if let Ok(n) = u64::try_from(total)
+            && n != u64::MAX
+        {
+            self.totals.0[form as usize].store(n, Ordering::Relaxed);
         }
     }
 
