@@ -46,6 +46,11 @@ pub const ATTACH_LINES: usize = 3;
 const CHANNEL_V5: &str = "v5.channel.k8s.io";
 /// The subprotocol kubectl port-forward offers: SPDY tunnelled in WebSocket.
 const PORTFORWARD_TUNNEL: &str = "SPDY/3.1+portforward.k8s.io";
+/// How long after the upgrade a command or attached process starts writing. A kubelet
+/// behind kube-apiserver starts it a round trip later; output at once would meet kubectl
+/// 1.32's race (its reader starts before its streams exist and drops what arrives first:
+/// "Unknown stream id 2, discarding message"; kubernetes/kubernetes#131189, fixed in 1.33).
+const START_DELAY: Duration = Duration::from_millis(150);
 /// Programs `exec` runs; anything else fails as a missing executable would.
 const ALLOWED: &[&str] = &["echo", "cat", "sh", "tar", "test", "ls", "tail"];
 
@@ -370,6 +375,7 @@ async fn exec(ws: Ws, query: &[(String, String)], commands: &Mutex<Vec<Vec<Strin
         return finish(tx, writer, status).await;
     }
     let stdin = flag(query, "stdin");
+    tokio::time::sleep(START_DELAY).await;
     let spawned = tokio::process::Command::new(&command[0])
         .args(&command[1..])
         .stdin(if stdin {
@@ -442,6 +448,7 @@ pub fn attach_line(i: usize) -> String {
 /// time, then exits 0.
 async fn attach(ws: Ws) {
     let (tx, _incoming, writer) = split(ws);
+    tokio::time::sleep(START_DELAY).await;
     for i in 1..=ATTACH_LINES {
         if tx
             .send(channel(1, attach_line(i).as_bytes()))

@@ -54,6 +54,20 @@ pub fn kubectls() -> Vec<std::path::PathBuf> {
 /// A front listwatch on 127.0.0.1: the apiserver source following `upstream`, the gateway
 /// passing the rest to it; returned once ready.
 pub async fn front(upstream: std::net::SocketAddr) -> std::net::SocketAddr {
+    let addr = front_serving(upstream, listwatch_server::ServeOptions::default()).await;
+    assert_eq!(
+        listwatch_testkit::wait_ready(addr, std::time::Duration::from_secs(20)).await,
+        200
+    );
+    addr
+}
+
+/// [`front`] served with `options` (TLS, say), returned once its source has the
+/// upstream's discovery; the caller waits for it to be ready over its own transport.
+pub async fn front_serving(
+    upstream: std::net::SocketAddr,
+    options: listwatch_server::ServeOptions,
+) -> std::net::SocketAddr {
     use listwatch_gateway::{Gateway, GatewayConfig, Identity};
     let url = format!("http://{upstream}");
     let source = listwatch_upstream::UpstreamSource::start(
@@ -70,12 +84,8 @@ pub async fn front(upstream: std::net::SocketAddr) -> std::net::SocketAddr {
     tokio::spawn(listwatch_server::serve_with(
         app,
         listener,
-        listwatch_server::ServeOptions::default(),
+        options,
         std::future::pending(),
     ));
-    assert_eq!(
-        listwatch_testkit::wait_ready(addr, std::time::Duration::from_secs(20)).await,
-        200
-    );
     addr
 }
