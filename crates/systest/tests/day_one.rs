@@ -9,7 +9,6 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use common::{front, get, json, kubectls, start};
 use listwatch_server::ServerConfig;

@@ -272,7 +272,7 @@ async fn cp(k: &Kubectl, root: &Path, kubelet: &kubelet::Kubelet) {
         there.len()
     );
     // Both ways went through tar in the "container", as against a real kubelet.
-    let commands = kubelet.commands.lock().unwrap().clone();
+    let commands = kubelet.commands.lock().clone();
     assert!(
         commands
             .iter()
@@ -351,7 +351,7 @@ fn every_kubectl() -> Vec<PathBuf> {
 async fn kubectl_streams_against_the_test_upstream() {
     let (_store, kl, echo, root) = setup("streams-direct").await;
     for bin in every_kubectl() {
-        kl.served.lock().unwrap().clear();
+        kl.served.lock().clear();
         streams(bin, kl.addr, &plain(kl.addr), echo, &root, &kl).await;
         assert_all_served(&kl);
     }
@@ -366,7 +366,7 @@ async fn kubectl_streams_through_a_front_listwatch() {
     let (_store, kl, echo, root) = setup("streams-front").await;
     let front = front(kl.addr).await;
     for bin in every_kubectl() {
-        kl.served.lock().unwrap().clear();
+        kl.served.lock().clear();
         streams(bin, front, &plain(front), echo, &root, &kl).await;
         assert_all_served(&kl);
     }
@@ -414,7 +414,7 @@ async fn kubectl_streams_through_a_front_listwatch_over_tls() {
         "streams-test".to_string(),
     ];
     for bin in every_kubectl() {
-        kl.served.lock().unwrap().clear();
+        kl.served.lock().clear();
         streams(bin, front, &args, echo, &root, &kl).await;
         assert_all_served(&kl);
     }
@@ -424,7 +424,7 @@ async fn kubectl_streams_through_a_front_listwatch_over_tls() {
 /// Each subresource reached the test upstream itself (as a WebSocket upgrade, for exec,
 /// attach and port-forward): kubectl did not get by some other way.
 fn assert_all_served(kl: &kubelet::Kubelet) {
-    let served = kl.served.lock().unwrap().clone();
+    let served = kl.served.lock().clone();
     for sub in ["log", "exec", "attach", "portforward"] {
         assert!(
             served.iter().any(|s| s == sub),

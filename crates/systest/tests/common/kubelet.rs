@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +23,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
@@ -120,11 +121,11 @@ impl State {
             .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
         let answer = match sub {
             Some("log") if req.method() == http::Method::GET => {
-                self.served.lock().unwrap().push("log".into());
+                self.served.lock().push("log".into());
                 log(&query)
             }
             Some(s @ ("exec" | "attach" | "portforward")) if websocket => {
-                self.served.lock().unwrap().push(s.into());
+                self.served.lock().push(s.into());
                 self.upgrade(s, req, query)
             }
             _ => self.proxy(req).await,
@@ -365,7 +366,7 @@ async fn exec(ws: Ws, query: &[(String, String)], commands: &Mutex<Vec<Vec<Strin
         .filter(|(k, _)| k == "command")
         .map(|(_, v)| v.clone())
         .collect();
-    commands.lock().unwrap().push(command.clone());
+    commands.lock().push(command.clone());
     let (tx, mut incoming, writer) = split(ws);
     let allowed = command
         .first()
