@@ -701,6 +701,7 @@ text/javascript,publicprivatemax-age=gzip,deflate,sdchcharset=utf-8charset=iso-8
     }
 
     impl Session {
+        /// A session whose frames go out through `tx`.
         pub fn new(tx: mpsc::Sender<Message>) -> Session {
             Session {
                 tx,
