@@ -321,9 +321,25 @@ fn plain(server: SocketAddr) -> Vec<String> {
     vec!["--server".into(), format!("http://{server}")]
 }
 
+/// A scratch directory, removed when dropped (a failed test's too).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The embedded store with the running pod, the test upstream in front of it, an echo
 /// server and a scratch directory.
-async fn setup(name: &str) -> (common::TestServer, kubelet::Kubelet, u16, PathBuf) {
+async fn setup(name: &str) -> (common::TestServer, kubelet::Kubelet, u16, Scratch) {
     let store = start(0, ServerConfig::default()).await;
     running_pod(store.addr).await;
     let kl = kubelet::start(store.addr).await;
@@ -334,7 +350,7 @@ async fn setup(name: &str) -> (common::TestServer, kubelet::Kubelet, u16, PathBu
         kl.addr.port()
     ));
     std::fs::create_dir_all(&root).expect("scratch root");
-    (store, kl, echo, root)
+    (store, kl, echo, Scratch(root))
 }
 
 /// Every kubectl found that streams over WebSocket by default (exec, attach and cp from
@@ -382,7 +398,6 @@ async fn kubectl_streams_against_the_test_upstream() {
         streams(bin, kl.addr, &plain(kl.addr), echo, &root, &kl).await;
         assert_all_served(&kl);
     }
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Issue 26: the steps with a kubeconfig naming only a front listwatch (apiserver source +
@@ -397,7 +412,6 @@ async fn kubectl_streams_through_a_front_listwatch() {
         streams(bin, front, &plain(front), echo, &root, &kl).await;
         assert_all_served(&kl);
     }
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// The same through a front serving TLS with ALPN h2 and http/1.1, as a deployed front
@@ -445,7 +459,6 @@ async fn kubectl_streams_through_a_front_listwatch_over_tls() {
         streams(bin, front, &args, echo, &root, &kl).await;
         assert_all_served(&kl);
     }
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Each subresource reached the test upstream itself (as a WebSocket upgrade, for exec,
