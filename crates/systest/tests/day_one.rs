@@ -8,43 +8,12 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
-use common::{get, json, start};
+use common::{front, get, json, kubectls, start};
 use listwatch_server::ServerConfig;
 use serde_json::Value;
 use tokio::process::Command;
-
-/// Every distinct kubectl (by its version line) on `PATH`, at `/usr/bin/kubectl` and at
-/// `$LISTWATCH_EXTRA_KUBECTL` (where scripts/test installs the newest).
-fn kubectls() -> Vec<PathBuf> {
-    common::require("kubectl");
-    let mut found: Vec<(String, PathBuf)> = Vec::new();
-    let path = std::env::var("PATH").unwrap_or_default();
-    let candidates = path
-        .split(':')
-        .map(|d| Path::new(d).join("kubectl"))
-        .chain([PathBuf::from("/usr/bin/kubectl")])
-        .chain(std::env::var_os("LISTWATCH_EXTRA_KUBECTL").map(PathBuf::from));
-    for bin in candidates {
-        let Ok(out) = std::process::Command::new(&bin)
-            .args(["version", "--client"])
-            .output()
-        else {
-            continue;
-        };
-        let version = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .unwrap_or("")
-            .to_string();
-        if out.status.success() && !found.iter().any(|(v, _)| *v == version) {
-            found.push((version, bin));
-        }
-    }
-    found.into_iter().map(|(_, b)| b).collect()
-}
 
 struct Kubectl {
     bin: PathBuf,
@@ -463,33 +432,4 @@ async fn kubectl_day_one_workflow_through_a_front_listwatch() {
         let front = front(up.addr).await;
         workflow(bin, front).await;
     }
-}
-
-/// A front listwatch on 127.0.0.1: the apiserver source following `upstream`, the gateway
-/// passing the rest to it; returned once ready.
-async fn front(upstream: SocketAddr) -> SocketAddr {
-    use listwatch_gateway::{Gateway, GatewayConfig, Identity};
-    let url = format!("http://{upstream}");
-    let source = listwatch_upstream::UpstreamSource::start(
-        &GatewayConfig::new(url.clone(), Identity::Forward),
-        &Default::default(),
-    )
-    .await
-    .expect("the upstream's discovery");
-    let app = listwatch_server::App::new(source, ServerConfig::default(), None);
-    app.set_pass_through(
-        Gateway::new(GatewayConfig::new(url, Identity::Forward)).expect("gateway"),
-    );
-    let (listener, addr) = listwatch_testkit::listen_local().await;
-    tokio::spawn(listwatch_server::serve_with(
-        app,
-        listener,
-        listwatch_server::ServeOptions::default(),
-        std::future::pending(),
-    ));
-    assert_eq!(
-        listwatch_testkit::wait_ready(addr, Duration::from_secs(20)).await,
-        200
-    );
-    addr
 }
