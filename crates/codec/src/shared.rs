@@ -3,18 +3,20 @@
 //! object message one of them transcodes is kept for the others: a LIST storm (N requests
 //! for the same snapshot) transcodes each object about once instead of N times.
 //!
-//! The kept items are a window behind the fastest reader: each reader records where it is
-//! (responses walk a collection in key order) and an item every reader has passed is
-//! dropped. At the byte budget the lowest items go first — those only readers far behind
-//! still want, who transcode for themselves as a lone response does — and an item below
-//! everything kept is not kept: a slow or stalled reader never holds memory or the others
-//! back. A lone response neither looks nor keeps, and the
+//! The kept items are the window between the slowest and the fastest reader: each reader
+//! records where it is (responses walk a collection in key order) and an item every reader
+//! has passed is dropped. At the byte budget nothing more is kept: the readers in front
+//! then transcode for themselves while those behind copy what is kept, so the readers
+//! close up (dropping the lowest items instead kept the front fast and the back slow, and
+//! they drifted apart for good). A reader that has not moved for a second no longer holds
+//! items back: a stalled client costs the others nothing; it transcodes when it resumes. A lone response neither looks nor keeps, and the
 //! items go with the last reader. docs/memory.md has the measurements and alternatives.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use listwatch_store::Record;
@@ -22,11 +24,19 @@ use listwatch_store::Record;
 /// Bytes of encoded items kept at most, over all resources.
 pub const SHARED_BUDGET: usize = 32 << 20;
 
+/// A reader that has not moved for this long no longer holds items for itself.
+const STALLED: Duration = Duration::from_secs(1);
+
+/// Where a reader is: its last key (`None` before its first item) and when it got there.
+struct Position {
+    key: Option<Arc<str>>,
+    at: Instant,
+}
+
 /// The readers of one resource in one form, and the items kept for them.
 #[derive(Default)]
 struct Group {
-    /// Each reader's last key (`None` before its first item).
-    readers: HashMap<u64, Option<Arc<str>>>,
+    readers: HashMap<u64, Position>,
     /// Items by key; the `Weak` pins the record's address, which identifies its version.
     items: BTreeMap<Arc<str>, (Weak<Record>, Bytes)>,
     bytes: usize,
@@ -87,7 +97,11 @@ impl Reader {
     /// Joins the readers of `group`.
     pub fn join(group: u64) -> Reader {
         let id = SHARED.next_reader.fetch_add(1, Ordering::Relaxed);
-        lock().entry(group).or_default().readers.insert(id, None);
+        let start = Position {
+            key: None,
+            at: Instant::now(),
+        };
+        lock().entry(group).or_default().readers.insert(id, start);
         Reader { group, id }
     }
 
@@ -98,8 +112,9 @@ impl Reader {
         let Some(g) = groups.get_mut(&self.group) else {
             return Lookup::Alone;
         };
-        if let Some(at) = g.readers.get_mut(&self.id) {
-            *at = Some(r.key().clone());
+        if let Some(p) = g.readers.get_mut(&self.id) {
+            p.key = Some(r.key().clone());
+            p.at = Instant::now();
         }
         if g.readers.len() < 2 {
             return Lookup::Alone;
@@ -123,17 +138,8 @@ impl Reader {
         let over = || SHARED.held.load(Ordering::Relaxed) + item.len() > SHARED_BUDGET;
         if over() {
             g.drop_passed();
-        }
-        // Still at the budget: the items below this one are wanted only by readers behind
-        // it; the slowest of them transcode for themselves rather than hold the rest back.
-        while over() {
-            match g.items.first_entry() {
-                Some(first) if first.key() < r.key() => {
-                    let (_, b) = first.remove();
-                    g.bytes -= b.len();
-                    SHARED.held.fetch_sub(b.len(), Ordering::Relaxed);
-                }
-                _ => return,
+            if over() {
+                return;
             }
         }
         let len = item.len();
@@ -174,11 +180,16 @@ pub(crate) enum Lookup {
 }
 
 impl Group {
-    /// Drops the items below every reader's position (none if a reader has not started).
+    /// Drops the items below every moving reader's position (none while a moving reader
+    /// has not started).
     fn drop_passed(&mut self) {
+        let now = Instant::now();
         let mut slowest: Option<&Arc<str>> = None;
-        for at in self.readers.values() {
-            match at {
+        for p in self.readers.values() {
+            if now.duration_since(p.at) >= STALLED {
+                continue;
+            }
+            match &p.key {
                 None => return,
                 Some(k) if slowest.is_none_or(|s| k < s) => slowest = Some(k),
                 Some(_) => {}
@@ -236,6 +247,15 @@ mod tests {
         assert_eq!(held(group), 2, "a and b are behind both readers");
         // Another version of c (same key) is not c's item.
         assert!(matches!(slow.get(&record("c")), Lookup::Miss));
+        // A reader that stops moving no longer holds items back: c is behind the fast one.
+        if let Some(p) = lock()
+            .get_mut(&group)
+            .and_then(|g| g.readers.get_mut(&slow.id))
+        {
+            p.at -= STALLED;
+        }
+        lock().get_mut(&group).expect("group").drop_passed();
+        assert_eq!(held(group), 1, "only d, where the fast reader is, is left");
         drop(fast);
         // One reader left: no sharing, and the group goes with it.
         assert!(matches!(slow.get(&rs[3]), Lookup::Alone));
