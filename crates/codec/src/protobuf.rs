@@ -4,7 +4,9 @@
 //! its `metadata`, in both encodings.
 
 use listwatch_core::{ApiError, ResourceInfo};
-use listwatch_protobuf::encode::{begin, end, put_bytes, put_varint, varint_len, write_envelope};
+use listwatch_protobuf::encode::{
+    begin, end, put_bytes, put_type_meta, put_varint, varint_len, write_envelope,
+};
 use listwatch_protobuf::{MessageId, ProtoEncoder, ProtoError, Schema};
 use std::sync::Arc;
 
@@ -16,6 +18,9 @@ use crate::shared::{self, Lookup};
 
 /// Protobuf responses' `Content-Type`.
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+/// What ends a whole protobuf body after its raw field: empty `contentEncoding` and
+/// `contentType` (fields 3 and 4).
+pub const ENVELOPE_TAIL: [u8; 4] = [0x1a, 0x00, 0x22, 0x00];
 /// Protobuf watch responses' `Content-Type`.
 pub const PROTOBUF_WATCH: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 /// PartialObjectMetadata's group version.
@@ -157,20 +162,14 @@ impl ProtoObjects {
         }
     }
 
-    /// Appends `r` as a whole protobuf body with its own resourceVersion, its message
-    /// shared as [`Self::item`] shares it.
-    pub fn write_item_envelope(
-        &mut self,
-        r: &Arc<Record>,
-        scratch: &mut Vec<u8>,
-        out: &mut Vec<u8>,
-    ) -> Result<(), ProtoError> {
-        let shared = self.item(r, scratch)?;
-        let message: &[u8] = shared.as_deref().unwrap_or(scratch);
-        write_envelope(out, &self.api_version, &self.kind, |out| {
-            out.extend_from_slice(message);
-            Ok(())
-        })
+    /// Appends the head of a whole protobuf body (`k8s\0`, `typeMeta`, the raw field's key
+    /// and length) whose message of `message_len` bytes and [`ENVELOPE_TAIL`] follow: a
+    /// shared message is framed without being copied into a body first.
+    pub fn envelope_head(&self, message_len: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(listwatch_protobuf::MAGIC);
+        put_type_meta(out, &self.api_version, &self.kind);
+        out.push(0x12);
+        put_varint(out, message_len as u64);
     }
 
     /// Appends `r`'s message (its resourceVersion replaced by `stamp_rv` if given).

@@ -272,7 +272,7 @@ impl ObjectWriter {
     /// `contentType` (protobuf).
     pub fn list_tail(&mut self, out: &mut ChunkWriter) {
         match self.style {
-            Style::Protobuf(_) => out.put_slice(&[0x1a, 0x00, 0x22, 0x00]),
+            Style::Protobuf(_) => out.put_slice(&pb::ENVELOPE_TAIL),
             _ => out.put_slice(b"]}\n"),
         }
     }
@@ -329,13 +329,21 @@ impl ObjectWriter {
         let Style::Protobuf(p) = &mut self.style else {
             return self.event(out, EventType::Added, r, None, now);
         };
+        let shared = p.item(r, &mut self.scratch)?;
+        let message_len = shared.as_ref().map_or(self.scratch.len(), Bytes::len);
+        // The envelope's head, then the frame's (which needs the envelope's length).
         self.frame.clear();
-        p.write_item_envelope(r, &mut self.scratch, &mut self.frame)?;
-        let envelope_len = self.frame.len();
-        self.scratch.clear();
-        write_watch_frame_head(EventType::Added.as_str(), envelope_len, &mut self.scratch);
-        out.put_slice(&self.scratch);
-        out.put_slice(&self.frame);
+        p.envelope_head(message_len, &mut self.frame);
+        let head = self.frame.len();
+        let envelope_len = head + message_len + pb::ENVELOPE_TAIL.len();
+        write_watch_frame_head(EventType::Added.as_str(), envelope_len, &mut self.frame);
+        out.put_slice(&self.frame[head..]);
+        out.put_slice(&self.frame[..head]);
+        match shared {
+            Some(b) => out.put_bytes(b),
+            None => out.put_slice(&self.scratch),
+        }
+        out.put_slice(&pb::ENVELOPE_TAIL);
         Ok(())
     }
 

@@ -138,9 +138,50 @@ fn delta(before: SharedStats, after: SharedStats) -> (u64, u64) {
 /// One test: the shared items are the process's, and a LIST running beside would share.
 #[test]
 fn protobuf_lists_share_items_and_sum_lengths_once_per_snapshot() {
+    initial_events_are_the_bytes_of_added_events();
     concurrent_protobuf_responses_share_items_and_send_the_same_bytes();
     a_whole_collection_s_summed_length_is_the_snapshot_s_own();
     measuring_ahead_sets_what_a_list_states();
+}
+
+/// A watch-list's initial event (framed around a shared message) is byte for byte the
+/// ADDED event the general path encodes whole.
+fn initial_events_are_the_bytes_of_added_events() {
+    use listwatch_codec::ChunkWriter;
+    use listwatch_store::EventType;
+    let store = store();
+    let mut records = Vec::new();
+    let mut reader = SnapshotReader::new(
+        store.current(),
+        Arc::new(Filter::everything()),
+        None,
+        Some(50),
+    );
+    while reader.next_batch(usize::MAX, |r| {
+        records.push(r.clone());
+        true
+    }) {}
+    for metadata in [false, true] {
+        let writer = || rendering(metadata).writer(store.info()).expect("writer");
+        // Two sharing writers: the first transcodes and keeps, the second copies.
+        let (mut first, mut second, mut whole) = (writer(), writer(), writer());
+        first.start_sharing();
+        second.start_sharing();
+        for r in &records {
+            let mut bodies = Vec::new();
+            for w in [&mut first, &mut second] {
+                let mut out = ChunkWriter::new(1 << 20);
+                w.initial_event(&mut out, r, 0).expect("initial event");
+                bodies.push(out.into_vec());
+            }
+            let mut out = ChunkWriter::new(1 << 20);
+            whole
+                .event(&mut out, EventType::Added, r, None, 0)
+                .expect("event");
+            let want = out.into_vec();
+            assert!(bodies.iter().all(|b| *b == want), "metadata={metadata}");
+        }
+    }
 }
 
 /// What the maintenance loop measures ahead is what a LIST then states without a pass.
