@@ -48,9 +48,24 @@ pub struct Rendering {
 impl Rendering {
     /// Whole objects in `encoding`, uncompressed (what benches and tests encode).
     pub fn objects(encoding: Encoding) -> Self {
+        Self::new(encoding, Form::Objects)
+    }
+
+    /// Protobuf objects, or their PartialObjectMetadata when `metadata_only`, uncompressed.
+    pub fn protobuf(metadata_only: bool) -> Self {
+        let form = if metadata_only {
+            Form::Metadata
+        } else {
+            Form::Objects
+        };
+        Self::new(Encoding::Protobuf, form)
+    }
+
+    /// `form` in `encoding`, uncompressed.
+    pub fn new(encoding: Encoding, form: Form) -> Self {
         Rendering {
             encoding,
-            form: Form::Objects,
+            form,
             gzip: false,
         }
     }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use listwatch_codec::{ChunkWriter, Encoding, Form, Rendering, WatchEncoder, WatchSpec, WatchStep};
+use listwatch_codec::{ChunkWriter, Rendering, WatchEncoder, WatchSpec, WatchStep};
 use listwatch_core::builtin_resource;
 use listwatch_core::fields::FieldSelector;
 use listwatch_core::labels::LabelSelector;
@@ -69,18 +69,6 @@ fn filters(store: &Store) -> Vec<Arc<Filter>> {
     ]
 }
 
-fn rendering(metadata: bool) -> Rendering {
-    Rendering {
-        encoding: Encoding::Protobuf,
-        form: if metadata {
-            Form::Metadata
-        } else {
-            Form::Objects
-        },
-        gzip: false,
-    }
-}
-
 /// Delivers the whole log to `per_filter` watchers of each filter in each protobuf form;
 /// each watcher's body and its number of chunks.
 fn deliver(store: &Arc<Store>, per_filter: usize) -> Vec<(Vec<u8>, usize)> {
@@ -98,7 +86,9 @@ fn deliver(store: &Arc<Store>, per_filter: usize) -> Vec<(Vec<u8>, usize)> {
                     deadline: now + Duration::from_secs(3600),
                     chunk: 16 * 1024,
                 };
-                let writer = rendering(metadata).writer(store.info()).expect("writer");
+                let writer = Rendering::protobuf(metadata)
+                    .writer(store.info())
+                    .expect("writer");
                 let cursor = store.watch_from(1).expect("cursor");
                 let mut w = WatchEncoder::new(cursor, filter.clone(), writer, spec, now);
                 let (mut body, mut chunks) = (Vec::new(), 0);
@@ -197,8 +187,12 @@ fn shared_frames_are_the_per_watcher_bytes() {
     deliver(&store, 1);
     for metadata in [false, true] {
         for f in filters(&store) {
-            let mut shared = rendering(metadata).writer(store.info()).expect("writer");
-            let mut own = rendering(metadata).writer(store.info()).expect("writer");
+            let mut shared = Rendering::protobuf(metadata)
+                .writer(store.info())
+                .expect("writer");
+            let mut own = Rendering::protobuf(metadata)
+                .writer(store.info())
+                .expect("writer");
             for e in logged(&store) {
                 let Some(v) = f.view(&e) else { continue };
                 let (mut a, mut b) = (ChunkWriter::new(1 << 20), ChunkWriter::new(1 << 20));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use listwatch_codec::shared::{self, SharedStats};
-use listwatch_codec::{Encoding, Form, ListEncoder, Rendering, WatchEncoder, WatchSpec, WatchStep};
+use listwatch_codec::{ListEncoder, Rendering, WatchEncoder, WatchSpec, WatchStep};
 use listwatch_core::builtin_resource;
 use listwatch_store::{Filter, Record, SnapshotReader, Store, StoreConfig};
 
@@ -27,21 +27,11 @@ fn store() -> Arc<Store> {
     Store::new(Arc::new(info), 2 + OBJECTS, records, StoreConfig::default())
 }
 
-fn rendering(metadata: bool) -> Rendering {
-    Rendering {
-        encoding: Encoding::Protobuf,
-        form: if metadata {
-            Form::Metadata
-        } else {
-            Form::Objects
-        },
-        gzip: false,
-    }
-}
-
 fn list(store: &Store, metadata: bool) -> ListEncoder {
     let reader = SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
-    let writer = rendering(metadata).writer(store.info()).expect("writer");
+    let writer = Rendering::protobuf(metadata)
+        .writer(store.info())
+        .expect("writer");
     ListEncoder::new(reader, writer, String::new(), false, 16 * 1024)
 }
 
@@ -63,7 +53,9 @@ fn watch_list(store: &Arc<Store>, metadata: bool) -> WatchEncoder {
         deadline: now + Duration::from_secs(3600),
         chunk: 16 * 1024,
     };
-    let writer = rendering(metadata).writer(store.info()).expect("writer");
+    let writer = Rendering::protobuf(metadata)
+        .writer(store.info())
+        .expect("writer");
     let cursor = store.watch_from(rv).expect("cursor");
     WatchEncoder::new(cursor, Arc::new(Filter::everything()), writer, spec, now)
 }
@@ -162,7 +154,11 @@ fn initial_events_are_the_bytes_of_added_events() {
         true
     }) {}
     for metadata in [false, true] {
-        let writer = || rendering(metadata).writer(store.info()).expect("writer");
+        let writer = || {
+            Rendering::protobuf(metadata)
+                .writer(store.info())
+                .expect("writer")
+        };
         // Two sharing writers: the first transcodes and keeps, the second copies.
         let (mut first, mut second, mut whole) = (writer(), writer(), writer());
         first.start_sharing();

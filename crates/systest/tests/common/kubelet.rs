@@ -327,6 +327,11 @@ fn channel(id: u8, data: &[u8]) -> Message {
 /// it), then a normal close, which the client reads as the end of every stream.
 async fn finish(tx: mpsc::Sender<Message>, writer: tokio::task::JoinHandle<()>, status: String) {
     let _ = tx.send(channel(3, status.as_bytes())).await;
+    close(tx, writer).await;
+}
+
+/// Closes a WebSocket session normally and waits for its writer to send what is queued.
+async fn close(tx: mpsc::Sender<Message>, writer: tokio::task::JoinHandle<()>) {
     let _ = tx
         .send(Message::Close(Some(CloseFrame {
             code: CloseCode::Normal,
@@ -486,14 +491,7 @@ async fn portforward(ws: Ws) {
         }
     }
     drop(session);
-    let _ = tx
-        .send(Message::Close(Some(CloseFrame {
-            code: CloseCode::Normal,
-            reason: "".into(),
-        })))
-        .await;
-    drop(tx);
-    let _ = writer.await;
+    close(tx, writer).await;
 }
 
 /// The little of SPDY/3.1 a port-forward needs, server side.
