@@ -216,6 +216,9 @@ struct ServeArgs {
     /// LISTs and watch-lists streaming at once (429 beyond).
     #[arg(long, default_value_t = 400)]
     max_requests_inflight: usize,
+    /// LISTs and watch-lists one user may have streaming at once (429 beyond; 0: no cap).
+    #[arg(long, default_value_t = 100)]
+    max_lists_per_user: usize,
     /// Watches open at once (429 beyond).
     #[arg(long, default_value_t = 100_000)]
     max_watches: usize,
@@ -330,6 +333,7 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_lists: args.max_requests_inflight,
             max_watches: args.max_watches,
             max_watches_per_user: args.max_watches_per_user,
+            max_lists_per_user: args.max_lists_per_user,
             response_buffer_budget: args.response_buffer_mib << 20,
             ..LimitConfig::default()
         },

@@ -282,12 +282,12 @@ impl EmbeddedSource {
                     .any(|r| r.get("uid").and_then(|u| u.as_str()) == Some(uid.as_str()))
             })
         };
+        // A namespace's objects are one key range (`ns/name`); no namespace: every object.
+        let prefix = namespace.map_or(String::new(), namespace_prefix);
         for store in self.registry.source_stores() {
-            let dependents: Vec<Arc<Record>> = store
-                .current()
-                .items()
-                .values()
-                .filter(|r| namespace.is_none_or(|ns| r.namespace() == ns))
+            let snap = store.current();
+            let dependents: Vec<Arc<Record>> = snap
+                .range(&prefix, false, &prefix)
                 .filter(|r| {
                     serde_json::from_slice::<serde_json::Value>(r.bytes())
                         .ok()
@@ -423,11 +423,10 @@ impl EmbeddedSource {
             if !store.info().namespaced {
                 continue;
             }
+            let prefix = namespace_prefix(ns);
             let names: Vec<String> = store
                 .current()
-                .items()
-                .values()
-                .filter(|r| r.namespace() == ns)
+                .range(&prefix, false, &prefix)
                 .map(|r| r.name().to_string())
                 .collect();
             for name in names {
@@ -455,8 +454,9 @@ impl EmbeddedSource {
         if !objects::is_deleting(&obj) {
             return;
         }
+        let prefix = namespace_prefix(ns);
         let occupied = self.registry.source_stores().iter().any(|s| {
-            s.info().namespaced && s.current().items().values().any(|r| r.namespace() == ns)
+            s.info().namespaced && s.current().range(&prefix, false, &prefix).next().is_some()
         });
         if occupied {
             return;
@@ -569,4 +569,10 @@ impl SourceWriter for EmbeddedSource {
         };
         Box::pin(async move { r })
     }
+}
+
+/// The key prefix of namespace `ns`'s objects in a namespaced store (keys are `ns/name`):
+/// walking it visits that namespace only, not the whole collection.
+fn namespace_prefix(ns: &str) -> String {
+    format!("{ns}/")
 }
