@@ -291,6 +291,11 @@ impl WatchEncoder {
                     if !self.pending.is_empty() {
                         continue;
                     }
+                    // A step reads the log in batches: a filtered watch whose batch matched
+                    // nothing reads on rather than sleep on events it has not seen.
+                    if self.cursor.has_news() {
+                        continue;
+                    }
                     // Caught up. A due bookmark goes out now: everything logged before it
                     // has been sent, so its RV (the cursor's) covers it.
                     // kube-apiserver sends a periodic bookmark only once the store has moved

@@ -627,6 +627,7 @@ impl Store {
             head: self.head.subscribe(),
             trigger,
             position,
+            behind: false,
         })
     }
 
@@ -704,6 +705,9 @@ pub struct WatchCursor {
     trigger: Option<watch::Receiver<u64>>,
     /// `seq`, published for the store's watcher-lag figure.
     position: Arc<AtomicU64>,
+    /// The last poll stopped short of the log's end (its `max`): there is more to read
+    /// though no channel will say so (the poll marked them seen).
+    behind: bool,
 }
 
 impl WatchCursor {
@@ -739,6 +743,7 @@ impl WatchCursor {
         self.seq = g.log.read_from(self.seq, max, out);
         self.position.store(self.seq, Ordering::Relaxed);
         let caught_up = self.seq == g.log.end_seq();
+        self.behind = !caught_up;
         let current = g.current.rv();
         drop(g);
         // A cursor opened at a future RV skips events up to that RV.
@@ -762,6 +767,9 @@ impl WatchCursor {
 
     /// Whether the log may have news for this cursor since it last polled.
     pub fn has_news(&self) -> bool {
+        if self.behind {
+            return true;
+        }
         match &self.trigger {
             Some(t) => t.has_changed(),
             None => self.head.has_changed(),
@@ -771,6 +779,9 @@ impl WatchCursor {
 
     /// Waits until the log may have new events for this cursor.
     pub async fn changed(&mut self) {
+        if self.behind {
+            return;
+        }
         let changed = match &mut self.trigger {
             Some(t) => t.changed().await,
             None => self.head.changed().await,
