@@ -3,14 +3,14 @@
 //! (docs/memory.md says why). Also PartialObjectMetadata, the projection of an object to
 //! its `metadata`, in both encodings.
 
+use std::sync::Arc;
+
+use bytes::Bytes;
 use listwatch_core::{ApiError, ResourceInfo};
 use listwatch_protobuf::encode::{
     begin, end, put_bytes, put_type_meta, put_varint, varint_len, write_envelope,
 };
 use listwatch_protobuf::{MessageId, ProtoEncoder, ProtoError, Schema};
-use std::sync::Arc;
-
-use bytes::Bytes;
 use listwatch_store::record::EncodedForm;
 use listwatch_store::{Filter, Record, Snapshot, SnapshotReader};
 
@@ -100,12 +100,17 @@ impl ProtoObjects {
         (&self.api_version, &self.kind)
     }
 
-    /// The length of `r`'s message as a list item, memoized in the record.
-    pub fn item_len(&mut self, r: &Record) -> Result<usize, ProtoError> {
-        let form = match self.object {
+    /// The form this writer's items are memoized under.
+    pub fn form(&self) -> EncodedForm {
+        match self.object {
             Some(_) => EncodedForm::Object,
             None => EncodedForm::Metadata,
-        };
+        }
+    }
+
+    /// The length of `r`'s message as a list item, memoized in the record.
+    pub fn item_len(&mut self, r: &Record) -> Result<usize, ProtoError> {
+        let form = self.form();
         if let Some(n) = r.encoded_len(form) {
             return Ok(n);
         }
@@ -322,11 +327,7 @@ pub fn measure_lengths(info: &ResourceInfo, snap: &Snapshot) -> usize {
         let Some(mut w) = ProtoObjects::new(info, metadata_only) else {
             return 0;
         };
-        let form = if metadata_only {
-            EncodedForm::Metadata
-        } else {
-            EncodedForm::Object
-        };
+        let form = w.form();
         let mut reader =
             SnapshotReader::new(snap.clone(), Arc::new(Filter::everything()), None, None);
         let (mut total, mut complete) = (0, true);

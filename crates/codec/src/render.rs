@@ -171,8 +171,7 @@ impl ObjectWriter {
     /// list message is length-prefixed); `None` for JSON.
     pub fn measured_form(&self) -> Option<EncodedForm> {
         match &self.style {
-            Style::Protobuf(p) if p.metadata_only() => Some(EncodedForm::Metadata),
-            Style::Protobuf(_) => Some(EncodedForm::Object),
+            Style::Protobuf(p) => Some(p.form()),
             _ => None,
         }
     }

@@ -9,8 +9,10 @@
 //! then transcode for themselves while those behind copy what is kept, so the readers
 //! close up (dropping the lowest items instead kept the front fast and the back slow, and
 //! they drifted apart for good). A reader that has not moved for a second no longer holds
-//! items back: a stalled client costs the others nothing; it transcodes when it resumes. A lone response neither looks nor keeps, and the
-//! items go with the last reader. docs/memory.md has the measurements and alternatives.
+//! items back: a stalled client costs the others nothing; it transcodes when it resumes.
+//! A lone response neither looks items up nor keeps any (it only records its position),
+//! and the items go with the last reader. docs/memory.md has the measurements and
+//! alternatives.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -39,7 +41,6 @@ struct Group {
     readers: HashMap<u64, Position>,
     /// Items by key; the `Weak` pins the record's address, which identifies its version.
     items: BTreeMap<Arc<str>, (Weak<Record>, Bytes)>,
-    bytes: usize,
 }
 
 struct Shared {
@@ -106,7 +107,7 @@ impl Reader {
     }
 
     /// `r`'s item, if another reader kept it; notes that this reader is at `r`.
-    /// `None` also when this reader is alone (it then neither looks nor keeps).
+    /// [`Lookup::Alone`] when this reader is alone (it then neither looks nor keeps).
     pub(crate) fn get(&self, r: &Arc<Record>) -> Lookup {
         let mut groups = lock();
         let Some(g) = groups.get_mut(&self.group) else {
@@ -144,10 +145,8 @@ impl Reader {
         }
         let len = item.len();
         if let Some((_, old)) = g.items.insert(r.key().clone(), (Arc::downgrade(r), item)) {
-            g.bytes -= old.len();
             SHARED.held.fetch_sub(old.len(), Ordering::Relaxed);
         }
-        g.bytes += len;
         SHARED.held.fetch_add(len, Ordering::Relaxed);
         SHARED.kept.fetch_add(1, Ordering::Relaxed);
     }
@@ -161,7 +160,8 @@ impl Drop for Reader {
         };
         g.readers.remove(&self.id);
         if g.readers.is_empty() {
-            SHARED.held.fetch_sub(g.bytes, Ordering::Relaxed);
+            let bytes = g.items.values().map(|(_, b)| b.len()).sum();
+            SHARED.held.fetch_sub(bytes, Ordering::Relaxed);
             groups.remove(&self.group);
         } else {
             g.drop_passed();
@@ -203,7 +203,6 @@ impl Group {
                 break;
             }
             let (_, b) = entry.remove();
-            self.bytes -= b.len();
             SHARED.held.fetch_sub(b.len(), Ordering::Relaxed);
         }
     }
