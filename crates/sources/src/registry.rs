@@ -121,6 +121,20 @@ impl Registry {
         Some(store)
     }
 
+    /// Serves `store`, built and loaded elsewhere (a resource an apiserver source found
+    /// after start, inserted once synced), replacing a retired store of the same name.
+    /// `false` when a live store of that name exists.
+    pub fn insert(&self, store: Arc<Store>) -> bool {
+        let i = store.info();
+        let key = (i.group.clone(), i.version.clone(), i.resource.clone());
+        let mut stores = self.stores.write();
+        if stores.get(&key).is_some_and(|s| !s.is_retired()) {
+            return false;
+        }
+        stores.insert(key, store);
+        true
+    }
+
     /// Whether `store` is kept by a view (see [`Registry::add_view`]).
     pub fn is_view(&self, store: &Store) -> bool {
         let i = store.info();

@@ -3,7 +3,7 @@
 
 use listwatch_core::ResourceInfo;
 use serde::Deserialize;
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 use crate::UpstreamError;
 use crate::client::Upstream;
@@ -58,12 +58,21 @@ pub(crate) fn collection_path(info: &ResourceInfo) -> String {
     }
 }
 
+/// What one discovery pass found.
+pub(crate) struct Discovered {
+    /// The resources a follower can keep.
+    pub resources: Vec<ResourceInfo>,
+    /// Group/versions the upstream lists whose own discovery failed (an aggregated API
+    /// that is down): what was followed of them is kept rather than retired.
+    pub unanswered: Vec<(String, String)>,
+}
+
 /// Every resource of the upstream this source can follow. Built-ins in their served
 /// version get listwatch's own description (`builtin_resources`: field selectors, table
 /// columns); other versions of a built-in (and the views listwatch derives itself) are
 /// left out; anything else (custom resources, aggregated APIs' listable resources) is
 /// described from discovery, as a CRD's resources are.
-pub(crate) async fn discover(up: &Upstream) -> Result<Vec<ResourceInfo>, UpstreamError> {
+pub(crate) async fn discover(up: &Upstream) -> Result<Discovered, UpstreamError> {
     let builtins = listwatch_core::builtin_resources();
     let groups: GroupList = up.get_json("/apis").await?;
     let mut gvs = vec![(String::new(), "v1".to_string())];
@@ -73,6 +82,7 @@ pub(crate) async fn discover(up: &Upstream) -> Result<Vec<ResourceInfo>, Upstrea
         }
     }
     let mut out = Vec::new();
+    let mut unanswered = Vec::new();
     for (group, version) in gvs {
         let path = if group.is_empty() {
             format!("/api/{version}")
@@ -84,6 +94,7 @@ pub(crate) async fn discover(up: &Upstream) -> Result<Vec<ResourceInfo>, Upstrea
             Err(e) => {
                 // An aggregated API that is down must not stop the rest from being served.
                 warn!(%path, error = %e, "discovery failed; its resources are not served here");
+                unanswered.push((group, version));
                 continue;
             }
         };
@@ -109,7 +120,7 @@ pub(crate) async fn discover(up: &Upstream) -> Result<Vec<ResourceInfo>, Upstrea
                 // Another version of a built-in, or a view listwatch keeps itself.
                 continue;
             }
-            info!(%group, %version, resource = %r.name, "serving a resource described by discovery");
+            debug!(%group, %version, resource = %r.name, "a resource described by discovery");
             out.push(
                 ResourceInfo {
                     group: group.clone(),
@@ -126,5 +137,8 @@ pub(crate) async fn discover(up: &Upstream) -> Result<Vec<ResourceInfo>, Upstrea
             );
         }
     }
-    Ok(out)
+    Ok(Discovered {
+        resources: out,
+        unanswered,
+    })
 }

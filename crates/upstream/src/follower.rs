@@ -102,8 +102,19 @@ pub(crate) fn install(
     Ok(())
 }
 
-/// Follows `store`'s resource on `up` forever.
-pub(crate) async fn run(store: Arc<Store>, up: Arc<Upstream>) {
+/// Told once, when a follower's store first holds the upstream's collection.
+pub(crate) type Synced = Option<tokio::sync::oneshot::Sender<()>>;
+
+/// Marks `store` current (readers served again) and tells `synced`, the first time.
+fn mark_synced(store: &Store, synced: &mut Synced) {
+    store.set_ready(true);
+    if let Some(tell) = synced.take() {
+        let _ = tell.send(());
+    }
+}
+
+/// Follows `store`'s resource on `up` forever; `synced` is told after the first sync.
+pub(crate) async fn run(store: Arc<Store>, up: Arc<Upstream>, mut synced: Synced) {
     store.set_ready(false);
     let info = store.info().clone();
     let mut resume: Option<u64> = None;
@@ -112,8 +123,8 @@ pub(crate) async fn run(store: Arc<Store>, up: Arc<Upstream>) {
         let start = resume.unwrap_or(0);
         let mut last = start;
         let ended = match resume {
-            Some(rv) => follow(&store, &up, rv, &mut last).await,
-            None => sync_and_follow(&store, &up, &mut last).await,
+            Some(rv) => follow(&store, &up, rv, &mut last, &mut synced).await,
+            None => sync_and_follow(&store, &up, &mut last, &mut synced).await,
         };
         if last > start {
             // The stream worked for a while: the next failure's backoff starts afresh.
@@ -139,7 +150,12 @@ pub(crate) async fn run(store: Arc<Store>, up: Arc<Upstream>) {
 
 /// Loads the collection by watch-list, or by paged LIST where the upstream refuses
 /// watch-list, then follows it.
-async fn sync_and_follow(store: &Store, up: &Upstream, last: &mut u64) -> Ended {
+async fn sync_and_follow(
+    store: &Store,
+    up: &Upstream,
+    last: &mut u64,
+    synced: &mut Synced,
+) -> Ended {
     let info = store.info().clone();
     let path = collection_path(&info);
     let q = format!(
@@ -176,7 +192,7 @@ async fn sync_and_follow(store: &Store, up: &Upstream, last: &mut u64) -> Ended 
                         return Ended::Relist(e.to_string());
                     }
                     info!(resource = %info.resource, objects = initial.len(), rv, "synced from the upstream (watch-list)");
-                    store.set_ready(true);
+                    mark_synced(store, synced);
                     *last = rv;
                     return stream(store, lines, last).await;
                 }
@@ -202,13 +218,19 @@ async fn sync_and_follow(store: &Store, up: &Upstream, last: &mut u64) -> Ended 
         return Ended::Relist(e.to_string());
     }
     info!(resource = %info.resource, objects = items.len(), rv, "synced from the upstream (LIST)");
-    store.set_ready(true);
+    mark_synced(store, synced);
     *last = rv;
-    follow(store, up, rv, last).await
+    follow(store, up, rv, last, synced).await
 }
 
 /// Watches from `rv` (exclusive) until the watch ends.
-async fn follow(store: &Store, up: &Upstream, rv: u64, last: &mut u64) -> Ended {
+async fn follow(
+    store: &Store,
+    up: &Upstream,
+    rv: u64,
+    last: &mut u64,
+    synced: &mut Synced,
+) -> Ended {
     let path = collection_path(store.info());
     let q = format!(
         "{path}?watch=1&allowWatchBookmarks=true&resourceVersion={}",
@@ -222,7 +244,7 @@ async fn follow(store: &Store, up: &Upstream, rv: u64, last: &mut u64) -> Ended 
         let code = resp.status().as_u16();
         return UpstreamError::Status(code, "watch".into()).into();
     }
-    store.set_ready(true);
+    mark_synced(store, synced);
     stream(store, Lines::new(resp), last).await
 }
 

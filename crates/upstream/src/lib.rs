@@ -16,6 +16,7 @@ use listwatch_core::ApiError;
 use listwatch_gateway::GatewayConfig;
 use listwatch_sources::{BoxFuture, Registry, Source};
 use listwatch_store::{Store, StoreConfig};
+use tracing::{info, warn};
 
 use crate::client::{ListPage, Upstream, parse_rv};
 use crate::discovery::collection_path;
@@ -48,6 +49,17 @@ impl From<UpstreamError> for ApiError {
 /// delivered within it; an idle resource never is).
 pub const STREAM_GRACE: Duration = Duration::from_millis(200);
 
+/// How often the upstream's discovery is read again for resources that came or went
+/// (sooner after a CRD or APIService changes: see [`UpstreamSource::rediscover_loop`]).
+pub const REDISCOVER: Duration = Duration::from_secs(60);
+
+/// After a CRD or APIService changes, how long to let the upstream's discovery catch up
+/// before reading it (kube-apiserver publishes a new CRD's resource once it is established).
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// A resource by (group, version, resource).
+type Key = (String, String, String);
+
 /// Rounds of "LIST, compare, wait for the stream" before a consistent read gives up
 /// proving and leaves the wait to the handler (which then fails rather than serve stale).
 const PROOF_ROUNDS: usize = 3;
@@ -78,9 +90,21 @@ pub struct ConsistentStats {
 pub struct UpstreamSource {
     registry: Registry,
     up: Arc<Upstream>,
+    stores: StoreConfig,
     probes: parking_lot::Mutex<HashMap<String, Arc<Probe>>>,
-    tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Each followed resource's follower.
+    followers: parking_lot::Mutex<HashMap<Key, tokio::task::JoinHandle<()>>>,
+    /// The loop that follows the upstream's discovery.
+    rediscovery: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
     stats: ConsistentStats,
+}
+
+fn key_of(info: &listwatch_core::ResourceInfo) -> Key {
+    (
+        info.group.clone(),
+        info.version.clone(),
+        info.resource.clone(),
+    )
 }
 
 impl UpstreamSource {
@@ -91,20 +115,134 @@ impl UpstreamSource {
         stores: &StoreConfig,
     ) -> Result<Arc<Self>, UpstreamError> {
         let up = Arc::new(Upstream::new(config)?);
-        let resources = discovery::discover(&up).await?;
-        let registry = Registry::new(resources, 1, stores);
-        let mut tasks = Vec::new();
+        let found = discovery::discover(&up).await?;
+        let registry = Registry::new(found.resources, 1, stores);
+        let mut followers = HashMap::new();
         for store in registry.stores() {
             store.set_ready(false);
-            tasks.push(tokio::spawn(follower::run(store, up.clone())));
+            let key = key_of(store.info());
+            followers.insert(key, tokio::spawn(follower::run(store, up.clone(), None)));
         }
-        Ok(Arc::new(UpstreamSource {
+        let source = Arc::new(UpstreamSource {
             registry,
             up,
+            stores: stores.clone(),
             probes: parking_lot::Mutex::default(),
-            tasks: parking_lot::Mutex::new(tasks),
+            followers: parking_lot::Mutex::new(followers),
+            rediscovery: parking_lot::Mutex::default(),
             stats: ConsistentStats::default(),
-        }))
+        });
+        let watcher = tokio::spawn(Self::rediscover_loop(Arc::downgrade(&source)));
+        *source.rediscovery.lock() = Some(watcher);
+        Ok(source)
+    }
+
+    /// Reads the upstream's discovery again every [`REDISCOVER`], and [`SETTLE`] after the
+    /// followed CRDs or APIServices change, so that resources that come (a new CRD, an
+    /// aggregated API coming up) are followed and those that go are retired.
+    async fn rediscover_loop(source: std::sync::Weak<UpstreamSource>) {
+        let mut seen = None;
+        loop {
+            let Some(triggers) = source.upgrade().map(|s| s.discovery_triggers()) else {
+                return;
+            };
+            let fingerprint = |t: &[Arc<Store>]| -> Vec<(usize, u64)> {
+                t.iter()
+                    .map(|s| {
+                        let snap = s.current();
+                        let newest = snap.items().values().map(|r| r.rv()).max().unwrap_or(0);
+                        (snap.len(), newest)
+                    })
+                    .collect()
+            };
+            let before = fingerprint(&triggers);
+            if seen.is_none() {
+                seen = Some(before.clone());
+            }
+            let deadline = tokio::time::Instant::now() + REDISCOVER;
+            // Wakes on any progress of a trigger store; goes back to sleep unless its
+            // objects changed (bookmarks move the clock too).
+            loop {
+                let woke = tokio::time::timeout_at(deadline, any_progress(&triggers)).await;
+                if woke.is_err() || seen.as_ref() != Some(&fingerprint(&triggers)) {
+                    break;
+                }
+            }
+            if seen.as_ref() != Some(&fingerprint(&triggers)) {
+                tokio::time::sleep(SETTLE).await;
+            }
+            seen = Some(fingerprint(&triggers));
+            let Some(s) = source.upgrade() else { return };
+            if let Err(e) = s.rediscover().await {
+                warn!(error = %e, "rediscovery failed; what is followed stays as it is");
+            }
+        }
+    }
+
+    /// The followed stores whose changes change what the upstream serves (at most two).
+    fn discovery_triggers(&self) -> Vec<Arc<Store>> {
+        [
+            ("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
+            ("apiregistration.k8s.io", "v1", "apiservices"),
+        ]
+        .iter()
+        .filter_map(|(g, v, r)| self.registry.get(g, v, r))
+        .collect()
+    }
+
+    /// One discovery pass: a resource no longer served is retired (404 here, so a front
+    /// passes its reads on; its watches drained) and its follower stopped; a new one gets a
+    /// store that is served once its follower has synced it (until then a front passes
+    /// its reads to the upstream, so nothing is served half-loaded).
+    pub async fn rediscover(&self) -> Result<(), UpstreamError> {
+        let found = discovery::discover(&self.up).await?;
+        let mut wanted: HashMap<Key, listwatch_core::ResourceInfo> = found
+            .resources
+            .into_iter()
+            .map(|i| (key_of(&i), i))
+            .collect();
+        let mut followers = self.followers.lock();
+        followers.retain(|key, task| {
+            let kept = wanted.contains_key(key)
+                || found
+                    .unanswered
+                    .iter()
+                    .any(|(g, v)| *g == key.0 && *v == key.1);
+            if !kept {
+                task.abort();
+                listwatch_sources::crd::retire(&self.registry, key);
+            }
+            kept
+        });
+        wanted.retain(|k, _| !followers.contains_key(k));
+        for (key, info) in wanted {
+            let store = Store::new(
+                Arc::new(info),
+                1,
+                Vec::<listwatch_store::Record>::new(),
+                self.stores.clone(),
+            );
+            store.set_ready(false);
+            let (synced, first_sync) = tokio::sync::oneshot::channel();
+            let registry = self.registry.clone();
+            let follow = follower::run(store.clone(), self.up.clone(), Some(synced));
+            info!(group = %key.0, version = %key.1, resource = %key.2, "new upstream resource; following it");
+            let task = tokio::spawn(async move {
+                tokio::pin!(follow);
+                tokio::select! {
+                    _ = &mut follow => {}
+                    Ok(()) = first_sync => {
+                        let i = store.info();
+                        if registry.insert(store.clone()) {
+                            info!(group = %i.group, version = %i.version, resource = %i.resource, "new upstream resource synced; served here");
+                        }
+                        follow.await;
+                    }
+                }
+            });
+            followers.insert(key, task);
+        }
+        Ok(())
     }
 
     /// The consistent-read counters.
@@ -172,6 +310,23 @@ impl UpstreamSource {
     }
 }
 
+/// Returns once any of `stores` moves past its RV now (for at most [`REDISCOVER`]).
+async fn any_progress(stores: &[Arc<Store>]) {
+    let next = |s: &Arc<Store>| s.rv() + 1;
+    match stores {
+        [] => std::future::pending().await,
+        [a] => {
+            let _ = a.wait_for(next(a), REDISCOVER).await;
+        }
+        [a, b, ..] => {
+            tokio::select! {
+                _ = a.wait_for(next(a), REDISCOVER) => {}
+                _ = b.wait_for(next(b), REDISCOVER) => {}
+            }
+        }
+    }
+}
+
 impl Source for UpstreamSource {
     fn registry(&self) -> &Registry {
         &self.registry
@@ -190,7 +345,8 @@ impl Source for UpstreamSource {
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {
-        let tasks = std::mem::take(&mut *self.tasks.lock());
+        let mut tasks: Vec<_> = self.followers.lock().drain().map(|(_, t)| t).collect();
+        tasks.extend(self.rediscovery.lock().take());
         Box::pin(async move {
             for t in tasks {
                 t.abort();

@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch_gateway::{Gateway, GatewayConfig, Identity};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
-use listwatch_sources::{EmbeddedSource, Registry, demo};
+use listwatch_sources::{EmbeddedSource, Registry, Source, demo};
 use listwatch_testkit::{listen_local, next_line, send, try_stream_lines};
 use listwatch_upstream::UpstreamSource;
 
@@ -307,5 +307,91 @@ async fn readyz_fails_until_every_resource_is_synced() {
         "reads wait for the sync rather than see an empty cache"
     );
     open.send_replace(true);
+    assert_eq!(ready(front).await, 200);
+}
+
+const CRD: &str = r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
+ "metadata":{"name":"widgets.example.com"},
+ "spec":{"group":"example.com","scope":"Namespaced",
+  "names":{"plural":"widgets","singular":"widget","kind":"Widget"},
+  "versions":[
+   {"name":"v1","served":true,"storage":true,
+    "schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}"#;
+
+const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
+
+async fn post(addr: SocketAddr, path: &str, body: &str) {
+    let r = send(
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        Some(body.as_bytes()),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// Polls `done` every 50 ms for up to 20 s.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..400 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("not within 20 s: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_created_after_start_is_followed_and_retired_when_deleted() {
+    let (up, front, source) = ready_pair().await;
+    let widgets = || source.registry().get("example.com", "v1", "widgets");
+    assert!(widgets().is_none());
+
+    post(
+        up,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        CRD,
+    )
+    .await;
+    let widget = r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w1"},"spec":{"color":"red"}}"#;
+    post(up, WIDGETS, widget).await;
+    // Rediscovered on the followed CRD's arrival (long before the periodic pass), and
+    // served here only once synced.
+    eventually("the new resource is followed and synced", || {
+        widgets().is_some_and(|s| s.is_ready() && s.current().len() == 1)
+    })
+    .await;
+    let (status, list) = get(front, WIDGETS).await;
+    assert_eq!(status, 200);
+    assert_eq!(names(&list), ["w1"]);
+    // A write through the front reaches the new follower's store.
+    let second = widget.replace("w1", "w2");
+    post(front, WIDGETS, &second).await;
+    eventually("the write is followed", || {
+        widgets().is_some_and(|s| s.current().len() == 2)
+    })
+    .await;
+
+    let r = send(
+        up,
+        "DELETE",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com",
+        &[],
+        None,
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    eventually("the resource is retired", || {
+        widgets().is_some_and(|s| s.is_retired())
+    })
+    .await;
+    // No longer served here: passed on, and the upstream no longer has it either.
+    let (status, _) = get(front, WIDGETS).await;
+    assert_eq!(status, 404);
+    // Readiness never counted the late resource.
     assert_eq!(ready(front).await, 200);
 }
