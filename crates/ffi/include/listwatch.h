@@ -51,6 +51,9 @@
 // The host-fed calls on an instance that follows etcd.
 #define LW_ERR_NOT_HOST_FED -5
 
+// The response body broke off mid-way: abort the response (do not end it as whole).
+#define LW_ERR_CUT -6
+
 // [`lw_handle`] flag: also answer discovery, `/version`, health and `/metrics` (for a
 // host without discovery of its own).
 #define LW_HANDLE_DISCOVERY 1

@@ -72,6 +72,8 @@ pub const LW_ERR_CONFIG: i32 = -3;
 pub const LW_ERR_PANIC: i32 = -4;
 /// The host-fed calls on an instance that follows etcd.
 pub const LW_ERR_NOT_HOST_FED: i32 = -5;
+/// The response body broke off mid-way: abort the response (do not end it as whole).
+pub const LW_ERR_CUT: i32 = -6;
 
 /// [`lw_handle`] flag: also answer discovery, `/version`, health and `/metrics` (for a
 /// host without discovery of its own).
@@ -599,7 +601,7 @@ impl LwStream {
                             drop(body);
                             return LW_END;
                         }
-                        Poll::Ready(Some(Err(never))) => match never {},
+                        Poll::Ready(Some(Err(_cut))) => return LW_ERR_CUT,
                     }
                 }
                 StreamState::Done => return LW_END,

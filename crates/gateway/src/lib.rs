@@ -21,7 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch_auth::User;
 use listwatch_core::ApiError;
-use listwatch_server::body::ResponseBody;
+use listwatch_server::body::{BodyCut, ResponseBody};
 use listwatch_server::{PassThrough, RequestBody};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -527,7 +527,7 @@ struct Relay {
 
 impl Body for Relay {
     type Data = Bytes;
-    type Error = std::convert::Infallible;
+    type Error = BodyCut;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
@@ -539,10 +539,10 @@ impl Body for Relay {
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Err(e))) => {
-                // The response type cannot carry an error: end it. With a Content-Length
-                // the client sees it short; chunked, it is cut (see docs/gateway.md).
-                tracing::warn!(error = %e, "upstream response body failed");
-                Poll::Ready(None)
+                // Not an end: the client's connection (or HTTP/2 stream) is aborted, so a
+                // chunked body is not taken as complete.
+                tracing::warn!(error = %e, "upstream response body failed; aborting the response");
+                Poll::Ready(Some(Err(BodyCut(e.to_string()))))
             }
         }
     }

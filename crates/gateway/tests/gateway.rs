@@ -433,6 +433,45 @@ async fn a_silent_upstream_is_a_504_status() {
     assert_eq!(status, 504, "{body}");
 }
 
+#[tokio::test]
+async fn an_upstream_body_that_breaks_off_is_not_relayed_as_complete() {
+    // Answers with a chunked body, sends one chunk, then drops the connection.
+    let breaking = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = breaking.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = breaking.accept().await {
+            let mut head = [0u8; 4096];
+            let _ = s.read(&mut head).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nhello\n\r\n")
+                .await;
+            let _ = s.flush().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let gw = gateway(addr, Identity::FrontProxy, false).await;
+    let mut client = tokio::net::TcpStream::connect(gw).await.expect("connect");
+    client
+        .write_all(b"GET /api/v1/namespaces/dev/pods/p/log?follow=true HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer alice-token\r\n\r\n")
+        .await
+        .expect("request");
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), client.read_to_end(&mut got))
+        .await
+        .expect("the front closes the connection")
+        .ok();
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(
+        got.contains("hello"),
+        "the chunk before the break is relayed: {got}"
+    );
+    assert!(
+        !got.ends_with("0\r\n\r\n"),
+        "a broken-off body must not end with the last chunk: {got:?}"
+    );
+}
+
 /// A CA (certificate PEM and its issuer) for the client-certificate test.
 fn ca(name: &str) -> (rcgen::Certificate, rcgen::Issuer<'static, rcgen::KeyPair>) {
     let (key, mut params) = cert_params(name, &[]);

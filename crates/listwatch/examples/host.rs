@@ -10,9 +10,8 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch::{
@@ -74,7 +73,7 @@ impl Host {
     }
 
     fn reply(code: StatusCode, body: Vec<u8>) -> Response<ResponseBody> {
-        let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
+        let mut r = Response::new(listwatch::full_body(body));
         *r.status_mut() = code;
         r.headers_mut().insert(
             http::header::CONTENT_TYPE,

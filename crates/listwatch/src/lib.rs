@@ -44,7 +44,7 @@ use listwatch_sources::HostFedSource;
 
 pub use listwatch_auth::{Attributes, Authorizer, Decision, User};
 pub use listwatch_core::{ApiError, ResourceInfo, builtin_resources};
-pub use listwatch_server::body::ResponseBody;
+pub use listwatch_server::body::{BodyCut, ResponseBody, full as full_body};
 pub use listwatch_server::{Maintenance, ServerConfig};
 pub use listwatch_sources::{
     BoxFuture, EmbeddedSource, FeedError, HostChange, Registry, Relisted, Source, SourceWriter,

@@ -19,11 +19,20 @@ use listwatch_codec::{ListEncoder, WatchEncoder, WatchStep};
 use tokio::time::Instant;
 
 /// The body type every handler answers with.
-pub type ResponseBody = BoxBody<Bytes, Infallible>;
+pub type ResponseBody = BoxBody<Bytes, BodyCut>;
+
+/// A response body that cannot be finished (a relayed upstream body broke off). hyper
+/// then aborts the HTTP/1.1 connection or resets the HTTP/2 stream, so the client sees
+/// the response fail rather than end as if it were whole.
+#[derive(Debug, thiserror::Error)]
+#[error("response body cut short: {0}")]
+pub struct BodyCut(pub String);
 
 /// A complete body from bytes.
 pub fn full(b: impl Into<Bytes>) -> ResponseBody {
-    http_body_util::Full::new(b.into()).boxed()
+    http_body_util::Full::new(b.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
 }
 
 /// Responses smaller than this are sent uncompressed, like kube-apiserver's small-response
@@ -128,12 +137,12 @@ impl StreamedBody {
 
 impl Body for StreamedBody {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = BodyCut;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyCut>>> {
         if self.done {
             return Poll::Ready(None);
         }

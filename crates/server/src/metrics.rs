@@ -387,7 +387,7 @@ impl Drop for MeteredBody {
 
 impl Body for MeteredBody {
     type Data = Bytes;
-    type Error = std::convert::Infallible;
+    type Error = crate::body::BodyCut;
 
     fn poll_frame(
         self: Pin<&mut Self>,
