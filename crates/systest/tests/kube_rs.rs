@@ -44,7 +44,17 @@ async fn server_state(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn reflector_converges(strategy: InitialListStrategy) {
+/// Where the reflector's client points.
+#[derive(Clone, Copy, Debug)]
+enum Endpoint {
+    /// listwatch on its embedded store.
+    Direct,
+    /// A front listwatch following that one (`--source apiserver`), every write passed
+    /// through to it: the reflector's reads come from the front's caches.
+    Front,
+}
+
+async fn reflector_converges(strategy: InitialListStrategy, endpoint: Endpoint) {
     let s = common::start(
         0,
         ServerConfig {
@@ -53,7 +63,11 @@ async fn reflector_converges(strategy: InitialListStrategy) {
         },
     )
     .await;
-    let c = client(s.addr);
+    let addr = match endpoint {
+        Endpoint::Direct => s.addr,
+        Endpoint::Front => common::front(s.addr).await,
+    };
+    let c = client(addr);
     let ns_api: Api<ConfigMap> = Api::namespaced(c.clone(), "team-a");
     let all: Api<ConfigMap> = Api::all(c.clone());
     for i in 0..40 {
@@ -124,7 +138,7 @@ async fn reflector_converges(strategy: InitialListStrategy) {
     }
     assert_eq!(
         got, want,
-        "reflector ({strategy:?}) equals the server's state"
+        "reflector ({strategy:?}, {endpoint:?}) equals the server's state"
     );
     assert!(
         reader
@@ -141,12 +155,24 @@ async fn reflector_converges(strategy: InitialListStrategy) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflector_list_watch() {
-    reflector_converges(InitialListStrategy::ListWatch).await;
+    reflector_converges(InitialListStrategy::ListWatch, Endpoint::Direct).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflector_streaming_list() {
-    reflector_converges(InitialListStrategy::StreamingList).await;
+    reflector_converges(InitialListStrategy::StreamingList, Endpoint::Direct).await;
+}
+
+/// Informers of a client whose only endpoint is a front listwatch: they sync from its
+/// caches while their own writes go through it to the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflector_list_watch_through_a_front() {
+    reflector_converges(InitialListStrategy::ListWatch, Endpoint::Front).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflector_streaming_list_through_a_front() {
+    reflector_converges(InitialListStrategy::StreamingList, Endpoint::Front).await;
 }
 
 /// The initial phase ends exactly after the existing objects, and live events follow.
