@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 pub mod gzip;
 mod list;
@@ -42,29 +42,54 @@ pub const DEFAULT_CHUNK: usize = 64 * 1024;
 
 /// Collects output into chunks of about `chunk` bytes. Pieces of at least `large` bytes are
 /// not copied: the current chunk is closed and the piece is queued as it is.
+///
+/// A closed chunk takes its whole allocation with it, so a writer between chunks holds no
+/// memory: a watch that sent one event keeps nothing for the rest of its life (a
+/// `BytesMut` split would keep the rest of a 64 KiB allocation alive with it). The next
+/// chunk's allocation is sized by the last one's length, so chunks of one event each (live
+/// watch events) take a few KiB, not a whole chunk.
 pub struct ChunkWriter {
-    buf: BytesMut,
+    buf: Vec<u8>,
     ready: VecDeque<Bytes>,
     chunk: usize,
     large: usize,
+    /// Capacity the next chunk starts with.
+    next: usize,
 }
+
+/// The smallest allocation a chunk starts with.
+const MIN_CHUNK_ALLOCATION: usize = 1024;
 
 impl ChunkWriter {
     /// A writer producing chunks of about `chunk` bytes.
     pub fn new(chunk: usize) -> Self {
         ChunkWriter {
-            buf: BytesMut::new(),
+            buf: Vec::new(),
             ready: VecDeque::new(),
             chunk,
             large: chunk / 2,
+            next: Self::full_allocation(chunk),
         }
+    }
+
+    /// A writer for one small body built whole (a single object, one event line): one
+    /// buffer grown as needed, nothing passed by reference.
+    pub fn unbounded() -> Self {
+        ChunkWriter {
+            next: MIN_CHUNK_ALLOCATION,
+            ..ChunkWriter::new(usize::MAX >> 1)
+        }
+    }
+
+    /// A full chunk's allocation: the chunk and the tail of the piece that crosses it.
+    fn full_allocation(chunk: usize) -> usize {
+        chunk.saturating_add(512).min(1 << 20)
     }
 
     /// Copies a small piece into the current chunk.
     pub fn put_slice(&mut self, s: &[u8]) {
         if self.buf.capacity() == 0 {
-            self.buf
-                .reserve(self.chunk.saturating_add(512).min(1 << 20));
+            self.buf.reserve(self.next.max(s.len()));
         }
         self.buf.extend_from_slice(s);
     }
@@ -79,11 +104,23 @@ impl ChunkWriter {
         }
     }
 
-    /// Closes the current chunk (if any) so it can be taken.
+    /// Closes the current chunk (if any) so it can be taken; the writer keeps no allocation.
     pub fn flush(&mut self) {
         if !self.buf.is_empty() {
-            self.ready.push_back(self.buf.split().freeze());
+            let len = self.buf.len();
+            // Twice what the last chunk needed: full chunks stay full-sized, single events
+            // stay small.
+            self.next = len
+                .saturating_mul(2)
+                .clamp(MIN_CHUNK_ALLOCATION, Self::full_allocation(self.chunk));
+            self.ready
+                .push_back(Bytes::from(std::mem::take(&mut self.buf)));
         }
+    }
+
+    /// Bytes of allocation the writer holds for its open chunk (0 between chunks).
+    pub fn held_capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// Whether enough is queued that the caller should hand chunks out before adding more.
@@ -101,6 +138,9 @@ impl ChunkWriter {
 
     /// Everything written, as one buffer (for small one-off bodies, not for streaming).
     pub fn into_vec(mut self) -> Vec<u8> {
+        if self.ready.is_empty() {
+            return self.buf;
+        }
         self.flush();
         let mut all = Vec::with_capacity(self.ready.iter().map(Bytes::len).sum());
         for c in self.ready {
@@ -112,5 +152,56 @@ impl ChunkWriter {
     /// Bytes copied into the open chunk and not yet handed out.
     pub fn buffered(&self) -> usize {
         self.buf.len() + self.ready.iter().map(Bytes::len).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writer_between_chunks_holds_no_allocation() {
+        let mut w = ChunkWriter::new(DEFAULT_CHUNK);
+        w.put_slice(&[b'x'; 1000]);
+        assert!(
+            w.held_capacity() >= DEFAULT_CHUNK,
+            "the first chunk starts full-sized"
+        );
+        w.flush();
+        assert_eq!(
+            w.held_capacity(),
+            0,
+            "a closed chunk takes its allocation along"
+        );
+        assert_eq!(w.pop().map(|c| c.len()), Some(1000));
+        // One event per chunk (a live watch): the next allocation follows the last length.
+        w.put_slice(&[b'y'; 100]);
+        let held = w.held_capacity();
+        assert!((100..=4096).contains(&held), "{held}");
+        w.flush();
+        assert_eq!(w.held_capacity(), 0);
+        assert_eq!(w.pop().map(|c| c.len()), Some(100));
+        // Full chunks again (a LIST page): back to full size, each taken whole.
+        for _ in 0..3 {
+            while !w.is_full() {
+                w.put_slice(&[b'z'; 1000]);
+            }
+            let c = w.pop().expect("a full chunk");
+            assert!(c.len() >= DEFAULT_CHUNK, "{}", c.len());
+            assert_eq!(w.held_capacity(), 0);
+        }
+        assert!(w.next >= DEFAULT_CHUNK);
+    }
+
+    #[test]
+    fn a_body_built_whole_is_sized_by_its_content() {
+        let mut w = ChunkWriter::unbounded();
+        w.put_slice(b"{}");
+        assert!(w.held_capacity() <= MIN_CHUNK_ALLOCATION);
+        let big = vec![b'a'; 300_000];
+        w.put_bytes(Bytes::from(big));
+        let body = w.into_vec();
+        assert_eq!(body.len(), 300_002);
+        assert!(body.capacity() < 1 << 20, "{}", body.capacity());
     }
 }

@@ -472,7 +472,7 @@ impl ObjectWriter {
                 body.extend_from_slice(b"}\n");
             }
             Style::Table(t) => {
-                let mut out = ChunkWriter::new(usize::MAX >> 1);
+                let mut out = ChunkWriter::unbounded();
                 t.write_single(&mut out, r, None, self.now);
                 out.put_slice(b"\n");
                 body = out.into_vec();

@@ -78,7 +78,7 @@ pub fn write_error(out: &mut ChunkWriter, status_body: &[u8]) {
 /// A whole response that is one ERROR event (kube-apiserver answers a watch from a
 /// too-old RV with 200 and this line).
 pub fn error_body(status_body: &[u8]) -> Vec<u8> {
-    let mut w = ChunkWriter::new(usize::MAX >> 1);
+    let mut w = ChunkWriter::unbounded();
     write_error(&mut w, status_body);
     w.into_vec()
 }
@@ -386,7 +386,7 @@ fn encoded(written: Result<(), listwatch_protobuf::ProtoError>) -> bool {
 
 /// One complete event line as bytes (for tests and small one-off writes).
 pub fn event_line(kind: EventType, object: &Record, stamp_rv: Option<u64>) -> Bytes {
-    let mut w = ChunkWriter::new(usize::MAX);
+    let mut w = ChunkWriter::unbounded();
     write_event(&mut w, kind, object, stamp_rv);
     Bytes::from(w.into_vec())
 }

@@ -386,7 +386,7 @@ async fn watch(
             // kube-apiserver answers 200 and a single ERROR event for a too-old RV.
             Err(e) => {
                 let status = ApiError::from(e).to_status();
-                let mut out = listwatch_codec::ChunkWriter::new(usize::MAX >> 1);
+                let mut out = listwatch_codec::ChunkWriter::unbounded();
                 writer.error_event(&mut out, &status.body);
                 return Ok(typed(StatusCode::OK, content_type, full(out.into_vec())));
             }
