@@ -83,7 +83,7 @@ impl Default for EtcdConfig {
 }
 
 /// Why a write to the etcd source is refused.
-pub const READ_ONLY: &str = "listwatch serves reads from the cluster's etcd; writes belong to kube-apiserver (its admission, defaulting, validation and encryption at rest): send them there (--etcd-unsafe-direct-writes writes into etcd directly, for tests and labs only)";
+pub const READ_ONLY: &str = "listwatch serves reads from the cluster's etcd; writes belong to kube-apiserver (its admission, defaulting, validation and encryption at rest): send them there, or run listwatch with --upstream <kube-apiserver URL> to pass them on (--etcd-unsafe-direct-writes writes into etcd directly, for tests and labs only)";
 
 /// Whether etcd sends a *requested* progress notification in order with the events it
 /// covers — what a consistent read relies on to know the cache has caught up.
