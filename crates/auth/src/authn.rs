@@ -53,6 +53,66 @@ fn bearer_token(headers: &http::HeaderMap) -> Result<Option<&str>, ApiError> {
     Ok(Some(token))
 }
 
+/// Who a connection's client certificate makes the client, decided once per connection.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerIdentity {
+    /// The user a certificate signed by the client CA names.
+    pub user: Option<User>,
+    /// The certificate is a trusted front proxy's: the user is in the request headers.
+    pub front_proxy: bool,
+}
+
+/// Put into a request's extensions by the server when the connection's client certificate
+/// is a trusted front proxy's: the request's headers then name the user.
+#[derive(Clone, Copy, Debug)]
+pub struct FrontProxied;
+
+/// The headers a trusted front proxy names the user in: kube-apiserver's
+/// `--requestheader-username-headers`, `--requestheader-group-headers` and
+/// `--requestheader-extra-headers-prefix`.
+#[derive(Clone, Debug)]
+pub struct RequestHeaderNames {
+    /// The first of these with a value is the user's name.
+    pub user: Vec<String>,
+    /// Every value of each is a group.
+    pub group: Vec<String>,
+    /// Extras (`X-Remote-Extra-`): read by nothing here (users carry name and groups).
+    pub extra_prefix: Vec<String>,
+}
+
+impl Default for RequestHeaderNames {
+    fn default() -> Self {
+        RequestHeaderNames {
+            user: vec!["X-Remote-User".into()],
+            group: vec!["X-Remote-Group".into()],
+            extra_prefix: vec!["X-Remote-Extra-".into()],
+        }
+    }
+}
+
+impl RequestHeaderNames {
+    /// The user the headers name, if one does.
+    fn user_in(&self, headers: &http::HeaderMap) -> Option<User> {
+        let name = self
+            .user
+            .iter()
+            .filter_map(|h| headers.get(h.as_str())?.to_str().ok())
+            .find(|v| !v.is_empty())?;
+        let groups = self
+            .group
+            .iter()
+            .flat_map(|h| headers.get_all(h.as_str()))
+            .filter_map(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+            .collect();
+        Some(User {
+            name: name.to_string(),
+            groups,
+        })
+    }
+}
+
 /// Turns credentials into a user: bearer tokens (the static file's, then JWTs —
 /// service-account, OIDC — then the webhook), client certificates, or anonymous.
 #[derive(Default)]
@@ -64,6 +124,9 @@ pub struct Authenticator {
     webhook: Option<Arc<dyn TokenReviewer>>,
     /// Requests without credentials become `system:anonymous` instead of 401.
     pub anonymous: bool,
+    /// With these, a request over a trusted front proxy's connection ([`FrontProxied`]) is
+    /// the user its headers name, before any other credential is looked at.
+    pub request_headers: Option<RequestHeaderNames>,
 }
 
 impl Authenticator {
@@ -134,9 +197,9 @@ impl Authenticator {
 }
 
 impl Authenticate for Authenticator {
-    /// The request's user: a bearer token wins (the static file, then the JWT
-    /// authenticators whose issuer it names, then the webhook), then the client
-    /// certificate; without either, anonymous when enabled, and for GETs of the public
+    /// The request's user: a trusted front proxy's headers win, then a bearer token (the
+    /// static file, then the JWT authenticators whose issuer it names, then the webhook),
+    /// then the client certificate; without any, anonymous when enabled, and for GETs of the public
     /// health and version paths in any case. A token that is present but unknown is 401
     /// even with anonymous on, as in kube-apiserver.
     fn authenticate<'a>(
@@ -145,6 +208,13 @@ impl Authenticate for Authenticator {
         cert_user: Option<&'a User>,
     ) -> AuthFuture<'a> {
         Box::pin(async move {
+            // kube-apiserver asks its request-header authenticator first.
+            if let Some(names) = &self.request_headers
+                && request.extensions.get::<FrontProxied>().is_some()
+                && let Some(user) = names.user_in(&request.headers)
+            {
+                return Ok(with_group(user, "system:authenticated"));
+            }
             if let Some(token) = bearer_token(&request.headers)? {
                 if let Some(user) = self.tokens.get(token) {
                     return Ok(with_group(user.clone(), "system:authenticated"));

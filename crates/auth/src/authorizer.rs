@@ -253,13 +253,18 @@ fn review_label_selector(v: &serde_json::Value) -> Option<LabelSelector> {
 }
 
 /// An authorizer's answer with kube-apiserver's reason (the binding that allowed it; why
-/// not). Ours allow or have no opinion; none denies outright.
+/// not): allow, deny (a webhook's `denied`: the chain stops there), or no opinion — with
+/// the error that kept it from deciding, if one did (kube-apiserver answers 500 then).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
     /// Allowed.
     pub allowed: bool,
+    /// Denied outright: no later authorizer is asked.
+    pub denied: bool,
     /// Why, or empty.
     pub reason: String,
+    /// What kept the authorizer from deciding (an unreachable webhook), if anything.
+    pub error: Option<String>,
 }
 
 impl Decision {
@@ -267,7 +272,9 @@ impl Decision {
     pub fn allow(reason: impl Into<String>) -> Decision {
         Decision {
             allowed: true,
+            denied: false,
             reason: reason.into(),
+            error: None,
         }
     }
 
@@ -275,15 +282,44 @@ impl Decision {
     pub fn no_opinion(reason: impl Into<String>) -> Decision {
         Decision {
             allowed: false,
+            denied: false,
             reason: reason.into(),
+            error: None,
+        }
+    }
+
+    /// Denied, with `reason` (may be empty): the chain asks no one else.
+    pub fn deny(reason: impl Into<String>) -> Decision {
+        Decision {
+            denied: true,
+            ..Decision::no_opinion(reason)
+        }
+    }
+
+    /// No decision because of `error` (kube-apiserver's 500 when nothing else allows).
+    pub fn failed(error: impl Into<String>) -> Decision {
+        Decision {
+            error: Some(error.into()),
+            ..Decision::no_opinion("")
         }
     }
 }
 
+/// What [`Authorizer::authorize_async`] returns.
+pub type DecisionFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + Send + 'a>>;
+
 /// Decides whether a request may proceed.
 pub trait Authorizer: Send + Sync + 'static {
-    /// The decision for `attributes`.
+    /// The decision for `attributes`, from what is at hand (an authorizer that must ask
+    /// elsewhere answers from its cache or not at all here).
     fn authorize(&self, attributes: &Attributes) -> Decision;
+
+    /// The decision for `attributes`, asking elsewhere if need be (a webhook); what the
+    /// server calls. Defaults to [`Self::authorize`].
+    fn authorize_async<'a>(&'a self, attributes: &'a Attributes) -> DecisionFuture<'a> {
+        Box::pin(std::future::ready(self.authorize(attributes)))
+    }
 }
 
 /// `--authorization-mode=AlwaysAllow`: everything is allowed (no reason given, as
@@ -297,22 +333,59 @@ impl Authorizer for AlwaysAllow {
 }
 
 /// Authorizers chained as kube-apiserver chains `--authorization-mode` entries: the first
-/// that allows decides; when none does, their reasons are joined by newlines.
+/// that allows or denies decides; when none does, their reasons are joined by newlines (and
+/// their errors, if any had one).
 pub struct AnyOf(pub Vec<std::sync::Arc<dyn Authorizer>>);
+
+/// Folds a chain's decisions as kube's union authorizer does.
+#[derive(Default)]
+struct Union {
+    reasons: Vec<String>,
+    errors: Vec<String>,
+}
+
+impl Union {
+    /// The chain's answer if `d` settles it.
+    fn settles(&mut self, d: Decision) -> Option<Decision> {
+        if d.allowed || d.denied {
+            return Some(d);
+        }
+        if !d.reason.is_empty() {
+            self.reasons.push(d.reason);
+        }
+        self.errors.extend(d.error);
+        None
+    }
+
+    fn no_opinion(self) -> Decision {
+        Decision {
+            error: (!self.errors.is_empty()).then(|| self.errors.join("\n")),
+            ..Decision::no_opinion(self.reasons.join("\n"))
+        }
+    }
+}
 
 impl Authorizer for AnyOf {
     fn authorize(&self, attributes: &Attributes) -> Decision {
-        let mut reasons = Vec::new();
+        let mut union = Union::default();
         for a in &self.0 {
-            let d = a.authorize(attributes);
-            if d.allowed {
+            if let Some(d) = union.settles(a.authorize(attributes)) {
                 return d;
             }
-            if !d.reason.is_empty() {
-                reasons.push(d.reason);
-            }
         }
-        Decision::no_opinion(reasons.join("\n"))
+        union.no_opinion()
+    }
+
+    fn authorize_async<'a>(&'a self, attributes: &'a Attributes) -> DecisionFuture<'a> {
+        Box::pin(async move {
+            let mut union = Union::default();
+            for a in &self.0 {
+                if let Some(d) = union.settles(a.authorize_async(attributes).await) {
+                    return d;
+                }
+            }
+            union.no_opinion()
+        })
     }
 }
 

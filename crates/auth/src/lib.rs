@@ -4,7 +4,8 @@
 //!   `authorizer.Attributes`), the [`Authorizer`] and [`Authenticate`] traits.
 //! - [`rbac`]: the cluster's RBAC authorizer, chained after privileged groups and the
 //!   [`node`] authorizer (kube-apiserver 1.36's, for kubelets), evaluated from the objects
-//!   listwatch caches; [`review`]: access-review answers; [`abac`]: the ABAC policy file.
+//!   listwatch caches; [`review`]: access-review answers; [`abac`]: the ABAC policy file;
+//!   [`webhook`]: `SubjectAccessReview`s asked of a webhook or the upstream, cached.
 //! - [`authn`]: the standalone authenticator (static token file, client-certificate user,
 //!   JWTs and webhook, anonymous).
 //! - With the `standalone` feature: [`tls`] (rustls, client certificates) and [`tokens`]
@@ -24,8 +25,10 @@ pub mod review;
 pub mod tls;
 #[cfg(feature = "standalone")]
 pub mod tokens;
+pub mod webhook;
 
 pub use authorizer::{
-    AlwaysAllow, AnyOf, Attributes, AuthFuture, Authenticate, Authorizer, Decision, User,
+    AlwaysAllow, AnyOf, Attributes, AuthFuture, Authenticate, Authorizer, Decision, DecisionFuture,
+    User,
 };
 pub use config::ConfigError;

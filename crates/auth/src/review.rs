@@ -51,7 +51,7 @@ impl ReviewKind {
 
 /// The answered review: `review` with kube-apiserver's `status` (`allowed`, and `reason`
 /// when the authorizer gave one) for `requester` (self reviews) or the spec's user.
-pub fn answer(
+pub async fn answer(
     authorizer: &dyn Authorizer,
     kind: ReviewKind,
     requester: &User,
@@ -61,7 +61,7 @@ pub fn answer(
     if kind == ReviewKind::SelfSubject {
         attrs.user = requester.clone();
     }
-    let d = authorizer.authorize(&attrs);
+    let d = authorizer.authorize_async(&attrs).await;
     let mut status = serde_json::json!({"allowed": d.allowed});
     if !d.reason.is_empty() {
         status["reason"] = d.reason.into();

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 
+use crate::authn::PeerIdentity;
 use crate::authorizer::User;
 use crate::config::{ConfigError, invalid, read};
 
@@ -17,26 +18,116 @@ pub fn tls_config(
     key: &Path,
     client_ca: Option<&Path>,
 ) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
+    let client_roots = client_ca.map(roots).transpose()?;
+    server_config(cert, key, client_roots, client_ca.unwrap_or(cert))
+}
+
+/// [`tls_config`] for a server that also trusts a front proxy: client certificates
+/// signed by `client_ca` name users, those signed by the request-header CA vouch for the
+/// user in the request's headers; the handshake accepts either, [`ClientCerts`] tells
+/// them apart.
+pub fn tls_config_with_front_proxy(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+    front_proxy: &FrontProxyTrust,
+) -> Result<(Arc<rustls::ServerConfig>, ClientCerts), ConfigError> {
+    let mut both = roots(&front_proxy.ca)?;
+    let users = match client_ca {
+        Some(ca) => {
+            let r = roots(ca)?;
+            both.roots.extend(r.roots.iter().cloned());
+            Some(verifier(r, ca)?)
+        }
+        None => None,
+    };
+    let certs = ClientCerts {
+        users,
+        front_proxy: Some((
+            verifier(roots(&front_proxy.ca)?, &front_proxy.ca)?,
+            front_proxy.allowed_names.clone(),
+        )),
+    };
+    Ok((
+        server_config(cert, key, Some(both), &front_proxy.ca)?,
+        certs,
+    ))
+}
+
+/// Where a front proxy's client certificate must come from: kube-apiserver's
+/// `--requestheader-client-ca-file` and `--requestheader-allowed-names` (empty: any name).
+#[derive(Clone, Debug)]
+pub struct FrontProxyTrust {
+    /// The CA bundle (PEM file) front-proxy certificates are signed by.
+    pub ca: std::path::PathBuf,
+    /// The common names accepted; empty accepts any certificate the CA signed.
+    pub allowed_names: Vec<String>,
+}
+
+/// Tells a client CA's certificates from a front proxy's (the handshake accepted both).
+pub struct ClientCerts {
+    users: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    front_proxy: Option<(
+        Arc<dyn rustls::server::danger::ClientCertVerifier>,
+        Vec<String>,
+    )>,
+}
+
+impl ClientCerts {
+    /// What the presented `chain` (end entity first) makes the client.
+    pub fn identify(&self, chain: &[CertificateDer<'_>]) -> PeerIdentity {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return PeerIdentity::default();
+        };
+        let now = rustls::pki_types::UnixTime::now();
+        let signed_by = |v: &Arc<dyn rustls::server::danger::ClientCertVerifier>| {
+            v.verify_client_cert(leaf, intermediates, now).is_ok()
+        };
+        let user = self
+            .users
+            .as_ref()
+            .filter(|v| signed_by(v))
+            .and_then(|_| user_from_cert(leaf));
+        let front_proxy = self.front_proxy.as_ref().is_some_and(|(v, names)| {
+            signed_by(v)
+                && (names.is_empty()
+                    || user_from_cert(leaf).is_some_and(|u| names.contains(&u.name)))
+        });
+        PeerIdentity { user, front_proxy }
+    }
+}
+
+/// A client-certificate verifier trusting `roots` (from the file `ca`, named in errors).
+fn verifier(
+    roots: rustls::RootCertStore,
+    ca: &Path,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, ConfigError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| invalid(ca, e))
+}
+
+/// The server config over `cert`/`key`, verifying optional client certificates against
+/// `client_roots` (from `ca`, named in errors).
+fn server_config(
+    cert: &Path,
+    key: &Path,
+    client_roots: Option<rustls::RootCertStore>,
+    ca: &Path,
+) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
         .collect::<Result<_, _>>()
         .map_err(|e| invalid(cert, e))?;
     let key_der = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| invalid(key, e))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid(cert, e))?;
-    let builder = match client_ca {
+    let builder = match client_roots {
         None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                roots(ca)?.into(),
-                provider,
-            )
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| invalid(ca, e))?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(roots) => builder.with_client_cert_verifier(verifier(roots, ca)?),
     };
     let mut config = builder
         .with_single_cert(certs, key_der)

@@ -9,7 +9,7 @@ use anyhow::{Context, anyhow, bail};
 use clap::{Parser, Subcommand};
 use listwatch_auth::abac::PolicyAuthorizer;
 use listwatch_auth::authn::Authenticator;
-use listwatch_auth::tls::tls_config;
+use listwatch_auth::tls::{tls_config, tls_config_with_front_proxy};
 use listwatch_core::{ResourceInfo, builtin_resources};
 use listwatch_server::limits::LimitConfig;
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
@@ -155,6 +155,23 @@ struct ServeArgs {
     /// CA bundle (PEM) for client certificates: CN is the user, O the groups.
     #[arg(long, requires = "tls_cert")]
     client_ca_file: Option<PathBuf>,
+    /// CA bundle (PEM) of front proxies: a client certificate it signed (with a name in
+    /// --requestheader-allowed-names) vouches for the user in the request headers.
+    #[arg(long, requires = "tls_cert")]
+    requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names a front proxy's certificate may have (empty: any the CA signed).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_allowed_names: Vec<String>,
+    /// Headers naming the user, the first with a value wins.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-User")]
+    requestheader_username_headers: Vec<String>,
+    /// Headers naming the user's groups (every value of each).
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
+    requestheader_group_headers: Vec<String>,
+    /// Prefixes of headers naming user extras (accepted, not used: users have no extras
+    /// here).
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
+    requestheader_extra_headers_prefix: Vec<String>,
     /// Static bearer tokens in kube-apiserver's CSV format: token,user,uid,"group1,group2".
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
@@ -203,16 +220,27 @@ struct ServeArgs {
     /// system:anonymous (off by default).
     #[arg(long)]
     anonymous_auth: bool,
-    /// Authorization modes, in kube-apiserver's spelling: `Node,RBAC` evaluates the
-    /// cluster's own RBAC objects and pods from the cache (and answers
-    /// SubjectAccessReviews); `AlwaysAllow` (default) or `ABAC` with
-    /// `--authorization-policy-file`.
+    /// Authorization modes, in kube-apiserver's spelling, asked in the order given: `Node`
+    /// and `RBAC` evaluate the cluster's own RBAC objects and pods from the cache (and
+    /// answer SubjectAccessReviews); `ABAC` with `--authorization-policy-file`; `Webhook`
+    /// asks `--authorization-webhook-config-file`'s webhook, or without one the upstream's
+    /// SubjectAccessReviews; `AlwaysAllow` (default).
     #[arg(long, value_delimiter = ',', default_value = "AlwaysAllow")]
     authorization_mode: Vec<String>,
     /// ABAC policy file (kube-apiserver's JSON-lines format); without it every
     /// authenticated request is allowed.
     #[arg(long)]
     authorization_policy_file: Option<PathBuf>,
+    /// kubeconfig naming the authorization webhook (its server is the URL reviews are
+    /// POSTed to) and the CA and credential to call it with.
+    #[arg(long)]
+    authorization_webhook_config_file: Option<PathBuf>,
+    /// How long the webhook's allowed answers are cached (Go duration).
+    #[arg(long, default_value = "5m0s", value_parser = go_duration)]
+    authorization_webhook_cache_authorized_ttl: std::time::Duration,
+    /// How long its other answers are cached (Go duration).
+    #[arg(long, default_value = "30s", value_parser = go_duration)]
+    authorization_webhook_cache_unauthorized_ttl: std::time::Duration,
     /// LISTs and watch-lists streaming at once (429 beyond).
     #[arg(long, default_value_t = 400)]
     max_requests_inflight: usize,
@@ -339,19 +367,31 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         ..ServerConfig::default()
     };
-    let authorizer: Option<Arc<dyn listwatch_auth::Authorizer>> =
-        match &args.authorization_policy_file {
-            Some(p) => Some(Arc::new(PolicyAuthorizer::from_file(p).map_err(|e| {
-                anyhow!("--authorization-policy-file {}: {e}", p.display())
-            })?)),
-            None => None,
-        };
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(c), Some(k)) => Some(
-            tls_config(c, k, args.client_ca_file.as_deref())
-                .map_err(|e| anyhow!("--tls-cert/--tls-key/--client-ca-file: {e}"))?,
-        ),
-        _ => None,
+    let (tls, client_certs) = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => match &args.requestheader_client_ca_file {
+            Some(ca) => {
+                let trust = listwatch_auth::tls::FrontProxyTrust {
+                    ca: ca.clone(),
+                    allowed_names: args.requestheader_allowed_names.clone(),
+                };
+                let client_ca = args.client_ca_file.as_deref();
+                let (tls, certs) = tls_config_with_front_proxy(c, k, client_ca, &trust)
+                    .map_err(|e| {
+                        anyhow!(
+                            "--tls-cert/--tls-key/--client-ca-file/--requestheader-client-ca-file: {e}"
+                        )
+                    })?;
+                (Some(tls), Some(Arc::new(certs)))
+            }
+            None => (
+                Some(
+                    tls_config(c, k, args.client_ca_file.as_deref())
+                        .map_err(|e| anyhow!("--tls-cert/--tls-key/--client-ca-file: {e}"))?,
+                ),
+                None,
+            ),
+        },
+        _ => (None, None),
     };
     let source: Arc<dyn Source> = match args.source {
         SourceKind::Embedded => embedded_source(&args, registry)?,
@@ -362,23 +402,12 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let source: Arc<dyn Source> = listwatch_sources::Views::start(source, &StoreConfig::default());
     let options = ServeOptions {
         tls,
+        client_certs,
         authenticator: authenticator(&args, source.registry())?,
         watch_grace: std::time::Duration::from_secs(args.shutdown_watch_termination_grace_period),
     };
-    let modes: Vec<&str> = args.authorization_mode.iter().map(String::as_str).collect();
-    let cluster = modes.iter().any(|m| matches!(*m, "RBAC" | "Node"));
-    if let Some(bad) = modes
-        .iter()
-        .find(|m| !matches!(**m, "RBAC" | "Node" | "AlwaysAllow" | "ABAC"))
-    {
-        bail!("--authorization-mode {bad:?}: unknown mode (Node, RBAC, ABAC, AlwaysAllow)");
-    }
-    let app = if cluster {
-        // ABAC (with --authorization-policy-file) chains with Node,RBAC: either may allow.
-        App::with_cluster_authorization_and(source.clone(), config, authorizer)
-    } else {
-        App::new(source.clone(), config, authorizer)
-    };
+    let authorizer = authorizer(&args, source.registry())?;
+    let app = App::new(source.clone(), config, authorizer);
     if let Some(gateway) = gateway(&args)? {
         tracing::info!(upstream = %gateway.upstream(), "passing what is not served here to the upstream");
         app.set_pass_through(gateway);
@@ -391,6 +420,111 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The authorizer chain `--authorization-mode` names, in its order (kube-apiserver's union:
+/// the first that allows or denies decides); `None` when everything is allowed.
+fn authorizer(
+    args: &ServeArgs,
+    registry: &Registry,
+) -> anyhow::Result<Option<Arc<dyn listwatch_auth::Authorizer>>> {
+    use listwatch_auth::Authorizer;
+    let mut modes: Vec<&str> = args.authorization_mode.iter().map(String::as_str).collect();
+    if args.authorization_policy_file.is_some() && !modes.contains(&"ABAC") {
+        // A policy file alone means ABAC (as before the mode had to be named): in
+        // AlwaysAllow's place, else after the other modes.
+        match modes.iter().position(|m| *m == "AlwaysAllow") {
+            Some(i) => modes[i] = "ABAC",
+            None => modes.push("ABAC"),
+        }
+    }
+    if modes == ["AlwaysAllow"] {
+        return Ok(None);
+    }
+    let mut chain: Vec<Arc<dyn Authorizer>> = Vec::new();
+    let mut cluster = false;
+    for mode in modes {
+        match mode {
+            // Node and RBAC are one authorizer here (Node's decisions first).
+            "Node" | "RBAC" if cluster => {}
+            "Node" | "RBAC" => {
+                cluster = true;
+                chain.push(Arc::new(listwatch_auth::rbac::ClusterAuthorizer::new(
+                    registry,
+                )));
+            }
+            "ABAC" => {
+                let Some(p) = &args.authorization_policy_file else {
+                    bail!("--authorization-mode ABAC needs --authorization-policy-file");
+                };
+                chain.push(Arc::new(PolicyAuthorizer::from_file(p).map_err(|e| {
+                    anyhow!("--authorization-policy-file {}: {e}", p.display())
+                })?));
+            }
+            "Webhook" => chain.push(webhook_authorizer(args)?),
+            "AlwaysAllow" => chain.push(Arc::new(listwatch_auth::AlwaysAllow)),
+            bad => bail!(
+                "--authorization-mode {bad:?}: unknown mode (Node, RBAC, ABAC, Webhook, AlwaysAllow)"
+            ),
+        }
+    }
+    Ok(match chain.len() {
+        0 => None,
+        1 => chain.pop(),
+        _ => Some(Arc::new(listwatch_auth::AnyOf(chain))),
+    })
+}
+
+/// `--authorization-mode Webhook`: the `--authorization-webhook-config-file` webhook, or the
+/// upstream's SubjectAccessReviews with listwatch's own `--upstream-kubeconfig` credential.
+fn webhook_authorizer(args: &ServeArgs) -> anyhow::Result<Arc<dyn listwatch_auth::Authorizer>> {
+    use listwatch_auth::webhook::{CacheTtl, WebhookAuthorizer};
+    use listwatch_gateway::{GatewayConfig, Identity, Kubeconfig, ReviewClient};
+    let (url, kubeconfig, flag) = match &args.authorization_webhook_config_file {
+        Some(p) => {
+            let k = Kubeconfig::from_file(p)
+                .map_err(|e| anyhow!("--authorization-webhook-config-file {e}"))?;
+            let url = k.server.clone().ok_or_else(|| {
+                anyhow!(
+                    "--authorization-webhook-config-file {}: names no server",
+                    p.display()
+                )
+            })?;
+            (url, k, "--authorization-webhook-config-file")
+        }
+        None => match upstream_target(args)? {
+            Some((base, k)) => (
+                format!(
+                    "{}/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                    base.trim_end_matches('/')
+                ),
+                k,
+                "--upstream",
+            ),
+            None => bail!(
+                "--authorization-mode Webhook needs --authorization-webhook-config-file or an --upstream to ask"
+            ),
+        },
+    };
+    let mut config = GatewayConfig::new(url.clone(), Identity::Forward);
+    config.ca_pem = kubeconfig.ca_pem;
+    config.client_cert = kubeconfig.client_cert;
+    config.token = kubeconfig.token;
+    config.response_timeout = std::time::Duration::from_secs(10);
+    let client = ReviewClient::new(&config).map_err(|e| anyhow!("{flag} {url}: {e}"))?;
+    let ttl = CacheTtl {
+        authorized: args.authorization_webhook_cache_authorized_ttl,
+        unauthorized: args.authorization_webhook_cache_unauthorized_ttl,
+    };
+    Ok(Arc::new(WebhookAuthorizer::new(Arc::new(client), ttl)))
+}
+
+/// A Go duration flag value (`5m0s`, `30s`).
+fn go_duration(s: &str) -> Result<std::time::Duration, String> {
+    listwatch_core::time::parse_go_duration(s)
+        .and_then(|n| u64::try_from(n).ok())
+        .map(std::time::Duration::from_nanos)
+        .ok_or_else(|| format!("{s:?} is not a duration (5m0s, 30s)"))
+}
+
 /// The authenticator the flags describe: static tokens, service-account and OIDC tokens,
 /// a token webhook, client certificates; `None` (everyone is anonymous) when none is configured.
 fn authenticator(
@@ -401,7 +535,8 @@ fn authenticator(
     let jwt = !args.service_account_key_file.is_empty()
         || args.oidc_issuer_url.is_some()
         || args.authentication_token_webhook_url.is_some();
-    if args.token_auth_file.is_none() && args.client_ca_file.is_none() && !jwt {
+    let front_proxy = args.requestheader_client_ca_file.is_some();
+    if args.token_auth_file.is_none() && args.client_ca_file.is_none() && !jwt && !front_proxy {
         return Ok(None);
     }
     let mut a = match &args.token_auth_file {
@@ -436,6 +571,13 @@ fn authenticator(
         a = a.with_token_authenticator(Arc::new(
             OidcTokens::new(config, jwks).map_err(|e| anyhow!("--oidc-jwks-file {e}"))?,
         ));
+    }
+    if front_proxy {
+        a.request_headers = Some(listwatch_auth::authn::RequestHeaderNames {
+            user: args.requestheader_username_headers.clone(),
+            group: args.requestheader_group_headers.clone(),
+            extra_prefix: args.requestheader_extra_headers_prefix.clone(),
+        });
     }
     if let Some(url) = &args.authentication_token_webhook_url {
         a = a.with_webhook(Arc::new(

@@ -105,6 +105,26 @@ fn bad_log_levels_and_credential_files_are_named() {
     fails_naming(&level, &["--log-level \"foo=bar=baz\""]);
     let tokens = ["--token-auth-file", "/nonexistent/tokens.csv"];
     fails_naming(&tokens, &[&tokens.join(" "), "No such file"]);
-    let mode = ["--authorization-mode", "Webhook"];
-    fails_naming(&mode, &["--authorization-mode \"Webhook\""]);
+    let mode = ["--authorization-mode", "Bogus"];
+    fails_naming(&mode, &["--authorization-mode \"Bogus\""]);
+    let webhook = ["--authorization-mode", "RBAC,Webhook"];
+    fails_naming(
+        &webhook,
+        &["--authorization-webhook-config-file", "--upstream"],
+    );
+    let abac = ["--authorization-mode", "ABAC"];
+    fails_naming(&abac, &["--authorization-policy-file"]);
+    let front_proxy = [
+        "--tls-cert",
+        "/nonexistent/tls.crt",
+        "--tls-key",
+        "/nonexistent/tls.key",
+        "--requestheader-client-ca-file",
+        "/nonexistent/front-proxy-ca.crt",
+    ];
+    let named = [
+        "--requestheader-client-ca-file",
+        "/nonexistent/front-proxy-ca.crt",
+    ];
+    fails_naming(&front_proxy, &named);
 }

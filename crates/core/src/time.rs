@@ -110,6 +110,39 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     Some(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se - offset)
 }
 
+/// Go's duration syntax (`1h2m3.5s`, `300ms`) → nanoseconds.
+pub fn parse_go_duration(s: &str) -> Option<i64> {
+    let (neg, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s),
+    };
+    if rest == "0" {
+        return Some(0);
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let n = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let value: f64 = rest[..n].parse().ok()?;
+        rest = &rest[n..];
+        let u = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..u] {
+            "ns" => 1.0,
+            "us" | "µs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        total += value * scale;
+        rest = &rest[u..];
+    }
+    let total = total.round() as i64;
+    Some(if neg { -total } else { total })
+}
+
 /// kubectl's `HumanDuration` (`35s`, `5m3s`, `3h`, `2d4h`, `3y`).
 pub fn human_duration(secs: i64) -> String {
     if secs < -1 {
@@ -171,6 +204,13 @@ pub fn human_duration(secs: i64) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(parse_go_duration("1h2m3.5s"), Some(3_723_500_000_000));
+        assert_eq!(parse_go_duration("300ms"), Some(300_000_000));
+        assert_eq!(parse_go_duration("0s"), Some(0));
+        assert_eq!(parse_go_duration("x"), None);
+    }
     #[test]
     fn round_trips_and_durations() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");

@@ -555,3 +555,68 @@ impl Body for Relay {
         self.inner.size_hint()
     }
 }
+
+/// `SubjectAccessReview`s POSTed to one URL — an authorization webhook's, or the upstream's
+/// `/apis/authorization.k8s.io/v1/subjectaccessreviews` — with listwatch's own credential:
+/// the webhook authorizer's transport.
+pub struct ReviewClient {
+    client: UpstreamClient<http_body_util::Full<Bytes>>,
+    uri: Uri,
+    token: Option<HeaderValue>,
+    timeout: Duration,
+}
+
+/// The largest answer read from a review.
+const REVIEW_MAX_BODY: usize = 1 << 20;
+
+impl ReviewClient {
+    /// A client POSTing to `config.upstream` itself (path included), with its CA, client
+    /// certificate or token; an answer must come within `config.response_timeout`.
+    pub fn new(config: &GatewayConfig) -> Result<ReviewClient, GatewayError> {
+        Ok(ReviewClient {
+            client: https_client(config)?,
+            uri: base_uri(config)?,
+            token: bearer(config)?,
+            timeout: config.response_timeout,
+        })
+    }
+
+    async fn post(&self, review: Bytes) -> Result<Bytes, String> {
+        use http_body_util::BodyExt;
+        let mut req = Request::post(self.uri.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json");
+        if let Some(t) = &self.token {
+            req = req.header(header::AUTHORIZATION, t.clone());
+        }
+        let req = req
+            .body(http_body_util::Full::new(review))
+            .map_err(|e| e.to_string())?;
+        let exchange = async {
+            let resp = self.client.request(req).await.map_err(|e| {
+                if e.is_connect() {
+                    format!("cannot connect to {}", self.uri)
+                } else {
+                    format!("{}: {e}", self.uri)
+                }
+            })?;
+            if !resp.status().is_success() {
+                return Err(format!("{} answered {}", self.uri, resp.status()));
+            }
+            http_body_util::Limited::new(resp.into_body(), REVIEW_MAX_BODY)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .map_err(|e| format!("{}: {e}", self.uri))
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| format!("{} did not answer within {:?}", self.uri, self.timeout))?
+    }
+}
+
+impl listwatch_auth::webhook::ReviewSender for ReviewClient {
+    fn send(&self, review: Bytes) -> listwatch_auth::webhook::SendFuture<'_> {
+        Box::pin(self.post(review))
+    }
+}

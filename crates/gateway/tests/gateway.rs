@@ -491,12 +491,13 @@ fn leaf(
     (cert.pem(), key.serialize_pem())
 }
 
-/// Sends one HTTP/1.1 request over TLS to `addr` with client certificate `client`; the
-/// response's status line, or the TLS or I/O error.
+/// Sends one HTTP/1.1 request (with the header lines `headers`) over TLS to `addr` with
+/// client certificate `client`; the response's status line, or the TLS or I/O error.
 async fn https_status(
     addr: SocketAddr,
     ca_pem: &str,
     client: (String, String),
+    headers: &str,
 ) -> std::io::Result<String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -520,8 +521,10 @@ async fn https_status(
     let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await?;
-    tls.write_all(b"POST /api/v1/namespaces/dev/configmaps HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-        .await?;
+    let head = format!(
+        "POST /api/v1/namespaces/dev/configmaps HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    tls.write_all(head.as_bytes()).await?;
     let mut out = Vec::new();
     tls.read_to_end(&mut out).await?;
     let text = String::from_utf8_lossy(&out);
@@ -559,17 +562,101 @@ async fn a_client_certificate_failing_verification_never_reaches_the_upstream() 
     };
     tokio::spawn(serve_with(app, listener, options, std::future::pending()));
     // Signed by a CA listwatch does not trust: refused (handshake or 401), never passed on.
-    let refused = https_status(addr, &ca_cert.pem(), leaf(&rogue, &[], "admin")).await;
+    let refused = https_status(addr, &ca_cert.pem(), leaf(&rogue, &[], "admin"), "").await;
     assert!(
         refused.as_ref().map_or(true, |s| s.contains(" 401 ")),
         "{refused:?}"
     );
     assert!(seen.lock().expect("lock").is_empty());
     // A verified one is passed on as its CN.
-    let ok = https_status(addr, &ca_cert.pem(), leaf(&ca_issuer, &[], "carol"))
+    let ok = https_status(addr, &ca_cert.pem(), leaf(&ca_issuer, &[], "carol"), "")
         .await
         .expect("served");
     assert!(ok.contains(" 200 "), "{ok}");
     let seen = seen.lock().expect("lock");
     assert_eq!(all(&seen[0].1, "x-remote-user"), ["carol"]);
+}
+
+/// listwatch as the receiving end of a front proxy (kube-apiserver's `--requestheader-*`):
+/// a certificate from the request-header CA with an allowed name makes `X-Remote-User` and
+/// `X-Remote-Group` the user; any other certificate's headers are ignored.
+#[tokio::test]
+async fn a_trusted_front_proxy_s_headers_name_the_user() {
+    let (up, seen) = upstream().await;
+    let (cluster_ca, cluster) = ca("cluster-ca");
+    let (proxy_ca, proxies) = ca("front-proxy-ca");
+    let dir = std::env::temp_dir().join(format!("lw-gw-rh-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (server_cert, server_key) = leaf(&cluster, &["127.0.0.1"], "listwatch");
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    };
+    let trust = listwatch_auth::tls::FrontProxyTrust {
+        ca: file("front-proxy-ca.crt", &proxy_ca.pem()),
+        allowed_names: vec!["front-proxy-client".into()],
+    };
+    let (tls, certs) = listwatch_auth::tls::tls_config_with_front_proxy(
+        &file("tls.crt", &server_cert),
+        &file("tls.key", &server_key),
+        Some(&file("ca.crt", &cluster_ca.pem())),
+        &trust,
+    )
+    .expect("tls");
+    let mut config = GatewayConfig::new(format!("http://{up}"), Identity::FrontProxy);
+    config.client_cert = Some(proxy_cert());
+    let mut authn = Authenticator::certificates_only(false);
+    authn.request_headers = Some(Default::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let options = ServeOptions {
+        tls: Some(tls),
+        client_certs: Some(Arc::new(certs)),
+        authenticator: Some(Arc::new(authn)),
+        ..ServeOptions::default()
+    };
+    tokio::spawn(serve_with(
+        front(config),
+        listener,
+        options,
+        std::future::pending(),
+    ));
+    let as_alice = "X-Remote-User: alice\r\nX-Remote-Group: dev\r\nX-Remote-Group: ops\r\n";
+    let ca_pem = cluster_ca.pem();
+    let ca_pem: &str = &ca_pem;
+    let ask = move |client: (String, String), headers: &'static str| {
+        https_status(addr, ca_pem, client, headers)
+    };
+
+    let proxy = leaf(&proxies, &[], "front-proxy-client");
+    let ok = ask(proxy.clone(), as_alice).await.expect("served");
+    assert!(ok.contains(" 200 "), "{ok}");
+    // A proxy certificate without a user header names no one.
+    let none = ask(proxy, "").await.expect("answered");
+    assert!(none.contains(" 401 "), "{none}");
+    // The request-header CA's certificate with a name not allowed: headers ignored.
+    let stranger = ask(leaf(&proxies, &[], "someone-else"), as_alice).await;
+    assert!(
+        stranger.as_ref().is_ok_and(|s| s.contains(" 401 ")),
+        "{stranger:?}"
+    );
+    // A client-CA user's headers are not believed either: it is itself.
+    let mallory = ask(leaf(&cluster, &[], "mallory"), as_alice)
+        .await
+        .expect("served");
+    assert!(mallory.contains(" 200 "), "{mallory}");
+
+    let seen = seen.lock().expect("lock");
+    assert_eq!(
+        seen.len(),
+        2,
+        "only the proxied alice and mallory reach the upstream"
+    );
+    assert_eq!(all(&seen[0].1, "x-remote-user"), ["alice"]);
+    assert_eq!(
+        all(&seen[0].1, "x-remote-group"),
+        ["dev", "ops", "system:authenticated"]
+    );
+    assert_eq!(all(&seen[1].1, "x-remote-user"), ["mallory"]);
 }

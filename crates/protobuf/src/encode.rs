@@ -487,7 +487,7 @@ impl<'s> ProtoEncoder<'s> {
                 let e = scalar_end(b, v)?;
                 let d = string_content(b, (v, e))
                     .and_then(|s| std::str::from_utf8(&b[s.0..s.1]).ok())
-                    .and_then(parse_go_duration)
+                    .and_then(listwatch_core::time::parse_go_duration)
                     .unwrap_or(0);
                 put_varint_field(out, 1, d as u64);
                 Ok(e)
@@ -746,39 +746,6 @@ fn parse_time(s: &[u8]) -> Option<(i64, u32)> {
     Some((secs, nanos))
 }
 
-/// Go's duration syntax (`1h2m3.5s`, `300ms`) → nanoseconds.
-pub(crate) fn parse_go_duration(s: &str) -> Option<i64> {
-    let (neg, mut rest) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s),
-    };
-    if rest == "0" {
-        return Some(0);
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let n = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-        let value: f64 = rest[..n].parse().ok()?;
-        rest = &rest[n..];
-        let u = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..u] {
-            "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        total += value * scale;
-        rest = &rest[u..];
-    }
-    let total = total.round() as i64;
-    Some(if neg { -total } else { total })
-}
-
 /// Standard base64 (padding optional) appended to `out`; `None` on a character outside
 /// the alphabet.
 pub fn base64_into(s: &[u8], out: &mut Vec<u8>) -> Option<()> {
@@ -816,14 +783,6 @@ pub fn base64_into(s: &[u8], out: &mut Vec<u8>) -> Option<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_durations_parse() {
-        assert_eq!(parse_go_duration("1h2m3.5s"), Some(3_723_500_000_000));
-        assert_eq!(parse_go_duration("300ms"), Some(300_000_000));
-        assert_eq!(parse_go_duration("0s"), Some(0));
-        assert_eq!(parse_go_duration("x"), None);
-    }
 
     #[test]
     fn lengths_widen_past_one_byte() {

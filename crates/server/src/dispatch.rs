@@ -75,15 +75,15 @@ impl Service {
         };
         match kind {
             RequestKind::Read { target, read } => {
-                self.authorize(&head, &target)?;
+                self.authorize(&head, &target).await?;
                 handlers::read(ctx, head.verb, target, read).await
             }
             RequestKind::Write { target, payload } => {
-                self.authorize(&head, &target)?;
+                self.authorize(&head, &target).await?;
                 handlers::write(ctx, &head, target, payload).await
             }
             RequestKind::Subresource { target, payload } => {
-                self.authorize(&head, &target)?;
+                self.authorize(&head, &target).await?;
                 handlers::subresource(ctx, &head, target, payload).await
             }
             RequestKind::Discovery { path, accept } => {
@@ -129,18 +129,14 @@ impl Service {
         let info = kind.resource_info();
         let user = head.user.clone().unwrap_or_else(User::anonymous);
         let create = Attributes::resource(user.clone(), "create", &info, None, "");
-        if !authorizer.authorize(&create).allowed {
-            return Err(ApiError::Forbidden(Box::new(Denied {
-                user: head.user_name().to_string(),
-                verb: "create".into(),
-                object: ObjectRef::new(&info, ""),
-                namespace: None,
-            })));
+        let d = authorizer.authorize_async(&create).await;
+        if !d.allowed {
+            return Err(refusal(d, head, "create", &info, "", None));
         }
         let body = handlers::read_request_body(&self.config, payload).await?;
         let review: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| ApiError::BadRequest(format!("invalid {}: {e}", kind.kind())))?;
-        let review = listwatch_auth::review::answer(authorizer, kind, &user, review);
+        let review = listwatch_auth::review::answer(authorizer, kind, &user, review).await;
         Ok(response::json_value(StatusCode::CREATED, &review))
     }
 
@@ -178,7 +174,7 @@ impl Service {
 
     /// Asks the authorizer (none: `AlwaysAllow`) whether the request's user may do its verb
     /// on `target`; kube-apiserver's 403 otherwise.
-    fn authorize(&self, head: &RequestHead, target: &Target) -> Result<(), ApiError> {
+    async fn authorize(&self, head: &RequestHead, target: &Target) -> Result<(), ApiError> {
         let Some(authz) = &self.authorizer else {
             return Ok(());
         };
@@ -197,16 +193,33 @@ impl Service {
             let p = &head.params;
             attributes = attributes.with_request_selectors(&p.field_selector, &p.label_selector);
         }
-        if authz.authorize(&attributes).allowed {
+        let d = authz.authorize_async(&attributes).await;
+        if d.allowed {
             return Ok(());
         }
-        Err(ApiError::Forbidden(Box::new(Denied {
-            user: head.user_name().to_string(),
-            verb: verb.to_string(),
-            // The name a `metadata.name` field selector pinned, as kube-apiserver's message
-            // names it.
-            object: ObjectRef::new(info, &attributes.name),
-            namespace: ns.map(str::to_string),
-        })))
+        // The name a `metadata.name` field selector pinned, as kube-apiserver's message
+        // names it.
+        Err(refusal(d, head, verb, info, &attributes.name, ns))
     }
+}
+
+/// What a request not allowed gets: kube-apiserver's 500 when an authorizer could not
+/// decide (an unreachable webhook), else its 403 naming the user, verb and object.
+fn refusal(
+    d: listwatch_auth::Decision,
+    head: &RequestHead,
+    verb: &str,
+    info: &listwatch_core::ResourceInfo,
+    name: &str,
+    namespace: Option<&str>,
+) -> ApiError {
+    if let Some(e) = d.error {
+        return ApiError::Internal(format!("Internal error occurred: {e}"));
+    }
+    ApiError::Forbidden(Box::new(Denied {
+        user: head.user_name().to_string(),
+        verb: verb.to_string(),
+        object: ObjectRef::new(info, name),
+        namespace: namespace.map(str::to_string),
+    }))
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use http::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use listwatch_auth::{Authenticate, User};
+use listwatch_auth::Authenticate;
+use listwatch_auth::authn::PeerIdentity;
 use tokio::net::TcpListener;
 use tracing::warn;
 
@@ -20,8 +21,12 @@ pub struct ServeOptions {
     /// TLS (with ALPN h2/http1.1); plaintext HTTP/1.1 and h2c without it.
     #[cfg(feature = "standalone")]
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Tells client-CA users from trusted front proxies when the TLS config accepts both
+    /// (`tls_config_with_front_proxy`); without it a verified certificate names its user.
+    #[cfg(feature = "standalone")]
+    pub client_certs: Option<Arc<listwatch_auth::tls::ClientCerts>>,
     /// Authenticates every request; without it requests carry no user (embedding hosts
-    /// put their own [`User`] into the request extensions).
+    /// put their own [`listwatch_auth::User`] into the request extensions).
     pub authenticator: Option<Arc<dyn Authenticate>>,
     /// On shutdown, open watches end spread over this period (0: all at once).
     pub watch_grace: Duration,
@@ -87,7 +92,7 @@ pub async fn serve_with(
         let app = app.clone();
         let authn = options.authenticator.clone();
         #[cfg(feature = "standalone")]
-        let tls = tls.clone();
+        let (tls, client_certs) = (tls.clone(), options.client_certs.clone());
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             #[cfg(feature = "standalone")]
@@ -99,17 +104,20 @@ pub async fn serve_with(
                     tracing::debug!(%peer, "TLS handshake failed or timed out");
                     return;
                 };
-                let cert_user = tls_stream
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|c| c.first())
-                    .and_then(listwatch_auth::tls::user_from_cert);
+                let chain = tls_stream.get_ref().1.peer_certificates().unwrap_or(&[]);
+                let identity = match &client_certs {
+                    Some(c) => c.identify(chain),
+                    None => PeerIdentity {
+                        user: chain.first().and_then(listwatch_auth::tls::user_from_cert),
+                        front_proxy: false,
+                    },
+                };
                 let io = TokioIo::new(tls_stream);
-                serve_connection(app, authn, cert_user, io, watcher, peer).await;
+                serve_connection(app, authn, identity, io, watcher, peer).await;
                 return;
             }
-            serve_connection(app, authn, None, TokioIo::new(stream), watcher, peer).await
+            let identity = PeerIdentity::default();
+            serve_connection(app, authn, identity, TokioIo::new(stream), watcher, peer).await
         });
     }
     drop(listener);
@@ -155,7 +163,7 @@ impl Drop for AbandonGuard {
 async fn serve_connection<I>(
     app: Arc<App>,
     authn: Option<Arc<dyn Authenticate>>,
-    cert_user: Option<User>,
+    identity: PeerIdentity,
     io: TokioIo<I>,
     watcher: hyper_util::server::graceful::Watcher,
     peer: std::net::SocketAddr,
@@ -172,7 +180,7 @@ async fn serve_connection<I>(
         let in_flight = on_conn.begin();
         let app = app.clone();
         let authn = authn.clone();
-        let cert_user = cert_user.clone();
+        let identity = identity.clone();
         // Every log line of this request, its response body included, carries these.
         let span = tracing::info_span!(
             "request",
@@ -191,8 +199,11 @@ async fn serve_connection<I>(
                 let abandoned = AbandonGuard(Some(in_flight.clone()));
                 let (mut head, body) = req.into_parts();
                 head.extensions.insert(in_flight);
+                if identity.front_proxy {
+                    head.extensions.insert(listwatch_auth::authn::FrontProxied);
+                }
                 if let Some(authn) = &authn {
-                    match authn.authenticate(&head, cert_user.as_ref()).await {
+                    match authn.authenticate(&head, identity.user.as_ref()).await {
                         Ok(user) => {
                             tracing::Span::current().record("user", user.name.as_str());
                             head.extensions.insert(user);

@@ -80,6 +80,7 @@ async fn start() -> Secured {
             Authenticator::from_token_file(&tokens, false).expect("tokens"),
         )),
         watch_grace: Duration::ZERO,
+        ..ServeOptions::default()
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(serve_with(app, listener, options, async {
