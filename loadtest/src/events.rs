@@ -5,6 +5,7 @@
 //! ([`full_rv`]) and checks the scan against it, so the client's CPU goes to the server.
 
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use listwatch_protobuf::wire::{FieldReader, Value, slice};
@@ -287,14 +288,39 @@ pub async fn watch(
     host: &str,
     path: &str,
     protobuf: bool,
+    stop: tokio::sync::watch::Receiver<bool>,
+    on: impl FnMut(Event<'_>, Instant) -> Result<ControlFlow<()>, String>,
+) -> Result<u64, String> {
+    watch_retrying(host, path, protobuf, stop, on, 0, &AtomicU64::new(0)).await
+}
+
+/// [`watch`] opened as client-go opens it: a 429 is asked again after its `Retry-After`
+/// (listwatch and kube-apiserver send 1 s), at most `retries` times (client-go: 10); each
+/// retry is counted in `retried`.
+pub async fn watch_retrying(
+    host: &str,
+    path: &str,
+    protobuf: bool,
     mut stop: tokio::sync::watch::Receiver<bool>,
     mut on: impl FnMut(Event<'_>, Instant) -> Result<ControlFlow<()>, String>,
+    retries: u32,
+    retried: &AtomicU64,
 ) -> Result<u64, String> {
     let accept = http::accept(protobuf, false, true);
-    let (status, mut body) = http::get(host, path, accept.as_deref(), false).await?;
-    if status != 200 {
-        return Err(format!("watch: HTTP {status}"));
-    }
+    let mut left = retries;
+    let mut body = loop {
+        let (status, body) = http::get(host, path, accept.as_deref(), false).await?;
+        match status {
+            200 => break body,
+            429 if left > 0 => {
+                drop(body);
+                left -= 1;
+                retried.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            _ => return Err(format!("watch: HTTP {status}")),
+        }
+    };
     let mut reader = EventReader::new(protobuf);
     loop {
         let chunk = tokio::select! {

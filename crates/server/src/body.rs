@@ -18,6 +18,8 @@ use listwatch_codec::gzip::GzipStream;
 use listwatch_codec::{ListEncoder, WatchEncoder, WatchStep};
 use tokio::time::Instant;
 
+use crate::limits::ListSeat;
+
 /// The body type every handler answers with.
 pub type ResponseBody = BoxBody<Bytes, BodyCut>;
 
@@ -116,13 +118,26 @@ impl StreamedBody {
     }
 
     /// A watch body: `encoder` driven in time, ended early (spread over the grace period)
-    /// when `drain` reports the server is draining.
-    pub fn watch(encoder: WatchEncoder, drain: Option<DrainSignal>, gzip: bool) -> Self {
+    /// when `drain` reports the server is draining; a watch-list's `list_seat` is given back
+    /// once its initial events are out.
+    pub fn watch(
+        encoder: WatchEncoder,
+        drain: Option<DrainSignal>,
+        list_seat: Option<ListSeat>,
+        gzip: bool,
+    ) -> Self {
         let compress = encoder.has_initial_events();
-        let state = WatchDriver { encoder, drain };
+        let state = WatchDriver {
+            encoder,
+            drain,
+            list_seat: list_seat.map(Box::new),
+        };
         let pieces = futures::stream::unfold(state, |mut s| async move {
             let bytes = s.next_chunk().await?;
             let compress_rest = s.encoder.in_initial_phase();
+            if !compress_rest {
+                s.list_seat = None;
+            }
             Some((
                 Piece {
                     bytes,
@@ -210,6 +225,8 @@ pub type DrainSignal = tokio::sync::watch::Receiver<Option<Duration>>;
 struct WatchDriver {
     encoder: WatchEncoder,
     drain: Option<DrainSignal>,
+    /// Boxed: only watch-lists have one, and every idle watch would carry its size.
+    list_seat: Option<Box<ListSeat>>,
 }
 
 impl WatchDriver {

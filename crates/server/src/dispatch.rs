@@ -48,7 +48,14 @@ impl Service {
         // Refused requests go the same way as failed ones: a Status, metered and logged.
         let (admission, answer) = match self.admit(&req.head, in_flight.as_ref(), uri_len) {
             Err(e) => (None, Err(e)),
-            Ok(admission) => (admission, self.dispatch(req).await),
+            Ok(mut admission) => {
+                if verb == Verb::Watch {
+                    req.head.list_seat = admission
+                        .as_mut()
+                        .and_then(limits::Admission::take_list_seat);
+                }
+                (admission, self.dispatch(req).await)
+            }
         };
         let response = answer.unwrap_or_else(|e| response::error(&e, error_encoding));
         let (parts, body) = response.into_parts();
@@ -68,7 +75,7 @@ impl Service {
 
     /// The one `match`: each kind to its handler, resources after authorization.
     async fn dispatch(&self, req: ApiRequest) -> Answer {
-        let ApiRequest { head, kind } = req;
+        let ApiRequest { mut head, kind } = req;
         let ctx = Ctx {
             source: &*self.source,
             config: &self.config,
@@ -76,7 +83,7 @@ impl Service {
         match kind {
             RequestKind::Read { target, read } => {
                 self.authorize(&head, &target).await?;
-                handlers::read(ctx, head.verb, target, read).await
+                handlers::read(ctx, head.verb, target, read, head.list_seat.take()).await
             }
             RequestKind::Write { target, payload } => {
                 self.authorize(&head, &target).await?;

@@ -20,6 +20,7 @@ use listwatch_store::{Filter, Snapshot, SnapshotReader, Store, StoreError};
 use tokio::time::Instant;
 
 use crate::body::{StreamedBody, full};
+use crate::limits::ListSeat;
 use crate::request::{Payload, Read, RequestHead, Target};
 use crate::response::{Answer, encoded, typed, with_newline};
 use crate::{RequestBody, ServerConfig};
@@ -83,11 +84,14 @@ impl Ctx<'_> {
 }
 
 /// LIST, GET, WATCH or watch-list of `target`, authorized already.
+/// A watch-list's `list_seat` goes with its body, which gives it back once the initial
+/// events are sent.
 pub async fn read(
     ctx: Ctx<'_>,
     verb: Verb,
     target: Target,
     read: Result<Read, ApiError>,
+    list_seat: Option<ListSeat>,
 ) -> Answer {
     ctx.ready(&target.store)?;
     let Read { options, rendering } = read?;
@@ -95,7 +99,15 @@ pub async fn read(
     let gzip = rendering.gzip;
     let ns = target.namespace.as_deref();
     match (verb, target.name) {
-        (Verb::Watch, _) => watch(ctx, target.store, ns, options, writer, gzip).await,
+        (Verb::Watch, _) => {
+            let w = WatchRequest {
+                options,
+                writer,
+                gzip_ok: gzip,
+                list_seat,
+            };
+            watch(ctx, target.store, ns, w).await
+        }
         (Verb::Get, Some(name)) => get(ctx, &target.store, ns, &name, &options, writer).await,
         _ => list(ctx, target.store, ns, options, writer, gzip).await,
     }
@@ -346,14 +358,21 @@ async fn list(
     ))
 }
 
-async fn watch(
-    ctx: Ctx<'_>,
-    store: Arc<Store>,
-    ns: Option<&str>,
-    opts: ListOptions,
-    mut writer: ObjectWriter,
+/// What a watch handler is given besides its store.
+struct WatchRequest {
+    options: ListOptions,
+    writer: ObjectWriter,
     gzip_ok: bool,
-) -> Answer {
+    list_seat: Option<ListSeat>,
+}
+
+async fn watch(ctx: Ctx<'_>, store: Arc<Store>, ns: Option<&str>, w: WatchRequest) -> Answer {
+    let WatchRequest {
+        options: opts,
+        mut writer,
+        gzip_ok,
+        list_seat,
+    } = w;
     let info = store.info().clone();
     let content_type = writer.content_type(true);
     let filter = Arc::new(Filter::new(&info, ns, &opts));
@@ -402,7 +421,7 @@ async fn watch(
         chunk: ctx.config.chunk_bytes,
     };
     let encoder = WatchEncoder::new(cursor, filter, writer, spec, Instant::now().into_std());
-    let body = StreamedBody::watch(encoder, Some(store.drain_signal()), gzip_ok);
+    let body = StreamedBody::watch(encoder, Some(store.drain_signal()), list_seat, gzip_ok);
     Ok(encoded(
         typed(StatusCode::OK, content_type, BodyExt::boxed(body)),
         gzip_ok,

@@ -66,7 +66,23 @@ impl Default for LimitConfig {
 pub struct Admission {
     _permits: Vec<OwnedSemaphorePermit>,
     _user: Option<UserSlot>,
-    _list_user: Option<UserSlot>,
+    list: Option<ListSeat>,
+}
+
+impl Admission {
+    /// A watch-list's LIST share, for its body to give back once the initial events are
+    /// sent (kube-apiserver's priority and fairness likewise counts a watch's seats only
+    /// while it initializes); the watch's own slots stay held. None for anything else.
+    pub fn take_list_seat(&mut self) -> Option<ListSeat> {
+        self.list.take()
+    }
+}
+
+/// A LIST's share of the limits: its in-flight slot, response-buffer budget, and its
+/// user's and connection's LIST slots; given back when dropped.
+pub struct ListSeat {
+    _permits: [OwnedSemaphorePermit; 2],
+    _user: Option<UserSlot>,
     _connection: Option<crate::connection::ConnectionListSlot>,
 }
 
@@ -171,10 +187,13 @@ impl Limits {
         let budget = self.budget.clone().try_acquire_many_owned(kib);
         match (list, budget) {
             (Ok(a), Ok(b)) => Ok(Admission {
-                _permits: vec![a, b],
+                _permits: Vec::new(),
                 _user: None,
-                _list_user: list_user,
-                _connection: connection,
+                list: Some(ListSeat {
+                    _permits: [a, b],
+                    _user: list_user,
+                    _connection: connection,
+                }),
             }),
             _ => Err(ApiError::TooManyRequests(TOO_MANY.into())),
         }
@@ -192,8 +211,7 @@ impl Limits {
             None => Admission {
                 _permits: Vec::new(),
                 _user: None,
-                _list_user: None,
-                _connection: None,
+                list: None,
             },
         };
         let w = self

@@ -296,6 +296,46 @@ async fn http2_rapid_reset_is_cut_off_and_others_are_served() {
     still_serving(s.addr, 50).await;
 }
 
+/// A watch-list takes a LIST slot while it sends its initial events and gives it back once
+/// they are out (kube-apiserver's priority and fairness counts a watch's seats only while it
+/// initializes): with one LIST slot, a synced watch-list leaves room for a LIST and another
+/// watch-list. Before, each held its slot for its whole life, and 5,000 kubelets' node
+/// watch-lists got 429 beyond the first 400 for as long as those lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synced_watch_list_gives_its_list_slot_back() {
+    let s = start_with_limits(LimitConfig {
+        max_lists: 1,
+        ..LimitConfig::default()
+    })
+    .await;
+    let watch_list = "/api/v1/pods?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
+    let mut synced = Vec::new();
+    for _ in 0..2 {
+        let mut w = common::stream_lines(s.addr, watch_list).await;
+        loop {
+            let line = common::next_line(&mut w, 10)
+                .await
+                .expect("the initial events and their end bookmark");
+            if line.contains("k8s.io/initial-events-end") {
+                break;
+            }
+        }
+        synced.push(w);
+    }
+    let r = common::poll_until(
+        Duration::from_secs(5),
+        || common::get(s.addr, "/api/v1/pods?limit=1"),
+        |r| r.status == 200,
+    )
+    .await;
+    assert_eq!(
+        r.status, 200,
+        "a LIST beside two synced watch-lists: {}",
+        r.body
+    );
+    drop(synced);
+}
+
 /// A server over 50 demo pods with `limits`.
 async fn start_with_limits(limits: LimitConfig) -> common::TestServer {
     common::start(

@@ -43,6 +43,9 @@ pub struct Report {
     pub error_samples: Vec<String>,
     /// Watch-lists were protobuf.
     pub protobuf: bool,
+    /// Watch-lists answered 429 and asked again after `Retry-After`, as client-go does
+    /// (at most 10 times each).
+    pub retries_after_429: u64,
     /// Time from the storm's start until a node's initial-events-end bookmark: median.
     pub sync_s_p50: f64,
     /// The same, slowest node.
@@ -218,6 +221,7 @@ pub async fn run(
     // The storm: every node's watch-list at once.
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..nodes).map(|_| AtomicU64::new(0)).collect());
     let synced = Arc::new(AtomicUsize::new(0));
+    let retried = Arc::new(AtomicU64::new(0));
     let start = Arc::new(tokio::sync::Barrier::new(nodes + 1));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let watchers: Vec<_> = (0..nodes)
@@ -226,18 +230,19 @@ pub async fn run(
                 "/api/v1/pods",
                 &format!("{WATCH_LIST}&fieldSelector=spec.nodeName%3D{}", node(k)),
             );
-            let (host, stopped, progress, synced, start, protobuf) = (
+            let (host, stopped, progress, synced, start, protobuf, retried) = (
                 host.clone(),
                 stopped.clone(),
                 progress.clone(),
                 synced.clone(),
                 start.clone(),
                 args.protobuf,
+                retried.clone(),
             );
             tokio::spawn(async move {
                 let mut seen = NodeSeen::default();
                 start.wait().await;
-                let r = events::watch(&host, &path, protobuf, stopped, |ev, at| {
+                let on = |ev: events::Event<'_>, at: Instant| {
                     match (ev.kind, seen.synced) {
                         (Kind::Bookmark, None) if ev.initial_end => {
                             seen.synced = Some(at);
@@ -253,8 +258,9 @@ pub async fn run(
                     }
                     progress[k].store(seen.initial + seen.after, Ordering::Relaxed);
                     Ok(ControlFlow::Continue(()))
-                })
-                .await;
+                };
+                let r =
+                    events::watch_retrying(&host, &path, protobuf, stopped, on, 10, &retried).await;
                 if r.is_err() {
                     // Count a failed node as done, so the storm's wait ends.
                     synced.fetch_add(usize::from(seen.synced.is_none()), Ordering::Relaxed);
@@ -272,6 +278,7 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let cpu1 = server.cpu_s();
+    report.retries_after_429 = retried.load(Ordering::Relaxed);
     report.storm_server_cpu_s = cpu_delta(cpu0, cpu1);
     report.server_cpu_ms_per_node_list = report.storm_server_cpu_s.map(|s| s * 1e3 / nodes as f64);
 
