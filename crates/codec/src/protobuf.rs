@@ -56,6 +56,14 @@ pub struct ProtoObjects {
 }
 
 impl ProtoObjects {
+    /// Frees the scratch buffers that grew past `bytes` (0: all).
+    pub fn release_buffers_over(&mut self, bytes: usize) {
+        use listwatch_protobuf::encode::release_over;
+        release_over(&mut self.stamped, bytes);
+        release_over(&mut self.scratch, bytes);
+        self.enc.release_buffers_over(bytes);
+    }
+
     /// A writer of `info`'s objects, or of their PartialObjectMetadata when
     /// `metadata_only`; `None` when the kind has no protobuf form.
     pub fn new(info: &ResourceInfo, metadata_only: bool) -> Option<ProtoObjects> {

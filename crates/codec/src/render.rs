@@ -134,6 +134,17 @@ pub struct ObjectWriter {
 }
 
 impl ObjectWriter {
+    /// Frees the scratch buffers that grew past `bytes` (0: all): a watch calls it when it
+    /// goes quiet, so a kubelet's watch does not keep its initial events' buffers for life.
+    pub fn release_buffers_over(&mut self, bytes: usize) {
+        use listwatch_protobuf::encode::release_over;
+        release_over(&mut self.scratch, bytes);
+        release_over(&mut self.frame, bytes);
+        if let Style::Protobuf(p) = &mut self.style {
+            p.release_buffers_over(bytes);
+        }
+    }
+
     /// `Content-Type` of a LIST or GET (`watch`: of a watch stream).
     pub fn content_type(&self, watch: bool) -> &'static str {
         match (&self.style, watch) {

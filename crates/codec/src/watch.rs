@@ -83,6 +83,9 @@ pub fn error_body(status_body: &[u8]) -> Vec<u8> {
     w.into_vec()
 }
 
+/// A waiting watch keeps scratch buffers up to this size (a few everyday objects).
+const IDLE_BUFFER_BYTES: usize = 16 * 1024;
+
 /// Settings of one watch response.
 pub struct WatchSpec {
     /// Initial state to send as ADDED events first (watch-list / RV unset or "0").
@@ -261,6 +264,10 @@ impl WatchEncoder {
                     }
                     self.out.flush();
                     self.phase = Phase::Live;
+                    // The initial events' buffers are not needed for a watch's life.
+                    self.writer.release_buffers_over(0);
+                    self.scratch = Vec::new();
+                    self.pending = VecDeque::new();
                 }
                 Phase::Live => {
                     if now >= self.spec.deadline {
@@ -323,9 +330,21 @@ impl WatchEncoder {
                     let until = self
                         .next_bookmark
                         .map_or(self.spec.deadline, |b| b.min(self.spec.deadline));
+                    self.release_idle_buffers();
                     return WatchStep::Idle { until };
                 }
             }
+        }
+    }
+
+    /// Frees what a burst of events grew (a large object's buffers, a full batch) before the
+    /// watch waits; buffers of everyday size stay, so a busy watch does not allocate per
+    /// event.
+    fn release_idle_buffers(&mut self) {
+        self.writer.release_buffers_over(IDLE_BUFFER_BYTES);
+        listwatch_protobuf::encode::release_over(&mut self.scratch, IDLE_BUFFER_BYTES / 16);
+        if self.pending.capacity() * std::mem::size_of::<Arc<Event>>() > IDLE_BUFFER_BYTES / 16 {
+            self.pending = VecDeque::new();
         }
     }
 

@@ -32,11 +32,20 @@ impl<'s> ProtoEncoder<'s> {
     pub fn new(schema: &'s Schema) -> Self {
         ProtoEncoder {
             schema,
-            chunks: Vec::with_capacity(256),
+            chunks: Vec::new(),
             reorder: Vec::new(),
             text: Vec::new(),
             keys: Vec::new(),
         }
+    }
+
+    /// Frees the scratch buffers that grew past `bytes` (0: all): what a long-lived
+    /// response (a watch) calls when it goes quiet, so it does not keep them for its life.
+    pub fn release_buffers_over(&mut self, bytes: usize) {
+        release_over(&mut self.chunks, bytes);
+        release_over(&mut self.reorder, bytes);
+        release_over(&mut self.text, bytes);
+        release_over(&mut self.keys, bytes);
     }
 
     /// The schema this encoder writes.
@@ -778,6 +787,13 @@ pub fn base64_into(s: &[u8], out: &mut Vec<u8>) -> Option<()> {
         }
     }
     Some(())
+}
+
+/// Replaces `v` by an empty vector when its allocation is over `bytes`.
+pub fn release_over<T>(v: &mut Vec<T>, bytes: usize) {
+    if v.capacity() * std::mem::size_of::<T>().max(1) > bytes {
+        *v = Vec::new();
+    }
 }
 
 #[cfg(test)]
