@@ -17,6 +17,7 @@
 pub mod abac;
 pub mod authn;
 pub mod authorizer;
+pub mod cache;
 pub mod config;
 pub mod node;
 pub mod rbac;

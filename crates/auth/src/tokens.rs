@@ -4,9 +4,8 @@
 //! one, a token webhook (`TokenReview`, answers cached). Chained after the static token file
 //! by [`crate::authn::Authenticator`].
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
@@ -501,7 +500,7 @@ pub struct WebhookTokens {
     )>,
     audiences: Vec<String>,
     ttl: Duration,
-    cache: parking_lot::Mutex<HashMap<TokenHash, (Instant, Option<User>)>>,
+    cache: crate::cache::TtlCache<TokenHash, Option<User>>,
 }
 
 /// A token's SHA-256: the cache never holds the tokens themselves.
@@ -553,7 +552,7 @@ impl WebhookTokens {
             tls,
             audiences,
             ttl,
-            cache: parking_lot::Mutex::new(HashMap::new()),
+            cache: crate::cache::TtlCache::new(WEBHOOK_CACHE_ENTRIES),
         })
     }
 
@@ -563,11 +562,8 @@ impl WebhookTokens {
             .as_ref()
             .try_into()
             .map_err(|_| ApiError::Unauthorized)?;
-        let now = Instant::now();
-        if let Some((until, answer)) = self.cache.lock().get(&key)
-            && *until > now
-        {
-            return answer.clone().ok_or(ApiError::Unauthorized);
+        if let Some(answer) = self.cache.get(&key) {
+            return answer.ok_or(ApiError::Unauthorized);
         }
         let answer = match tokio::time::timeout(WEBHOOK_TIMEOUT, self.ask(token)).await {
             Ok(Ok(answer)) => answer,
@@ -586,14 +582,7 @@ impl WebhookTokens {
         } else {
             WEBHOOK_FAILURE_TTL
         };
-        let mut cache = self.cache.lock();
-        if cache.len() >= WEBHOOK_CACHE_ENTRIES {
-            cache.retain(|_, (until, _)| *until > now);
-            if cache.len() >= WEBHOOK_CACHE_ENTRIES {
-                cache.clear();
-            }
-        }
-        cache.insert(key, (now + ttl, answer.clone()));
+        self.cache.insert(key, answer.clone(), ttl);
         answer.ok_or(ApiError::Unauthorized)
     }
 

@@ -3,14 +3,14 @@
 //! own `subjectaccessreviews`, as kube-rbac-proxy asks — and its answers are cached, allowed
 //! ones for longer than the rest.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::authorizer::{Attributes, Authorizer, Decision, DecisionFuture};
+use crate::cache::TtlCache;
 
 /// What [`ReviewSender::send`] returns: the 2xx answer's body, or why there is none.
 pub type SendFuture<'a> =
@@ -24,7 +24,7 @@ pub trait ReviewSender: Send + Sync + 'static {
     fn send(&self, review: Bytes) -> SendFuture<'_>;
 }
 
-/// Answers kept at most (expired ones are dropped first, then all).
+/// Answers kept at most.
 const CACHE_ENTRIES: usize = 8192;
 
 /// How long answers are kept: kube-apiserver's
@@ -51,8 +51,8 @@ impl Default for CacheTtl {
 pub struct WebhookAuthorizer {
     sender: Arc<dyn ReviewSender>,
     ttl: CacheTtl,
-    /// The review's JSON (what was asked) → until when, and the answer.
-    cache: parking_lot::Mutex<HashMap<Bytes, (Instant, Decision)>>,
+    /// The review's JSON (what was asked) → the answer.
+    cache: TtlCache<Bytes, Decision>,
 }
 
 impl WebhookAuthorizer {
@@ -61,32 +61,22 @@ impl WebhookAuthorizer {
         WebhookAuthorizer {
             sender,
             ttl,
-            cache: parking_lot::Mutex::new(HashMap::new()),
+            cache: TtlCache::new(CACHE_ENTRIES),
         }
     }
 
     /// The cached answer for `review`, if one is still fresh.
     fn cached(&self, review: &Bytes) -> Option<Decision> {
-        let cache = self.cache.lock();
-        let (until, d) = cache.get(review)?;
-        (*until > Instant::now()).then(|| d.clone())
+        self.cache.get(review)
     }
 
     fn remember(&self, review: Bytes, d: &Decision) {
-        let now = Instant::now();
         let ttl = if d.allowed {
             self.ttl.authorized
         } else {
             self.ttl.unauthorized
         };
-        let mut cache = self.cache.lock();
-        if cache.len() >= CACHE_ENTRIES {
-            cache.retain(|_, (until, _)| *until > now);
-            if cache.len() >= CACHE_ENTRIES {
-                cache.clear();
-            }
-        }
-        cache.insert(review, (now + ttl, d.clone()));
+        self.cache.insert(review, d.clone(), ttl);
     }
 
     async fn ask(&self, review: Bytes) -> Decision {
