@@ -162,3 +162,46 @@ async fn an_unknown_dry_run_value_is_refused_as_kube_apiserver_does() {
     }
     assert!(state(s.addr).await.1.is_empty(), "a refused dry run wrote");
 }
+
+/// The subresources take `dryRun=All` too: a scale and a status write are answered as they
+/// would be, and the object (and the revision) stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_scale_and_status_writes_change_nothing() {
+    let s = start(0, ServerConfig::default()).await;
+    let deploys = "/apis/apps/v1/namespaces/dry/deployments";
+    let deploy = r#"{"metadata":{"name":"d"},"spec":{"replicas":1,"selector":{"matchLabels":{"a":"1"}},"template":{"metadata":{"labels":{"a":"1"}}}}}"#;
+    let made = answered(s.addr, "POST", deploys, Some(deploy), 201).await;
+    let rv = json(&made.body)["metadata"]["resourceVersion"].clone();
+
+    let scaled = request(
+        s.addr,
+        "PUT",
+        &format!("{deploys}/d/scale?dryRun=All"),
+        Some(r#"{"kind":"Scale","apiVersion":"autoscaling/v1","metadata":{"name":"d"},"spec":{"replicas":7}}"#),
+    )
+    .await;
+    assert_eq!(scaled.status, 200, "{}", scaled.body);
+    assert_eq!(
+        json(&scaled.body)["spec"]["replicas"],
+        7,
+        "answered as it would be"
+    );
+
+    let status = request(
+        s.addr,
+        "PUT",
+        &format!("{deploys}/d/status?dryRun=All"),
+        Some(r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},"spec":{"replicas":1,"selector":{"matchLabels":{"a":"1"}},"template":{"metadata":{"labels":{"a":"1"}}}},"status":{"replicas":5,"readyReplicas":5}}"#),
+    )
+    .await;
+    assert_eq!(status.status, 200, "{}", status.body);
+    assert_eq!(json(&status.body)["status"]["readyReplicas"], 5);
+
+    let now = json(&get(s.addr, &format!("{deploys}/d")).await.body);
+    assert_eq!(now["spec"]["replicas"], 1, "scale committed: {now}");
+    assert!(
+        now["status"]["readyReplicas"].is_null(),
+        "status committed: {now}"
+    );
+    assert_eq!(now["metadata"]["resourceVersion"], rv);
+}
