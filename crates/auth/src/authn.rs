@@ -68,16 +68,14 @@ pub struct PeerIdentity {
 pub struct FrontProxied;
 
 /// The headers a trusted front proxy names the user in: kube-apiserver's
-/// `--requestheader-username-headers`, `--requestheader-group-headers` and
-/// `--requestheader-extra-headers-prefix`.
+/// `--requestheader-username-headers` and `--requestheader-group-headers` (extras are not
+/// read: a user here has a name and groups).
 #[derive(Clone, Debug)]
 pub struct RequestHeaderNames {
     /// The first of these with a value is the user's name.
     pub user: Vec<String>,
     /// Every value of each is a group.
     pub group: Vec<String>,
-    /// Extras (`X-Remote-Extra-`): read by nothing here (users carry name and groups).
-    pub extra_prefix: Vec<String>,
 }
 
 impl Default for RequestHeaderNames {
@@ -85,7 +83,6 @@ impl Default for RequestHeaderNames {
         RequestHeaderNames {
             user: vec!["X-Remote-User".into()],
             group: vec!["X-Remote-Group".into()],
-            extra_prefix: vec!["X-Remote-Extra-".into()],
         }
     }
 }

@@ -32,7 +32,8 @@ pub fn tls_config_with_front_proxy(
     client_ca: Option<&Path>,
     front_proxy: &FrontProxyTrust,
 ) -> Result<(Arc<rustls::ServerConfig>, ClientCerts), ConfigError> {
-    let mut both = roots(&front_proxy.ca)?;
+    let proxies = roots(&front_proxy.ca)?;
+    let mut both = proxies.clone();
     let users = match client_ca {
         Some(ca) => {
             let r = roots(ca)?;
@@ -44,7 +45,7 @@ pub fn tls_config_with_front_proxy(
     let certs = ClientCerts {
         users,
         front_proxy: Some((
-            verifier(roots(&front_proxy.ca)?, &front_proxy.ca)?,
+            verifier(proxies, &front_proxy.ca)?,
             front_proxy.allowed_names.clone(),
         )),
     };

@@ -477,7 +477,7 @@ fn authorizer(
 /// upstream's SubjectAccessReviews with listwatch's own `--upstream-kubeconfig` credential.
 fn webhook_authorizer(args: &ServeArgs) -> anyhow::Result<Arc<dyn listwatch_auth::Authorizer>> {
     use listwatch_auth::webhook::{CacheTtl, WebhookAuthorizer};
-    use listwatch_gateway::{GatewayConfig, Identity, Kubeconfig, ReviewClient};
+    use listwatch_gateway::{GatewayConfig, Kubeconfig, ReviewClient};
     let (url, kubeconfig, flag) = match &args.authorization_webhook_config_file {
         Some(p) => {
             let k = Kubeconfig::from_file(p)
@@ -504,10 +504,7 @@ fn webhook_authorizer(args: &ServeArgs) -> anyhow::Result<Arc<dyn listwatch_auth
             ),
         },
     };
-    let mut config = GatewayConfig::new(url.clone(), Identity::Forward);
-    config.ca_pem = kubeconfig.ca_pem;
-    config.client_cert = kubeconfig.client_cert;
-    config.token = kubeconfig.token;
+    let mut config = GatewayConfig::with_own_credential(url.clone(), kubeconfig);
     config.response_timeout = std::time::Duration::from_secs(10);
     let client = ReviewClient::new(&config).map_err(|e| anyhow!("{flag} {url}: {e}"))?;
     let ttl = CacheTtl {
@@ -576,7 +573,6 @@ fn authenticator(
         a.request_headers = Some(listwatch_auth::authn::RequestHeaderNames {
             user: args.requestheader_username_headers.clone(),
             group: args.requestheader_group_headers.clone(),
-            extra_prefix: args.requestheader_extra_headers_prefix.clone(),
         });
     }
     if let Some(url) = &args.authentication_token_webhook_url {
@@ -613,16 +609,13 @@ fn upstream_target(
 /// The apiserver source: follows the upstream with listwatch's own credential from the
 /// `--upstream-kubeconfig` (it must be allowed to list and watch what it serves).
 async fn apiserver_source(args: &ServeArgs) -> anyhow::Result<Arc<dyn Source>> {
-    use listwatch_gateway::{GatewayConfig, Identity};
+    use listwatch_gateway::GatewayConfig;
     let Some((url, kubeconfig)) = upstream_target(args)? else {
         bail!(
             "--source apiserver needs --upstream (or an --upstream-kubeconfig naming the server)"
         );
     };
-    let mut config = GatewayConfig::new(url.clone(), Identity::Forward);
-    config.ca_pem = kubeconfig.ca_pem;
-    config.client_cert = kubeconfig.client_cert;
-    config.token = kubeconfig.token;
+    let mut config = GatewayConfig::with_own_credential(url.clone(), kubeconfig);
     config.response_timeout = std::time::Duration::from_secs(args.upstream_timeout.max(1));
     let source = listwatch_upstream::UpstreamSource::start(&config, &StoreConfig::default())
         .await

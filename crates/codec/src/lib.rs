@@ -118,11 +118,6 @@ impl ChunkWriter {
         }
     }
 
-    /// Bytes of allocation the writer holds for its open chunk (0 between chunks).
-    pub fn held_capacity(&self) -> usize {
-        self.buf.capacity()
-    }
-
     /// Whether enough is queued that the caller should hand chunks out before adding more.
     pub fn is_full(&self) -> bool {
         !self.ready.is_empty() || self.buf.len() >= self.chunk
@@ -164,22 +159,22 @@ mod tests {
         let mut w = ChunkWriter::new(DEFAULT_CHUNK);
         w.put_slice(&[b'x'; 1000]);
         assert!(
-            w.held_capacity() >= DEFAULT_CHUNK,
+            w.buf.capacity() >= DEFAULT_CHUNK,
             "the first chunk starts full-sized"
         );
         w.flush();
         assert_eq!(
-            w.held_capacity(),
+            w.buf.capacity(),
             0,
             "a closed chunk takes its allocation along"
         );
         assert_eq!(w.pop().map(|c| c.len()), Some(1000));
         // One event per chunk (a live watch): the next allocation follows the last length.
         w.put_slice(&[b'y'; 100]);
-        let held = w.held_capacity();
+        let held = w.buf.capacity();
         assert!((100..=4096).contains(&held), "{held}");
         w.flush();
-        assert_eq!(w.held_capacity(), 0);
+        assert_eq!(w.buf.capacity(), 0);
         assert_eq!(w.pop().map(|c| c.len()), Some(100));
         // Full chunks again (a LIST page): back to full size, each taken whole.
         for _ in 0..3 {
@@ -188,7 +183,7 @@ mod tests {
             }
             let c = w.pop().expect("a full chunk");
             assert!(c.len() >= DEFAULT_CHUNK, "{}", c.len());
-            assert_eq!(w.held_capacity(), 0);
+            assert_eq!(w.buf.capacity(), 0);
         }
         assert!(w.next >= DEFAULT_CHUNK);
     }
@@ -197,7 +192,7 @@ mod tests {
     fn a_body_built_whole_is_sized_by_its_content() {
         let mut w = ChunkWriter::unbounded();
         w.put_slice(b"{}");
-        assert!(w.held_capacity() <= MIN_CHUNK_ALLOCATION);
+        assert!(w.buf.capacity() <= MIN_CHUNK_ALLOCATION);
         let big = vec![b'a'; 300_000];
         w.put_bytes(Bytes::from(big));
         let body = w.into_vec();

@@ -265,9 +265,7 @@ impl WatchEncoder {
                     self.out.flush();
                     self.phase = Phase::Live;
                     // The initial events' buffers are not needed for a watch's life.
-                    self.writer.release_buffers_over(0);
-                    self.scratch = Vec::new();
-                    self.pending = VecDeque::new();
+                    self.release_buffers_over(0);
                 }
                 Phase::Live => {
                     if now >= self.spec.deadline {
@@ -330,20 +328,21 @@ impl WatchEncoder {
                     let until = self
                         .next_bookmark
                         .map_or(self.spec.deadline, |b| b.min(self.spec.deadline));
-                    self.release_idle_buffers();
+                    self.release_buffers_over(IDLE_BUFFER_BYTES);
                     return WatchStep::Idle { until };
                 }
             }
         }
     }
 
-    /// Frees what a burst of events grew (a large object's buffers, a full batch) before the
-    /// watch waits; buffers of everyday size stay, so a busy watch does not allocate per
-    /// event.
-    fn release_idle_buffers(&mut self) {
-        self.writer.release_buffers_over(IDLE_BUFFER_BYTES);
-        listwatch_protobuf::encode::release_over(&mut self.scratch, IDLE_BUFFER_BYTES / 16);
-        if self.pending.capacity() * std::mem::size_of::<Arc<Event>>() > IDLE_BUFFER_BYTES / 16 {
+    /// Frees the writer's buffers over `bytes` and event queues over a sixteenth of it (0:
+    /// all): what the initial events or a burst grew. Called before the watch waits, with
+    /// [`IDLE_BUFFER_BYTES`], buffers of everyday size stay, so a busy watch does not
+    /// allocate per event.
+    fn release_buffers_over(&mut self, bytes: usize) {
+        self.writer.release_buffers_over(bytes);
+        listwatch_protobuf::encode::release_over(&mut self.scratch, bytes / 16);
+        if self.pending.capacity() * std::mem::size_of::<Arc<Event>>() > bytes / 16 {
             self.pending = VecDeque::new();
         }
     }

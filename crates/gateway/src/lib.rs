@@ -82,6 +82,17 @@ pub struct GatewayConfig {
 }
 
 impl GatewayConfig {
+    /// Defaults for calling `upstream` as listwatch itself, with `kubeconfig`'s CA and
+    /// credential (client certificate or token) and nothing added for the client.
+    pub fn with_own_credential(upstream: impl Into<String>, kubeconfig: Kubeconfig) -> Self {
+        GatewayConfig {
+            ca_pem: kubeconfig.ca_pem,
+            client_cert: kubeconfig.client_cert,
+            token: kubeconfig.token,
+            ..GatewayConfig::new(upstream, Identity::Forward)
+        }
+    }
+
     /// Defaults for `upstream` with `identity`.
     pub fn new(upstream: impl Into<String>, identity: Identity) -> Self {
         GatewayConfig {

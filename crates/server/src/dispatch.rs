@@ -49,12 +49,11 @@ impl Service {
         let (admission, answer) = match self.admit(&req.head, in_flight.as_ref(), uri_len) {
             Err(e) => (None, Err(e)),
             Ok(mut admission) => {
-                if verb == Verb::Watch {
-                    req.head.list_seat = admission
-                        .as_mut()
-                        .and_then(limits::Admission::take_list_seat);
-                }
-                (admission, self.dispatch(req).await)
+                // A watch-list's LIST share goes with its body (a LIST's stays held here).
+                let list_seat = (verb == Verb::Watch)
+                    .then(|| admission.as_mut()?.take_list_seat())
+                    .flatten();
+                (admission, self.dispatch(req, list_seat).await)
             }
         };
         let response = answer.unwrap_or_else(|e| response::error(&e, error_encoding));
@@ -74,8 +73,8 @@ impl Service {
     }
 
     /// The one `match`: each kind to its handler, resources after authorization.
-    async fn dispatch(&self, req: ApiRequest) -> Answer {
-        let ApiRequest { mut head, kind } = req;
+    async fn dispatch(&self, req: ApiRequest, list_seat: Option<limits::ListSeat>) -> Answer {
+        let ApiRequest { head, kind } = req;
         let ctx = Ctx {
             source: &*self.source,
             config: &self.config,
@@ -83,7 +82,7 @@ impl Service {
         match kind {
             RequestKind::Read { target, read } => {
                 self.authorize(&head, &target).await?;
-                handlers::read(ctx, head.verb, target, read, head.list_seat.take()).await
+                handlers::read(ctx, head.verb, target, read, list_seat).await
             }
             RequestKind::Write { target, payload } => {
                 self.authorize(&head, &target).await?;

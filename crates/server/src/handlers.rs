@@ -99,15 +99,7 @@ pub async fn read(
     let gzip = rendering.gzip;
     let ns = target.namespace.as_deref();
     match (verb, target.name) {
-        (Verb::Watch, _) => {
-            let w = WatchRequest {
-                options,
-                writer,
-                gzip_ok: gzip,
-                list_seat,
-            };
-            watch(ctx, target.store, ns, w).await
-        }
+        (Verb::Watch, _) => watch(ctx, target.store, ns, options, writer, gzip, list_seat).await,
         (Verb::Get, Some(name)) => get(ctx, &target.store, ns, &name, &options, writer).await,
         _ => list(ctx, target.store, ns, options, writer, gzip).await,
     }
@@ -358,21 +350,15 @@ async fn list(
     ))
 }
 
-/// What a watch handler is given besides its store.
-struct WatchRequest {
-    options: ListOptions,
-    writer: ObjectWriter,
+async fn watch(
+    ctx: Ctx<'_>,
+    store: Arc<Store>,
+    ns: Option<&str>,
+    opts: ListOptions,
+    mut writer: ObjectWriter,
     gzip_ok: bool,
     list_seat: Option<ListSeat>,
-}
-
-async fn watch(ctx: Ctx<'_>, store: Arc<Store>, ns: Option<&str>, w: WatchRequest) -> Answer {
-    let WatchRequest {
-        options: opts,
-        mut writer,
-        gzip_ok,
-        list_seat,
-    } = w;
+) -> Answer {
     let info = store.info().clone();
     let content_type = writer.content_type(true);
     let filter = Arc::new(Filter::new(&info, ns, &opts));

@@ -45,9 +45,6 @@ pub struct RequestHead {
     pub user: Option<User>,
     /// The request's place on its connection (standalone server only).
     pub in_flight: Option<InFlight>,
-    /// A watch-list's LIST share of the limits, handed to its body to give back once the
-    /// initial events are sent.
-    pub list_seat: Option<crate::limits::ListSeat>,
 }
 
 /// A read's validated options.
@@ -209,7 +206,6 @@ impl ApiRequest {
             error_encoding,
             user,
             in_flight,
-            list_seat: None,
             params,
             method,
         };
