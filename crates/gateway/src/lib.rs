@@ -16,6 +16,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, header};
 use http_body::{Body, Frame};
+use http_body_util::Either;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -28,6 +29,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::Semaphore;
 
 mod kubeconfig;
+mod pool;
 pub use kubeconfig::Kubeconfig;
 
 /// Why the gateway cannot be set up.
@@ -121,7 +123,10 @@ struct Counters {
 
 /// The pass-through to one upstream.
 pub struct Gateway {
+    /// Protocol upgrades (exec, attach, port-forward), whose connection leaves the pool.
     client: UpstreamClient<RequestBody>,
+    /// Everything else.
+    inline: Arc<pool::InlinePool>,
     base: Uri,
     identity: Identity,
     token: Option<HeaderValue>,
@@ -141,9 +146,11 @@ impl Gateway {
             ));
         }
         let client = https_client(&config)?;
+        let inline = pool::InlinePool::new(connector(&config)?, config.max_idle, IDLE_FOR);
         let token = bearer(&config)?;
         Ok(Arc::new(Gateway {
             client,
+            inline,
             base,
             identity: config.identity,
             token,
@@ -176,11 +183,19 @@ impl Gateway {
             .flatten();
         self.rewrite(&mut parts, user)?;
         let start = Instant::now();
-        let sent = tokio::time::timeout(
-            self.response_timeout,
-            self.client.request(Request::from_parts(parts, body)),
-        )
-        .await;
+        let req = Request::from_parts(parts, body);
+        let exchange = async {
+            if upgrade {
+                let r = self.client.request(req).await;
+                r.map(|r| r.map(Either::Left))
+                    .map_err(|e| (e.is_connect(), e.to_string()))
+            } else {
+                let r = self.inline.send(req).await;
+                r.map(|r| r.map(Either::Right))
+                    .map_err(|e| (matches!(e, pool::SendError::Connect(_)), e.to_string()))
+            }
+        };
+        let sent = tokio::time::timeout(self.response_timeout, exchange).await;
         let counters = &self.counters;
         counters
             .latency_micros
@@ -193,13 +208,13 @@ impl Gateway {
                     self.base, self.response_timeout
                 )));
             }
-            Ok(Err(e)) => {
+            Ok(Err((connect, e))) => {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(upstream = %self.base, error = ?e, "upstream request failed");
+                tracing::warn!(upstream = %self.base, error = %e, "upstream request failed");
                 return Err(ApiError::Unavailable(format!(
                     "the upstream {} is unavailable: {}",
                     self.base,
-                    if e.is_connect() {
+                    if connect {
                         "cannot connect"
                     } else {
                         "request failed"
@@ -356,6 +371,7 @@ impl Gateway {
     fn clone_handle(&self) -> Gateway {
         Gateway {
             client: self.client.clone(),
+            inline: self.inline.clone(),
             base: self.base.clone(),
             identity: self.identity,
             token: self.token.clone(),
@@ -463,20 +479,29 @@ where
     B: Body + Send + 'static,
     B::Data: Send,
 {
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(config.max_idle)
+        .pool_idle_timeout(IDLE_FOR)
+        .build(connector(config)?))
+}
+
+/// How long an idle connection to the upstream is kept.
+const IDLE_FOR: Duration = Duration::from_secs(90);
+
+/// TCP (with `TCP_NODELAY` and the connect timeout) and TLS as `config` says, HTTP/1.1.
+fn connector(
+    config: &GatewayConfig,
+) -> Result<hyper_rustls::HttpsConnector<HttpConnector>, GatewayError> {
     let tls = tls_config(config)?;
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(config.connect_timeout));
     http.set_nodelay(true);
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(config.max_idle)
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build(connector))
+        .wrap_connector(http))
 }
 
 /// A pooled HTTP(S) client to the upstream, sending bodies of type `B`.
@@ -531,7 +556,7 @@ impl Drop for Open {
 /// The upstream's response body relayed chunk by chunk, holding its in-flight slot until
 /// it ends.
 struct Relay {
-    inner: hyper::body::Incoming,
+    inner: Either<hyper::body::Incoming, pool::InlineBody>,
     _permit: tokio::sync::OwnedSemaphorePermit,
     _open: Open,
 }

@@ -22,7 +22,7 @@ type UpBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallib
 
 /// The recording upstream: answers `…/log` with three chunks 50 ms apart, an Upgrade with
 /// 101 and an echo, anything else with a small JSON body; records every request's path and
-/// headers.
+/// headers, and the connection it came on as `x-recorded-peer`.
 async fn upstream() -> (SocketAddr, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -30,16 +30,19 @@ async fn upstream() -> (SocketAddr, Seen) {
     let record = seen.clone();
     tokio::spawn(async move {
         loop {
-            let Ok((tcp, _)) = listener.accept().await else {
+            let Ok((tcp, peer)) = listener.accept().await else {
                 return;
             };
             let record = record.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                    let mut headers = req.headers().clone();
+                    let peer = peer.to_string().parse().expect("header value");
+                    headers.insert("x-recorded-peer", peer);
                     record
                         .lock()
                         .expect("lock")
-                        .push((req.uri().to_string(), req.headers().clone()));
+                        .push((req.uri().to_string(), headers));
                     async move {
                         let path = req.uri().path().to_string();
                         let resp: Response<UpBody> = if req.headers().contains_key("upgrade") {
@@ -230,6 +233,49 @@ const FORGED: &[(&str, &str)] = &[
     ("x-remote-extra-scopes", "all"),
     ("X-Remote-Uid", "0"),
 ];
+
+/// The upstream connection each request arrived on, in order.
+fn peers(seen: &Seen) -> Vec<String> {
+    let seen = seen.lock().expect("lock");
+    seen.iter()
+        .map(|(_, h)| all(h, "x-recorded-peer").concat())
+        .collect()
+}
+
+#[tokio::test]
+async fn upstream_connections_are_reused_only_when_their_response_was_read_to_the_end() {
+    let (up, seen) = upstream().await;
+    let gw = gateway(up, Identity::Forward, true).await;
+    for _ in 0..4 {
+        assert_eq!(send(gw, "POST", CONFIGMAPS, &[]).await.0, 200);
+    }
+    let p = peers(&seen);
+    assert!(
+        p.iter().all(|x| *x == p[0]),
+        "one connection for all: {p:?}"
+    );
+    let host = all(&seen.lock().expect("lock")[0].1, "host");
+    assert_eq!(host, [up.to_string()], "Host names the upstream");
+
+    // A streamed response left after its first chunk: its connection still carries the
+    // rest, so it must not serve the next request.
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build_http::<Empty<Bytes>>();
+    let uri = format!("http://{gw}/api/v1/namespaces/dev/pods/p/log?follow=true");
+    let resp = client.get(uri.parse().expect("uri")).await.expect("log");
+    let mut body = resp.into_body();
+    let first = body.frame().await.expect("a chunk").expect("chunk");
+    assert_eq!(first.into_data().expect("data"), "line 0\n");
+    drop((body, client));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(send(gw, "POST", CONFIGMAPS, &[]).await.0, 200);
+    let p = peers(&seen);
+    let (log_peer, after) = (&p[p.len() - 2], &p[p.len() - 1]);
+    assert_ne!(
+        after, log_peer,
+        "the cut log's connection was reused: {p:?}"
+    );
+}
 
 #[tokio::test]
 async fn forged_front_proxy_headers_never_reach_the_upstream() {

@@ -1,0 +1,227 @@
+//! HTTP/1.1 connections to the upstream that the request using them drives itself.
+//!
+//! hyper's pooled client runs each connection as its own task, so one passed-through
+//! request wakes three tasks, often on the other worker thread: measured on this 2-core
+//! machine, that hand-off was a third of the front's CPU for a small write. Here the
+//! request's own future polls its connection beside the response, and the response body
+//! polls it on, so a write costs no task switch. A connection goes back to the idle list
+//! once its response body has been read to the end; one dropped earlier is closed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, Uri};
+use http_body::{Body, Frame};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use listwatch_server::RequestBody;
+use tower_service::Service;
+
+type Io = hyper_rustls::MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+
+/// Why a request did not get the upstream's response head.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SendError {
+    /// No connection could be made (TCP or TLS).
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The connection failed while the request was sent or the head awaited.
+    #[error("{0}")]
+    Request(#[from] hyper::Error),
+}
+
+/// Idle connections to one upstream, at most `max_idle`, each dropped after `idle_for`.
+pub(crate) struct InlinePool {
+    connector: hyper_rustls::HttpsConnector<HttpConnector>,
+    idle: Mutex<Vec<(Lease, Instant)>>,
+    max_idle: usize,
+    idle_for: Duration,
+}
+
+/// One connection, checked out for one request at a time.
+pub(crate) struct Lease {
+    sender: http1::SendRequest<RequestBody>,
+    conn: http1::Connection<Io, RequestBody>,
+    /// The connection future has completed (closed or failed): never poll it again.
+    ended: bool,
+}
+
+impl Lease {
+    /// Polls the connection (its reads and writes) unless it has ended.
+    fn drive(&mut self, cx: &mut Context<'_>) {
+        if !self.ended && Pin::new(&mut self.conn).poll(cx).is_ready() {
+            self.ended = true;
+        }
+    }
+
+    /// Whether a new request can be sent on it now (polled without a waker).
+    fn ready_now(&mut self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        self.drive(&mut cx);
+        !self.ended && matches!(self.sender.poll_ready(&mut cx), Poll::Ready(Ok(())))
+    }
+}
+
+impl InlinePool {
+    pub(crate) fn new(
+        connector: hyper_rustls::HttpsConnector<HttpConnector>,
+        max_idle: usize,
+        idle_for: Duration,
+    ) -> Arc<InlinePool> {
+        Arc::new(InlinePool {
+            connector,
+            idle: Mutex::new(Vec::new()),
+            max_idle,
+            idle_for,
+        })
+    }
+
+    /// Sends `req` on an idle connection (or a new one) and returns the response, whose
+    /// body drives the connection until it is read.
+    pub(crate) async fn send(
+        self: &Arc<Self>,
+        mut req: Request<RequestBody>,
+    ) -> Result<Response<InlineBody>, SendError> {
+        let mut lease = match self.checkout() {
+            Some(l) => l,
+            None => self.connect(req.uri().clone()).await?,
+        };
+        to_origin_form(&mut req);
+        let mut head = std::pin::pin!(lease.sender.send_request(req));
+        let resp = std::future::poll_fn(|cx| {
+            lease.drive(cx);
+            head.as_mut().poll(cx)
+        })
+        .await?;
+        let (parts, body) = resp.into_parts();
+        Ok(Response::from_parts(
+            parts,
+            InlineBody {
+                body,
+                ended: false,
+                lease: Mutex::new(Some(lease)),
+                pool: self.clone(),
+            },
+        ))
+    }
+
+    /// The most recently used idle connection that can take a request now.
+    fn checkout(&self) -> Option<Lease> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some((mut lease, since)) = idle.pop() {
+            if since.elapsed() < self.idle_for && lease.ready_now() {
+                return Some(lease);
+            }
+        }
+        None
+    }
+
+    async fn connect(&self, uri: Uri) -> Result<Lease, SendError> {
+        let io = self
+            .connector
+            .clone()
+            .call(uri)
+            .await
+            .map_err(|e| SendError::Connect(e.to_string()))?;
+        let (sender, conn) = http1::handshake(io).await?;
+        Ok(Lease {
+            sender,
+            conn,
+            ended: false,
+        })
+    }
+
+    fn give_back(&self, mut lease: Lease) {
+        if !lease.ready_now() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < self.max_idle {
+            idle.push((lease, Instant::now()));
+        }
+    }
+}
+
+/// An HTTP/1.1 request line names the path only: the absolute URI's authority moves to
+/// `Host` (without the scheme's default port, as Go and hyper's pooled client send it).
+fn to_origin_form(req: &mut Request<RequestBody>) {
+    let uri = req.uri().clone();
+    if let Some(authority) = uri.authority() {
+        let default_port = if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        };
+        let host = match authority.port_u16() {
+            Some(p) if p == default_port => authority.host(),
+            _ => authority.as_str(),
+        };
+        if let Ok(v) = http::HeaderValue::from_str(host) {
+            req.headers_mut().insert(http::header::HOST, v);
+        }
+    }
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    if let Ok(origin) = Uri::try_from(path) {
+        *req.uri_mut() = origin;
+    }
+}
+
+/// The upstream's response body, driving its connection; back to the pool once read.
+pub(crate) struct InlineBody {
+    body: Incoming,
+    /// The body has ended (a chunked one says so only by its last poll).
+    ended: bool,
+    // A Mutex only to be Sync (the request body type is not); reached through `get_mut`.
+    lease: Mutex<Option<Lease>>,
+    pool: Arc<InlinePool>,
+}
+
+impl Body for InlineBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        if let Some(lease) = this.lease.get_mut().unwrap_or_else(|e| e.into_inner()) {
+            lease.drive(cx);
+        }
+        let frame = Pin::new(&mut this.body).poll_frame(cx);
+        if let Poll::Ready(None) = frame {
+            this.ended = true;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for InlineBody {
+    fn drop(&mut self) {
+        // Read to the end: the connection can take another request. Otherwise the rest of
+        // this response is still on it, and it closes.
+        if (self.ended || self.body.is_end_stream())
+            && let Some(lease) = self
+                .lease
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+        {
+            self.pool.give_back(lease);
+        }
+    }
+}
