@@ -16,11 +16,12 @@ pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
 /// End (exclusive) of the string starting with the quote at `i`.
 pub fn skip_string(b: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
+    // memchr jumps over the string's plain bytes: ConfigMap and Secret values run to MiBs.
     while j < b.len() {
+        j += memchr::memchr2(b'"', b'\\', &b[j..])?;
         match b[j] {
             b'"' => return Some(j + 1),
-            b'\\' => j += 2,
-            _ => j += 1,
+            _ => j += 2,
         }
     }
     None
@@ -205,6 +206,26 @@ mod tests {
         let n = find_path(b, 0, &["metadata", "name"]).unwrap();
         assert_eq!(plain_scalar(b, n), None);
         assert!(find_path(b, 0, &["s", "z"]).is_none());
+    }
+
+    #[test]
+    fn strings_end_at_their_first_unescaped_quote() {
+        let long = "x".repeat(100_000);
+        for (s, end) in [
+            (format!(r#""{long}\"{long}" tail"#), 2 * long.len() + 4),
+            (r#""a\\" tail"#.to_string(), 5),
+            (r#""\\\"" tail"#.to_string(), 6),
+        ] {
+            assert_eq!(
+                skip_string(s.as_bytes(), 0),
+                Some(end),
+                "{}",
+                &s[..20.min(s.len())]
+            );
+        }
+        for cut in [r#""abc"#, r#""abc\"#, r#""abc\""#] {
+            assert_eq!(skip_string(cut.as_bytes(), 0), None, "{cut}");
+        }
     }
 
     #[test]

@@ -445,16 +445,12 @@ impl<'s> ProtoEncoder<'s> {
     ) -> Result<usize, ProtoError> {
         if b.get(v) == Some(&b'"') {
             // The common case, a string without escapes, in one pass.
-            let mut j = v + 1;
-            while let Some(&c) = b.get(j) {
-                match c {
-                    b'"' => {
-                        put_bytes(out, tag, &b[v + 1..j]);
-                        return Ok(j + 1);
-                    }
-                    b'\\' => break,
-                    _ => j += 1,
-                }
+            let rest = b.get(v + 1..).unwrap_or_default();
+            if let Some(j) = memchr::memchr2(b'"', b'\\', rest)
+                && rest[j] == b'"'
+            {
+                put_bytes(out, tag, &rest[..j]);
+                return Ok(v + 1 + j + 1);
             }
         }
         let e = scalar_end(b, v)?;

@@ -161,6 +161,9 @@ pub(crate) fn encode(s: &str) -> String {
 pub(crate) struct Lines {
     body: Incoming,
     buf: BytesMut,
+    /// How much of `buf` is known to hold no newline (a large object arrives in many
+    /// frames: each is searched once).
+    searched: usize,
 }
 
 impl Lines {
@@ -169,6 +172,7 @@ impl Lines {
         Lines {
             body: resp.into_body(),
             buf: BytesMut::new(),
+            searched: 0,
         }
     }
 
@@ -176,8 +180,9 @@ impl Lines {
     /// breaks or stays silent for `idle`.
     pub(crate) async fn next(&mut self, idle: Duration) -> Result<Option<Bytes>, String> {
         loop {
-            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
-                let line = self.buf.split_to(i + 1).freeze();
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.searched..]) {
+                let line = self.buf.split_to(self.searched + i + 1).freeze();
+                self.searched = 0;
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
@@ -193,6 +198,7 @@ impl Lines {
                 }
                 Ok(Some(Err(e))) => return Err(e.to_string()),
                 Ok(Some(Ok(f))) => {
+                    self.searched = self.buf.len();
                     if let Ok(d) = f.into_data() {
                         self.buf.extend_from_slice(&d);
                     }
