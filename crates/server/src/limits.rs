@@ -32,7 +32,9 @@ pub struct LimitConfig {
     /// When connections are closed for idleness or a response nobody reads.
     pub connection: crate::connection::ConnectionTimeouts,
     /// HTTP/2 streams a client may reset before the server accepted them, per connection,
-    /// before the connection is cut off (rapid reset, CVE-2023-44487); 0 = no cap.
+    /// before the connection is cut off (rapid reset, CVE-2023-44487); 0 = no cap (and no
+    /// cap on the streams the server itself must reset, e.g. refused over the concurrency
+    /// limit, 256 otherwise).
     pub max_h2_pending_resets: usize,
     /// Requests a client may abandon (reset or close before their response ended) per
     /// connection within [`crate::connection::CANCEL_WINDOW`] before the connection is cut

@@ -243,7 +243,10 @@ async fn serve_connection<I>(
             0 => usize::MAX,
             n => n,
         }))
-        .max_local_error_reset_streams(Some(256));
+        // Streams the server resets for the client's errors (refused over the concurrency
+        // limit among them, which a burst of resets a slow server has not yet seen causes):
+        // a cap of its own, switched off with the one above.
+        .max_local_error_reset_streams((resets != 0).then_some(256));
     let conn = builder.serve_connection_with_upgrades(io, svc);
     tokio::select! {
         r = watcher.watch(conn.into_owned()) => {
