@@ -7,7 +7,7 @@
 # in ROUNDS alternating rounds (direct, front) so that the machine's drift hits both alike.
 # Two layouts: "shared" (upstream, front and harness on all of this machine's cores) and
 # "apart" (the upstream pinned to CPU 0, the front to CPU 1, the harness on both: the
-# upstream is another machine in any real deployment). Needs `taskset` (util-linux) and
+# upstream is another machine in any real deployment). Needs `taskset` (util-linux), python3 and
 # cargo build --release -p listwatch-cli -p listwatch-loadtest.
 # Usage: loadtest/scripts/gateway.sh   (results in loadtest/results/gateway-*)
 set -u
@@ -18,6 +18,7 @@ LW="$T/release/listwatch" LT="$T/release/listwatch-loadtest"
 R=loadtest/results ROUNDS="${ROUNDS:-9}"
 SUMMARY=$R/gateway-writes.tsv
 wait_ready() { until curl -sf "http://$1/readyz" >/dev/null 2>&1; do sleep 0.5; done; }
+minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
 cpu_s() { awk '{printf "%.2f", ($14+$15)/100}' "/proc/$1/stat"; }
 upstream_requests() { # the upstream's pods LIST/WATCH counters and its open pods watches
   curl -s "http://$UP/metrics" | grep -E '^apiserver_(request_total\{verb="(LIST|WATCH)"|registered_watchers\{)[^}]*resource="pods"' || echo "(no pods LIST or WATCH requests counted)"; }
@@ -53,7 +54,7 @@ for layout in shared apart; do
         u0=$(cpu_s $UPID) f0=$(cpu_s $FPID)
         $LT --url http://$addr --pid $pid --scenario writes --clients 8 $args --namespace $rows-$layout-$route-$round --out $out >/dev/null 2>&1
         d=$(grep -o '"duration_s": *[0-9.]*' $out | grep -o '[0-9.]*$')
-        echo -e "$layout\t$rows\t$round\t$route\t$d\t$(echo "$(cpu_s $UPID) - $u0" | bc)\t$(echo "$(cpu_s $FPID) - $f0" | bc)" | tee -a $SUMMARY
+        echo -e "$layout\t$rows\t$round\t$route\t$d\t$(minus "$(cpu_s $UPID)" $u0)\t$(minus "$(cpu_s $FPID)" $f0)" | tee -a $SUMMARY
       done
     done
   done
