@@ -146,7 +146,10 @@ impl Gateway {
             ));
         }
         let client = https_client(&config)?;
-        let inline = pool::InlinePool::new(connector(&config)?, config.max_idle, IDLE_FOR);
+        let inline = pool::InlinePool::new(connector(&config)?, &base, config.max_idle, IDLE_FOR)
+            .map_err(|_| {
+            GatewayError::Config(format!("--upstream {base}: not a Host value"))
+        })?;
         let token = bearer(&config)?;
         Ok(Arc::new(Gateway {
             client,
@@ -181,7 +184,7 @@ impl Gateway {
         let client_side = upgrade
             .then(|| parts.extensions.remove::<hyper::upgrade::OnUpgrade>())
             .flatten();
-        self.rewrite(&mut parts, user)?;
+        self.rewrite(&mut parts, user, upgrade)?;
         let start = Instant::now();
         let req = Request::from_parts(parts, body);
         let exchange = async {
@@ -266,11 +269,13 @@ impl Gateway {
     }
 
     /// Points the request at the upstream and puts the identity on it: identity headers
-    /// the client sent are removed (or refused) first.
+    /// the client sent are removed (or refused) first. An `upgrade` goes through
+    /// hyper-util's client, which wants the absolute URI; the pool sends the path as is.
     fn rewrite(
         &self,
         parts: &mut http::request::Parts,
         user: Option<User>,
+        upgrade: bool,
     ) -> Result<(), ApiError> {
         let h = &mut parts.headers;
         let impersonating = h.keys().any(|k| k.as_str().starts_with("impersonate-"));
@@ -289,7 +294,7 @@ impl Gateway {
         for k in forged {
             h.remove(k);
         }
-        strip_hop_by_hop(h, is_upgrade(h));
+        strip_hop_by_hop(h, upgrade);
         h.remove(header::HOST);
         // No authenticator ran: the client is anonymous here, and stays so upstream.
         let user = user.unwrap_or_else(User::anonymous);
@@ -310,7 +315,7 @@ impl Gateway {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let base = self.base.path().trim_end_matches('/');
         let mut uri = Uri::builder().path_and_query(format!("{base}{path}"));
-        if let (Some(s), Some(a)) = (self.base.scheme(), self.base.authority()) {
+        if let (true, Some(s), Some(a)) = (upgrade, self.base.scheme(), self.base.authority()) {
             uri = uri.scheme(s.clone()).authority(a.clone());
         }
         parts.uri = uri
