@@ -17,12 +17,18 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
         &GRACE_S.to_string(),
     ]);
 
-    // 30 watches, each reporting when its stream ends.
+    // 30 watches, each reporting when its stream ends: half of them node-scoped, which wait
+    // on their node's wake-up channel rather than the resource's.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    for _ in 0..30 {
+    for i in 0..30 {
         let tx = tx.clone();
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        s.write_all(b"GET /api/v1/configmaps?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        let path = if i % 2 == 0 {
+            "/api/v1/configmaps?watch=1".to_string()
+        } else {
+            format!("/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dnode-{i}")
+        };
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
             .await
             .expect("write");
         tokio::spawn(async move {
@@ -46,7 +52,8 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
     let reader = tokio::spawn(list_read_slowly(addr, Duration::from_millis(5)));
     // SIGTERM once the 30 watches and the LIST are in flight, by the server's own gauges.
     let in_flight = |m: &String| {
-        m.contains("apiserver_registered_watchers{resource=\"configmaps\"} 30")
+        m.contains("apiserver_registered_watchers{resource=\"configmaps\"} 15")
+            && m.contains("apiserver_registered_watchers{resource=\"pods\"} 15")
             && m.contains("apiserver_longrunning_requests{verb=\"LIST\",resource=\"pods\"} 1")
     };
     let m = poll_until(Duration::from_secs(10), || metrics(addr), in_flight).await;

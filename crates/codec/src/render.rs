@@ -82,7 +82,7 @@ impl Rendering {
             }
             (Encoding::Json, Form::Objects) => Style::Json,
             (Encoding::Json, Form::Metadata) => Style::Metadata,
-            (Encoding::Json, Form::Table(t)) => Style::Table(t.clone()),
+            (Encoding::Json, Form::Table(t)) => Style::Table(Box::new(t.clone())),
         };
         let (api_version, list_kind) = if metadata {
             (META_V1.to_string(), "PartialObjectMetadataList".to_string())
@@ -103,7 +103,8 @@ impl Rendering {
 enum Style {
     Json,
     Metadata,
-    Table(TableFormat),
+    /// Boxed like protobuf's state: every watch's writer would otherwise carry its size.
+    Table(Box<TableFormat>),
     Protobuf(Box<ProtoObjects>),
 }
 

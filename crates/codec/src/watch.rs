@@ -88,8 +88,9 @@ const IDLE_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Settings of one watch response.
 pub struct WatchSpec {
-    /// Initial state to send as ADDED events first (watch-list / RV unset or "0").
-    pub initial: Option<SnapshotReader>,
+    /// Initial state to send as ADDED events first (watch-list / RV unset or "0"); boxed,
+    /// as the spec lives as long as the watch and most watches have none.
+    pub initial: Option<Box<SnapshotReader>>,
     /// Send the `k8s.io/initial-events-end` bookmark after the initial events.
     pub initial_events_end: bool,
     /// RV of the initial snapshot (the end bookmark's RV).
@@ -136,8 +137,9 @@ pub enum WatchStep {
 }
 
 enum Phase {
-    /// Initial events; a protobuf watch-list shares items with concurrent responses.
-    Initial(SnapshotReader),
+    /// Initial events; a protobuf watch-list shares items with concurrent responses (boxed:
+    /// an idle watch would carry the reader's size for life).
+    Initial(Box<SnapshotReader>),
     InitialEnd,
     Live,
     Done,

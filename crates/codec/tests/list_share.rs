@@ -40,12 +40,12 @@ fn watch_list(store: &Arc<Store>, metadata: bool) -> WatchEncoder {
     let snap = store.current();
     let rv = snap.rv();
     let spec = WatchSpec {
-        initial: Some(SnapshotReader::new(
+        initial: Some(Box::new(SnapshotReader::new(
             snap,
             Arc::new(Filter::everything()),
             None,
             None,
-        )),
+        ))),
         initial_events_end: true,
         initial_rv: rv,
         bookmarks: true,

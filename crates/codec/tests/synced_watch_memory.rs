@@ -45,7 +45,7 @@ fn a_synced_watch_list_keeps_no_buffers_while_it_waits() {
             .writer(store.info())
             .expect("writer");
         let spec = WatchSpec {
-            initial: Some(reader),
+            initial: Some(Box::new(reader)),
             initial_events_end: true,
             initial_rv: OBJECTS + 1,
             bookmarks: true,

@@ -123,14 +123,14 @@ impl StreamedBody {
     pub fn watch(
         encoder: WatchEncoder,
         drain: Option<DrainSignal>,
-        list_seat: Option<ListSeat>,
+        list_seat: Option<Box<ListSeat>>,
         gzip: bool,
     ) -> Self {
         let compress = encoder.has_initial_events();
         let state = WatchDriver {
             encoder,
             drain,
-            list_seat: list_seat.map(Box::new),
+            list_seat,
         };
         let pieces = futures::stream::unfold(state, |mut s| async move {
             let bytes = s.next_chunk().await?;
@@ -220,8 +220,8 @@ impl Body for StreamedBody {
 /// Becomes `Some(grace)` when the server (or one resource) drains.
 pub type DrainSignal = tokio::sync::watch::Receiver<Option<Duration>>;
 
-/// Drives a [`WatchEncoder`] in time: waits for events, the next bookmark, the deadline
-/// or a drain when the encoder is idle.
+/// Drives a [`WatchEncoder`] in time: waits for events (a drain wakes the cursor too), the
+/// next bookmark or the deadline when the encoder is idle.
 struct WatchDriver {
     encoder: WatchEncoder,
     drain: Option<DrainSignal>,
@@ -232,33 +232,25 @@ struct WatchDriver {
 impl WatchDriver {
     async fn next_chunk(&mut self) -> Option<Bytes> {
         loop {
+            // The store wakes every cursor when it drains (`Store::drain_watches`), so the
+            // signal is read here, not waited on beside the cursor: an idle watch's future
+            // stays one select of two.
+            let grace = self.drain.as_ref().and_then(|rx| *rx.borrow());
+            if let Some(grace) = grace {
+                // Read once: the watch ends at a random moment within the grace, so clients
+                // do not all reconnect at the same instant.
+                self.drain = None;
+                let spread = grace.mul_f64(rand::random::<f64>());
+                self.encoder.end_by((Instant::now() + spread).into_std());
+            }
             let until = match self.encoder.step(Instant::now().into_std()) {
                 WatchStep::Chunk(c) => return Some(c),
                 WatchStep::End => return None,
                 WatchStep::Idle { until } => Instant::from_std(until),
             };
-            let drain = async {
-                match self.drain.as_mut() {
-                    Some(rx) => {
-                        let grace = rx.wait_for(Option::is_some).await.map(|g| *g);
-                        match grace {
-                            Ok(g) => g.unwrap_or_default(),
-                            Err(_) => std::future::pending().await,
-                        }
-                    }
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 _ = self.encoder.cursor_mut().changed() => {}
                 _ = tokio::time::sleep_until(until) => {}
-                grace = drain => {
-                    // Watched once: the watch ends at a random moment within the grace, so
-                    // clients do not all reconnect at the same instant.
-                    self.drain = None;
-                    let spread = grace.mul_f64(rand::random::<f64>());
-                    self.encoder.end_by((Instant::now() + spread).into_std());
-                }
             }
         }
     }

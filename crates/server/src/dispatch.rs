@@ -61,7 +61,7 @@ impl Service {
         let info = metrics::RequestInfo {
             verb,
             resource,
-            uri,
+            uri: uri.into_boxed_str(),
             code: parts.status.as_u16(),
             start,
         };
@@ -73,7 +73,7 @@ impl Service {
     }
 
     /// The one `match`: each kind to its handler, resources after authorization.
-    async fn dispatch(&self, req: ApiRequest, list_seat: Option<limits::ListSeat>) -> Answer {
+    async fn dispatch(&self, req: ApiRequest, list_seat: Option<Box<limits::ListSeat>>) -> Answer {
         let ApiRequest { head, kind } = req;
         let ctx = Ctx {
             source: &*self.source,

@@ -91,7 +91,7 @@ pub async fn read(
     verb: Verb,
     target: Target,
     read: Result<Read, ApiError>,
-    list_seat: Option<ListSeat>,
+    list_seat: Option<Box<ListSeat>>,
 ) -> Answer {
     ctx.ready(&target.store)?;
     let Read { options, rendering } = read?;
@@ -357,7 +357,7 @@ async fn watch(
     opts: ListOptions,
     mut writer: ObjectWriter,
     gzip_ok: bool,
-    list_seat: Option<ListSeat>,
+    list_seat: Option<Box<ListSeat>>,
 ) -> Answer {
     let info = store.info().clone();
     let content_type = writer.content_type(true);
@@ -379,7 +379,7 @@ async fn watch(
         let rv = snap.rv();
         let cursor = store.watch_matching(rv, &filter)?;
         let reader = SnapshotReader::new(snap, filter.clone(), None, None);
-        (cursor, Some(reader), rv)
+        (cursor, Some(Box::new(reader)), rv)
     } else {
         let from = match opts.resource_version {
             ResourceVersion::At(rv) => rv,

@@ -68,14 +68,15 @@ impl Default for LimitConfig {
 pub struct Admission {
     _permits: Vec<OwnedSemaphorePermit>,
     _user: Option<UserSlot>,
-    list: Option<ListSeat>,
+    /// Boxed: a response body holds its admission for life, most of them without one.
+    list: Option<Box<ListSeat>>,
 }
 
 impl Admission {
     /// A watch-list's LIST share, for its body to give back once the initial events are
     /// sent (kube-apiserver's priority and fairness likewise counts a watch's seats only
     /// while it initializes); the watch's own slots stay held. None for anything else.
-    pub fn take_list_seat(&mut self) -> Option<ListSeat> {
+    pub fn take_list_seat(&mut self) -> Option<Box<ListSeat>> {
         self.list.take()
     }
 }
@@ -191,11 +192,11 @@ impl Limits {
             (Ok(a), Ok(b)) => Ok(Admission {
                 _permits: Vec::new(),
                 _user: None,
-                list: Some(ListSeat {
+                list: Some(Box::new(ListSeat {
                     _permits: [a, b],
                     _user: list_user,
                     _connection: connection,
-                }),
+                })),
             }),
             _ => Err(ApiError::TooManyRequests(TOO_MANY.into())),
         }

@@ -257,8 +257,8 @@ pub struct RequestInfo {
     pub verb: listwatch_core::Verb,
     /// Resource label.
     pub resource: String,
-    /// Path and query, for the log.
-    pub uri: String,
+    /// Path and query, for the log (exact size: a watch holds it for life).
+    pub uri: Box<str>,
     /// HTTP status.
     pub code: u16,
     /// When the request arrived.

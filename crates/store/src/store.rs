@@ -280,9 +280,14 @@ impl Store {
     }
 
     /// Ends every open watch on this store, each at a random moment within `grace`, so
-    /// their clients reconnect spread out.
+    /// their clients reconnect spread out. Every cursor is woken to read the signal: a
+    /// watch waits on its cursor alone, not on a second channel it would carry for life.
     pub fn drain_watches(&self, grace: Duration) {
         self.drain.send_replace(Some(grace));
+        self.head.send_modify(|_| ());
+        for tx in self.triggers.lock().by_value.values() {
+            tx.send_modify(|_| ());
+        }
     }
 
     /// Takes back [`Store::drain_watches`] (the cause passed: a source answers again), so
