@@ -10,7 +10,9 @@ cargo build --release -p listwatch-cli --features dhat-heap --target-dir target/
 work=$(mktemp -d)
 run() {
   local name=$1; shift
-  (cd "$work" && exec "$OLDPWD/target/dhat/release/listwatch" serve --demo-pods 4000 --listen 127.0.0.1:18090 --log-level warn) &
+  # DHAT_AT=N writes the profile N s after start (LISTWATCH_DHAT_SECONDS), while requests
+  # are still open, instead of at exit.
+  (cd "$work" && LISTWATCH_DHAT_SECONDS="${DHAT_AT:-}" exec "$OLDPWD/target/dhat/release/listwatch" serve --demo-pods 4000 --listen 127.0.0.1:18090 --log-level warn) &
   local pid=$!
   until curl -s -o /dev/null 127.0.0.1:18090/readyz; do sleep 0.2; done
   if [ $# -gt 0 ]; then ./target/release/listwatch-loadtest --url http://127.0.0.1:18090 "$@" > /dev/null; fi
@@ -24,4 +26,6 @@ run paged4 --scenario list-paged --clients 4 --expect 4000
 run list4-protobuf --scenario list --clients 4 --expect 4000 --protobuf
 run watchlist4-protobuf --scenario watchlist --clients 4 --expect 4000 --protobuf
 run list4-metadata-protobuf --scenario list --clients 4 --expect 4000 --protobuf --metadata-only
+# 2,000 idle watches over 4 HTTP/2 connections, profiled 30 s after start, mid-hold.
+DHAT_AT=30 run idle-watchers-h2-2000 --scenario idle-watchers --clients 2000 --h2-streams-per-conn 500 --hold 40
 python3 profiles/summarize.py

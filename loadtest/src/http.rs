@@ -5,6 +5,7 @@
 //! gzip.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -83,6 +84,15 @@ pub fn request(
         .map_err(|e| e.to_string())
 }
 
+/// Streamed GETs go over HTTP/2 (see [`streams_over_h2`]).
+static STREAMS_OVER_H2: AtomicBool = AtomicBool::new(false);
+
+/// From now on each streamed GET ([`get`]) opens an HTTP/2 connection of its own (prior
+/// knowledge: h2c, or h2 over TLS), as a kubelet's client-go does, instead of HTTP/1.1.
+pub fn streams_over_h2(on: bool) {
+    STREAMS_OVER_H2.store(on, Ordering::Relaxed);
+}
+
 /// A GET on a fresh connection, returned once the response head has arrived: its status
 /// and its body, to be read as a stream.
 pub async fn get(
@@ -91,11 +101,30 @@ pub async fn get(
     accept: Option<&str>,
     gzip: bool,
 ) -> Result<(u16, Body), String> {
-    let mut send = open(host).await?;
-    let resp = send
-        .send_request(request(Method::GET, host, path, accept, gzip, None)?)
-        .await
-        .map_err(|e| e.to_string())?;
+    let resp = if STREAMS_OVER_H2.load(Ordering::Relaxed) {
+        let io = hyper_util::rt::TokioIo::new(net::connect(host).await?);
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        // HTTP/2 names the target in :scheme and :authority, from an absolute URI.
+        let mut req = request(
+            Method::GET,
+            host,
+            &format!("http://{host}{path}"),
+            accept,
+            gzip,
+            None,
+        )?;
+        req.headers_mut().remove("host");
+        send.send_request(req).await
+    } else {
+        let mut send = open(host).await?;
+        send.send_request(request(Method::GET, host, path, accept, gzip, None)?)
+            .await
+    }
+    .map_err(|e| e.to_string())?;
     let gz = resp
         .headers()
         .get("content-encoding")

@@ -80,6 +80,10 @@ pub(crate) struct Args {
     /// client-go does, instead of one HTTP/1.1 connection per watch.
     #[arg(long)]
     pub h2_streams_per_conn: Option<usize>,
+    /// Every streamed request (a LIST, a watch-list, a kubelet-storm node's watch) on an
+    /// HTTP/2 connection of its own, as each kubelet has, instead of HTTP/1.1.
+    #[arg(long)]
+    pub h2: bool,
     /// Where to write a PNG chart of the server's RSS over time (default: next to --out).
     #[arg(long)]
     pub chart: Option<PathBuf>,
@@ -198,8 +202,12 @@ struct Report {
     churn: Option<churn::Report>,
     /// Kubelet storm only: per-node events, sync times, server CPU per node LIST.
     kubelet: Option<kubelet_storm::Report>,
-    /// Idle watchers only: (peak - idle) / watchers.
+    /// Idle watchers only: (peak - idle) / watchers (the peak is the start burst, every
+    /// request in flight at once).
     bytes_per_watcher: Option<f64>,
+    /// Idle watchers only: (median RSS over the last third of the hold - idle) / watchers:
+    /// what holding them costs once the allocator has given the start burst back.
+    settled_bytes_per_watcher: Option<f64>,
     /// Informer scenarios: sync times, requests, client CPU.
     informers: Option<InformerSummary>,
     /// Writes only: writes, errors, rate.
@@ -378,6 +386,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.insecure_skip_tls_verify,
         args.token.as_deref(),
     )?;
+    http::streams_over_h2(args.h2);
     let server = Server::new(args.pid);
     let sampler = Sampler::start(server);
     let (t0, idle0, cpu0, own0) = (
@@ -431,6 +440,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.scenario,
         Scenario::List | Scenario::ListPaged | Scenario::ListConsistent | Scenario::Watchlist
     );
+    // Idle watchers: the median RSS over the last third of the hold, past the start burst.
+    let settled_bytes_per_watcher = match (args.scenario, idle) {
+        (Scenario::IdleWatchers, Some(i)) => {
+            let hold = args.hold as f64;
+            let mut last_third: Vec<f64> = samples
+                .iter()
+                .filter(|s| s.0 >= from_s + hold * 2.0 / 3.0 && s.0 <= from_s + hold - 0.5)
+                .map(|s| s.1 as f64)
+                .collect();
+            last_third.sort_by(f64::total_cmp);
+            (!last_third.is_empty()).then(|| {
+                (report::pct(&last_third, 0.5) - i as f64).max(0.0) * 1024.0
+                    / args.clients.max(1) as f64
+            })
+        }
+        _ => None,
+    };
     let report = Report {
         scenario: args.scenario,
         clients: args.clients,
@@ -467,6 +493,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             _ => None,
         },
+        settled_bytes_per_watcher,
         churn: outcome.churn,
         kubelet: outcome.kubelet,
         informers: outcome.informers,
@@ -494,6 +521,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     match &args.out {
         Some(p) => std::fs::write(p, &json)?,
         None => println!("{json}"),
+    }
+    if let Some((peak, settled)) = report
+        .bytes_per_watcher
+        .zip(report.settled_bytes_per_watcher)
+    {
+        eprintln!("per watcher: {peak:.0} B at the peak, {settled:.0} B settled");
     }
     eprintln!(
         "{:?} clients={} duration={:.2}s idle={:?}KiB peak={:?}KiB peak-idle={:?}KiB server-cpu={:?}s complete={}",

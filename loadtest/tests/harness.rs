@@ -195,11 +195,13 @@ async fn storms_slow_readers_idle_watchers_and_churn() {
         "{objects:?}"
     );
     for form in [&[][..], &["--protobuf"][..]] {
-        let mut args = scenario_args(&url, "idle-watchers", "20", &["--hold", "1"]);
+        // Held 2 s: the settled figure is read from the RSS samples of the last third.
+        let mut args = scenario_args(&url, "idle-watchers", "20", &["--hold", "2"]);
         args.extend_from_slice(form);
         let r = run(&args).await;
         assert_eq!(r["complete"], true, "{form:?}");
         assert!(r["bytes_per_watcher"].is_number());
+        assert!(r["settled_bytes_per_watcher"].is_number(), "{form:?}");
     }
     // Each churn in its own namespace: the second's watchers start from its own RV.
     for (ns, form) in [("churn-json", &[][..]), ("churn-pb", &["--protobuf"][..])] {
@@ -249,7 +251,9 @@ async fn kubelet_storm_gives_every_node_its_pods_then_its_churn() {
     }
     std::fs::write(&file, ndjson).expect("write pods");
     let pods_from = file.display().to_string();
+    // Each node on an HTTP/2 connection of its own, as kubelets speak to kube-apiserver.
     let storm = [
+        "--h2",
         "--protobuf",
         "--pods-from",
         &pods_from,

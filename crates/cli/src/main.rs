@@ -270,7 +270,7 @@ struct ServeArgs {
 
 fn main() -> std::process::ExitCode {
     #[cfg(feature = "dhat-heap")]
-    let _profiler = dhat::Profiler::new_heap();
+    let _profiler = start_heap_profile();
     // jemalloc's background thread returns freed pages to the system (after its decay
     // time) even while the server is idle; without it, pages freed after a LIST storm stay
     // resident until allocation picks up again.
@@ -290,6 +290,25 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Starts dhat. With `LISTWATCH_DHAT_SECONDS=N` the profile is written N s after start, so
+/// its t-end shows what a server in steady state holds (watches still open), not what is left
+/// after shutdown; otherwise it is written when `main` returns.
+#[cfg(feature = "dhat-heap")]
+fn start_heap_profile() -> Option<dhat::Profiler> {
+    let profiler = dhat::Profiler::new_heap();
+    let Some(seconds) = std::env::var("LISTWATCH_DHAT_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return Some(profiler);
+    };
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(seconds));
+        drop(profiler);
+    });
+    None
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
