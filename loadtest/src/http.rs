@@ -106,7 +106,7 @@ pub async fn get(
         let (mut send, conn) =
             hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| with_causes(&e))?;
         tokio::spawn(conn);
         // HTTP/2 names the target in :scheme and :authority, from an absolute URI.
         let mut req = request(
@@ -124,7 +124,7 @@ pub async fn get(
         send.send_request(request(Method::GET, host, path, accept, gzip, None)?)
             .await
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| with_causes(&e))?;
     let gz = resp
         .headers()
         .get("content-encoding")
@@ -159,7 +159,7 @@ impl Body {
             let Some(frame) = self.inner.frame().await else {
                 return Ok(None);
             };
-            let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() else {
+            let Ok(data) = frame.map_err(|e| with_causes(&e))?.into_data() else {
                 continue; // trailers
             };
             self.wire += data.len() as u64;
@@ -251,4 +251,17 @@ pub async fn call(
 pub fn rv_of(body: &[u8]) -> Option<u64> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     v["metadata"]["resourceVersion"].as_str()?.parse().ok()
+}
+
+/// An error with its causes ("connection error: connection reset by peer"): hyper's own
+/// message names only the kind.
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }

@@ -333,12 +333,38 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     rt.block_on(run(args))
 }
 
+/// Connections the kernel may hold completed for us before we accept them. tokio's default
+/// (1,024) overflows when thousands of clients reconnect at once (a kubelet storm: 1,632 of
+/// 5,000 connections reset); the kernel caps this at `net.core.somaxconn`, which is what Go's
+/// listener, kube-apiserver's, asks for.
+const LISTEN_BACKLOG: u32 = 65_535;
+
+/// `TcpListener::bind` with [`LISTEN_BACKLOG`]: the first of `addr`'s addresses that binds.
+async fn bind_with_backlog(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+    let mut last = None;
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = if a.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(a).and_then(|()| socket.listen(LISTEN_BACKLOG)) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no address to bind")
+    }))
+}
+
 /// Binds `--listen`, with an error that names the address and says what to do.
 async fn listen(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
     if !addr.contains(':') {
         bail!("--listen {addr:?}: expected HOST:PORT, for example 127.0.0.1:{addr}");
     }
-    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+    bind_with_backlog(addr).await.map_err(|e| {
         use std::io::ErrorKind;
         let hint = match e.kind() {
             ErrorKind::AddrInUse => {
