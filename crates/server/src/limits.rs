@@ -66,7 +66,8 @@ impl Default for LimitConfig {
 
 /// What an admitted request holds until its response body is dropped.
 pub struct Admission {
-    _permits: Vec<OwnedSemaphorePermit>,
+    /// A watch's slot among all watches (not a Vec: a watch holds it for life).
+    _watch: Option<OwnedSemaphorePermit>,
     _user: Option<UserSlot>,
     /// Boxed: a response body holds its admission for life, most of them without one.
     list: Option<Box<ListSeat>>,
@@ -190,7 +191,7 @@ impl Limits {
         let budget = self.budget.clone().try_acquire_many_owned(kib);
         match (list, budget) {
             (Ok(a), Ok(b)) => Ok(Admission {
-                _permits: Vec::new(),
+                _watch: None,
                 _user: None,
                 list: Some(Box::new(ListSeat {
                     _permits: [a, b],
@@ -212,7 +213,7 @@ impl Limits {
         let mut admission = match initial {
             Some(chunk) => self.admit_list(chunk, who)?,
             None => Admission {
-                _permits: Vec::new(),
+                _watch: None,
                 _user: None,
                 list: None,
             },
@@ -222,7 +223,7 @@ impl Limits {
             .clone()
             .try_acquire_owned()
             .map_err(|_| ApiError::TooManyRequests(TOO_MANY.into()))?;
-        admission._permits.push(w);
+        admission._watch = Some(w);
         admission._user = Some(take_user_slot(
             &self.per_user,
             user,
