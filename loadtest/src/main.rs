@@ -80,6 +80,10 @@ pub(crate) struct Args {
     /// client-go does, instead of one HTTP/1.1 connection per watch.
     #[arg(long)]
     pub h2_streams_per_conn: Option<usize>,
+    /// idle-watchers only: start the watches spread evenly over this many seconds instead of
+    /// all at once; each is still held for --hold (keep --hold above it).
+    #[arg(long, default_value_t = 0)]
+    pub ramp_seconds: u64,
     /// Every streamed request (a LIST, a watch-list, a kubelet-storm node's watch) on an
     /// HTTP/2 connection of its own, as each kubelet has, instead of HTTP/1.1.
     #[arg(long)]
@@ -205,8 +209,8 @@ struct Report {
     /// Idle watchers only: (peak - idle) / watchers (the peak is the start burst, every
     /// request in flight at once).
     bytes_per_watcher: Option<f64>,
-    /// Idle watchers only: (median RSS over the last third of the hold - idle) / watchers:
-    /// what holding them costs once the allocator has given the start burst back.
+    /// Idle watchers only: (median RSS over the last third of the time all are held - idle)
+    /// / watchers: what holding them costs once the allocator has given the start burst back.
     settled_bytes_per_watcher: Option<f64>,
     /// Informer scenarios: sync times, requests, client CPU.
     informers: Option<InformerSummary>,
@@ -443,10 +447,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Idle watchers: the median RSS over the last third of the hold, past the start burst.
     let settled_bytes_per_watcher = match (args.scenario, idle) {
         (Scenario::IdleWatchers, Some(i)) => {
-            let hold = args.hold as f64;
+            // Every watch is open from the end of the ramp to the end of the first one's hold.
+            let (ramp, hold) = (args.ramp_seconds as f64, args.hold as f64);
+            let first = from_s + ramp + (hold - ramp).max(0.0) * 2.0 / 3.0;
             let mut last_third: Vec<f64> = samples
                 .iter()
-                .filter(|s| s.0 >= from_s + hold * 2.0 / 3.0 && s.0 <= from_s + hold - 0.5)
+                .filter(|s| s.0 >= first && s.0 <= from_s + hold - 0.5)
                 .map(|s| s.1 as f64)
                 .collect();
             last_third.sort_by(f64::total_cmp);

@@ -194,14 +194,22 @@ async fn storms_slow_readers_idle_watchers_and_churn() {
             .all(|o| o.as_u64().is_some_and(|o| o > 0 && o < PODS as u64)),
         "{objects:?}"
     );
-    for form in [&[][..], &["--protobuf"][..]] {
-        // Held 2 s: the settled figure is read from the RSS samples of the last third.
-        let mut args = scenario_args(&url, "idle-watchers", "20", &["--hold", "2"]);
-        args.extend_from_slice(form);
-        let r = run(&args).await;
+    // Held 2 s: the settled figure is read from the RSS samples of the last third; the
+    // ramped run starts its watches over 1 s and holds each for 3.
+    let ramped = ["--ramp-seconds", "1", "--hold", "3"];
+    for form in [
+        &["--hold", "2"][..],
+        &["--hold", "2", "--protobuf"][..],
+        &ramped[..],
+    ] {
+        let r = run(&scenario_args(&url, "idle-watchers", "20", form)).await;
         assert_eq!(r["complete"], true, "{form:?}");
         assert!(r["bytes_per_watcher"].is_number());
         assert!(r["settled_bytes_per_watcher"].is_number(), "{form:?}");
+        let held = r["duration_s"].as_f64().unwrap_or(0.0);
+        // A ramped watch starts late and is still held its full time.
+        let least = if form == &ramped[..] { 3.9 } else { 1.9 };
+        assert!(held >= least, "{form:?}: {held} s");
     }
     // Each churn in its own namespace: the second's watchers start from its own RV.
     for (ns, form) in [("churn-json", &[][..]), ("churn-pb", &["--protobuf"][..])] {

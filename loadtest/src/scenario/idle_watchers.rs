@@ -39,7 +39,7 @@ pub async fn run(args: Arc<Args>, host: String) -> Result<Vec<ClientResult>, Str
         .map(|i| {
             let conn = args.h2_streams_per_conn.map(|k| h2[i / k.max(1)].clone());
             let ends = (start.clone(), teardown.clone());
-            tokio::spawn(watcher(args.clone(), host.clone(), conn, ends))
+            tokio::spawn(watcher(args.clone(), host.clone(), conn, ends, i))
         })
         .collect();
     Ok(crate::join_all(handles).await)
@@ -51,8 +51,14 @@ async fn watcher(
     host: String,
     h2: Option<H2>,
     (start, teardown): (Arc<tokio::sync::Barrier>, Arc<AtomicBool>),
+    index: usize,
 ) -> ClientResult {
     start.wait().await;
+    // Spread over --ramp-seconds, as watches arrive in a running cluster (not all at once).
+    if args.ramp_seconds > 0 {
+        let at = args.ramp_seconds as f64 * index as f64 / args.clients.max(1) as f64;
+        tokio::time::sleep(Duration::from_secs_f64(at)).await;
+    }
     let t = Instant::now();
     let mut res = ClientResult {
         requests: 1,
