@@ -84,6 +84,44 @@ pub fn request(
         .map_err(|e| e.to_string())
 }
 
+/// The sending half of one HTTP/2 connection (many streams).
+pub type H2Sender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
+
+/// Opens an HTTP/2 connection (prior knowledge: h2c, or h2 over TLS); its driver runs on
+/// its own task. It never caps the streams it resets itself (a harness drops many at once).
+pub async fn open_h2(host: &str) -> Result<H2Sender, String> {
+    let io = hyper_util::rt::TokioIo::new(net::connect(host).await?);
+    let (send, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .max_concurrent_reset_streams(0)
+            .handshake(io)
+            .await
+            .map_err(|e| with_causes(&e))?;
+    tokio::spawn(conn);
+    Ok(send)
+}
+
+/// [`request`] for an HTTP/2 stream: HTTP/2 names the target in `:scheme` and
+/// `:authority`, from an absolute URI, not in `Host`.
+pub fn h2_request(
+    method: Method,
+    host: &str,
+    path: &str,
+    accept: Option<&str>,
+    gzip: bool,
+) -> Result<Request<Full<Bytes>>, String> {
+    let mut req = request(
+        method,
+        host,
+        &format!("http://{host}{path}"),
+        accept,
+        gzip,
+        None,
+    )?;
+    req.headers_mut().remove("host");
+    Ok(req)
+}
+
 /// Streamed GETs go over HTTP/2 (see [`streams_over_h2`]).
 static STREAMS_OVER_H2: AtomicBool = AtomicBool::new(false);
 
@@ -102,23 +140,8 @@ pub async fn get(
     gzip: bool,
 ) -> Result<(u16, Body), String> {
     let resp = if STREAMS_OVER_H2.load(Ordering::Relaxed) {
-        let io = hyper_util::rt::TokioIo::new(net::connect(host).await?);
-        let (mut send, conn) =
-            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-                .await
-                .map_err(|e| with_causes(&e))?;
-        tokio::spawn(conn);
-        // HTTP/2 names the target in :scheme and :authority, from an absolute URI.
-        let mut req = request(
-            Method::GET,
-            host,
-            &format!("http://{host}{path}"),
-            accept,
-            gzip,
-            None,
-        )?;
-        req.headers_mut().remove("host");
-        send.send_request(req).await
+        let req = h2_request(Method::GET, host, path, accept, gzip)?;
+        open_h2(host).await?.send_request(req).await
     } else {
         let mut send = open(host).await?;
         send.send_request(request(Method::GET, host, path, accept, gzip, None)?)

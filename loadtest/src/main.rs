@@ -444,7 +444,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.scenario,
         Scenario::List | Scenario::ListPaged | Scenario::ListConsistent | Scenario::Watchlist
     );
-    // Idle watchers: the median RSS over the last third of the hold, past the start burst.
+    // Idle watchers: the median RSS over the last third of the time all are held.
     let settled_bytes_per_watcher = match (args.scenario, idle) {
         (Scenario::IdleWatchers, Some(i)) => {
             // Every watch is open from the end of the ramp to the end of the first one's hold.

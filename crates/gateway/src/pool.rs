@@ -4,8 +4,9 @@
 //! request wakes three tasks, often on the other worker thread (10,000 small creates
 //! through a front: 1.35× the time of going direct with it, 1.19× without, on this 2-core
 //! machine). Here the request's own future polls its connection beside the response, and
-//! the response body polls it on, so a write costs no task switch. A connection goes back to the idle list
-//! once its response body has been read to the end; one dropped earlier is closed.
+//! the response body polls it on, so a write costs no task switch. A connection goes back
+//! to the idle list once its response body has been read to the end; one dropped earlier
+//! is closed.
 
 use std::future::Future;
 use std::pin::Pin;

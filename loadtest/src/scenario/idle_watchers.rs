@@ -8,29 +8,18 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::Full;
 use hyper::Method;
 
+use crate::http::H2Sender as H2;
 use crate::report::ClientResult;
-use crate::{Args, http, net};
-
-type H2 = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
+use crate::{Args, http};
 
 /// Runs every watcher (all start at once) and returns what each did.
 pub async fn run(args: Arc<Args>, host: String) -> Result<Vec<ClientResult>, String> {
     let mut h2 = Vec::new();
     if let Some(k) = args.h2_streams_per_conn {
         for _ in 0..args.clients.div_ceil(k.max(1)) {
-            let io = hyper_util::rt::TokioIo::new(net::connect(&host).await?);
-            let (send, conn) =
-                hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .max_concurrent_reset_streams(0)
-                    .handshake(io)
-                    .await
-                    .map_err(|e| e.to_string())?;
-            tokio::spawn(conn);
-            h2.push(send);
+            h2.push(http::open_h2(&host).await?);
         }
     }
     let start = Arc::new(tokio::sync::Barrier::new(args.clients));
@@ -74,16 +63,7 @@ async fn watcher(
     let run = async {
         let resp = match h2 {
             Some(mut send) => {
-                // HTTP/2 names the target in :scheme and :authority, from an absolute URI.
-                let mut req = http::request(
-                    Method::GET,
-                    &host,
-                    &format!("http://{host}{path}"),
-                    accept.as_deref(),
-                    false,
-                    None,
-                )?;
-                req.headers_mut().remove("host");
+                let req = http::h2_request(Method::GET, &host, &path, accept.as_deref(), false)?;
                 send.send_request(req).await.map_err(|e| e.to_string())?
             }
             None => {
