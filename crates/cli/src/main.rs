@@ -458,8 +458,13 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
         app.set_pass_through(gateway);
     }
     tracing::info!(listen = %local, "serving");
-    serve_with(app, listener, options, shutdown_signal())
+    // On a worker, not on `block_on`'s thread: connection tasks spawned from a worker go to
+    // its own run queue and start at once, while those spawned from outside wait in the
+    // global queue, which busy workers look at only now and then (64 concurrent LISTs: the
+    // last connection's first poll came 310 ms after its accept).
+    tokio::spawn(serve_with(app, listener, options, shutdown_signal()))
         .await
+        .context("the serving task failed")?
         .context("serving")?;
     source.close().await;
     Ok(())
