@@ -22,7 +22,12 @@ pub type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 /// Opens an HTTP/1.1 connection; its driver runs on its own task until the connection ends.
 pub async fn open(host: &str) -> Result<Sender, String> {
-    let io = hyper_util::rt::TokioIo::new(net::connect(host).await?);
+    handshake(net::connect(host).await?).await
+}
+
+/// An HTTP/1.1 connection over `conn`.
+async fn handshake(conn: net::Conn) -> Result<Sender, String> {
+    let io = hyper_util::rt::TokioIo::new(conn);
     let (send, conn) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| e.to_string())?;
@@ -90,7 +95,12 @@ pub type H2Sender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
 /// Opens an HTTP/2 connection (prior knowledge: h2c, or h2 over TLS); its driver runs on
 /// its own task. It never caps the streams it resets itself (a harness drops many at once).
 pub async fn open_h2(host: &str) -> Result<H2Sender, String> {
-    let io = hyper_util::rt::TokioIo::new(net::connect(host).await?);
+    handshake_h2(net::connect(host).await?).await
+}
+
+/// An HTTP/2 connection over `conn`.
+async fn handshake_h2(conn: net::Conn) -> Result<H2Sender, String> {
+    let io = hyper_util::rt::TokioIo::new(conn);
     let (send, conn) =
         hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
             .max_concurrent_reset_streams(0)
@@ -139,20 +149,54 @@ pub async fn get(
     accept: Option<&str>,
     gzip: bool,
 ) -> Result<(u16, Body), String> {
-    let resp = if STREAMS_OVER_H2.load(Ordering::Relaxed) {
+    let (status, body, _) = get_timed(host, path, accept, gzip, false).await?;
+    Ok((status, body))
+}
+
+/// When a timed GET went out, and when its first response bytes reached the socket.
+pub struct Timing {
+    /// The connection was open and the request about to be written.
+    pub sent: std::time::Instant,
+    /// See [`net::Arrival`] (`None` over TLS or HTTP/2, or when not asked for).
+    pub arrival: Option<net::Arrival>,
+}
+
+/// [`get`], also returning when the connection was ready and the request went out (so a
+/// first-byte figure can leave out the connection's setup) and, when `watch_arrival`, when
+/// the response's first bytes reached the socket (plain HTTP/1.1 only).
+pub async fn get_timed(
+    host: &str,
+    path: &str,
+    accept: Option<&str>,
+    gzip: bool,
+    watch_arrival: bool,
+) -> Result<(u16, Body, Timing), String> {
+    let h2 = STREAMS_OVER_H2.load(Ordering::Relaxed);
+    // An HTTP/2 server speaks first (its SETTINGS), so only HTTP/1.1's first bytes are the
+    // response's.
+    let (conn, arrival) = net::connect_watched(host, watch_arrival && !h2).await?;
+    let (resp, sent) = if h2 {
         let req = h2_request(Method::GET, host, path, accept, gzip)?;
-        open_h2(host).await?.send_request(req).await
+        let mut send = handshake_h2(conn).await?;
+        let sent = std::time::Instant::now();
+        (send.send_request(req).await, sent)
     } else {
-        let mut send = open(host).await?;
-        send.send_request(request(Method::GET, host, path, accept, gzip, None)?)
-            .await
-    }
-    .map_err(|e| with_causes(&e))?;
+        let mut send = handshake(conn).await?;
+        let sent = std::time::Instant::now();
+        let req = request(Method::GET, host, path, accept, gzip, None)?;
+        (send.send_request(req).await, sent)
+    };
+    let resp = resp.map_err(|e| with_causes(&e))?;
     let gz = resp
         .headers()
         .get("content-encoding")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
-    Ok((resp.status().as_u16(), Body::new(resp.into_body(), gz)))
+    let status = resp.status().as_u16();
+    Ok((
+        status,
+        Body::new(resp.into_body(), gz),
+        Timing { sent, arrival },
+    ))
 }
 
 /// A response body as a stream of decoded chunks, counting bytes on the wire and decoded.

@@ -94,6 +94,11 @@ pub struct ClientResult {
     pub seconds: f64,
     /// Requests made.
     pub requests: u32,
+    /// First request: milliseconds to open its connection (before it was sent).
+    pub connect_ms: Option<f64>,
+    /// First request: milliseconds from its bytes going to the kernel until the response's
+    /// first bytes reached the socket (plain HTTP/1.1; see `net::Arrival`).
+    pub arrival_ms: Option<f64>,
     /// First request: milliseconds from sending it to the response head.
     pub headers_ms: Option<f64>,
     /// First request: milliseconds from sending it to the first body byte.
@@ -114,9 +119,20 @@ pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// First-byte latency over every client's first request.
+/// First-byte latency over every client's first request, from sending it (its connection's
+/// setup apart: a storm of new connections is the listener's and the client's work).
 #[derive(Serialize)]
 pub struct FirstByte {
+    /// Median time to open the connection the first request went on, ms.
+    pub connect_p50_ms: f64,
+    /// Slowest time to open it, ms.
+    pub connect_max_ms: f64,
+    /// Median time from the request's bytes going to the kernel until the response's first
+    /// bytes reached the client's socket, ms: the server's figure, without the harness's own
+    /// delays in writing and reading (plain HTTP/1.1).
+    pub arrival_p50_ms: Option<f64>,
+    /// Slowest such time, ms.
+    pub arrival_max_ms: Option<f64>,
     /// Median time to the response head, ms.
     pub headers_p50_ms: f64,
     /// Slowest time to the response head, ms.
@@ -136,7 +152,12 @@ impl FirstByte {
             v
         };
         let (h, b) = (sorted(|c| c.headers_ms), sorted(|c| c.first_byte_ms));
+        let (c, a) = (sorted(|c| c.connect_ms), sorted(|c| c.arrival_ms));
         (!h.is_empty()).then(|| FirstByte {
+            arrival_p50_ms: (!a.is_empty()).then(|| pct(&a, 0.5)),
+            arrival_max_ms: a.last().copied(),
+            connect_p50_ms: pct(&c, 0.5),
+            connect_max_ms: c.last().copied().unwrap_or(0.0),
             headers_p50_ms: pct(&h, 0.5),
             headers_max_ms: h.last().copied().unwrap_or(0.0),
             first_byte_p50_ms: pct(&b, 0.5),

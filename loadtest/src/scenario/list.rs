@@ -1,7 +1,8 @@
 //! `list` (resourceVersion=0, from the cache), `list-paged` (limit=500 + continue),
 //! `list-consistent` (resourceVersion unset) and `watchlist` (until the initial-events-end
 //! bookmark): each client streams its body through a counter, keeping nothing, and times
-//! its first request to the response head and to the first body byte.
+//! its first request's connection, and from sending it to the response head and to the first
+//! body byte.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,7 +64,7 @@ pub fn with_query(path: &str, query: &str) -> String {
 
 /// One GET streamed through a counter (`watch`: a watch-list, read until its initial events
 /// are in); adds its bytes and requests to `res` and, for a client's first request, the
-/// time to the response head and to the first body byte. Returns the objects and, for a
+/// time to connect, and from sending it to the response head and to the first body byte. Returns the objects and, for a
 /// LIST, the list's metadata.
 pub async fn fetch(
     args: &Args,
@@ -73,8 +74,11 @@ pub async fn fetch(
     res: &mut ClientResult,
 ) -> Result<(u64, ListMeta), String> {
     let accept = http::accept(args.protobuf, args.metadata_only, watch);
-    let sent = Instant::now();
-    let (status, mut body) = http::get(host, path, accept.as_deref(), args.gzip).await?;
+    let asked = Instant::now();
+    let first = res.headers_ms.is_none();
+    let (status, mut body, timing) =
+        http::get_timed(host, path, accept.as_deref(), args.gzip, first).await?;
+    let sent = timing.sent;
     let head = sent.elapsed();
     res.requests += 1;
     if status != 200 {
@@ -97,7 +101,9 @@ pub async fn fetch(
         Ok::<_, String>(())
     };
     let r = read.await;
-    if res.headers_ms.is_none() {
+    if first {
+        res.connect_ms = Some(ms(sent - asked));
+        res.arrival_ms = timing.arrival.and_then(|a| a.round_trip()).map(ms);
         res.headers_ms = Some(ms(head));
         res.first_byte_ms = first_byte.map(ms);
     }
