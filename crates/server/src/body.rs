@@ -49,9 +49,10 @@ pub type Pieces = Pin<Box<dyn Stream<Item = Piece> + Send + Sync>>;
 pub struct Piece {
     /// The bytes.
     pub bytes: Bytes,
-    /// Whether what follows is worth compressing (LIST items, initial events); once false,
-    /// the gzip stream frames the rest as stored blocks and frees its compressor.
-    pub compress_rest: bool,
+    /// Whether what follows is bulk (LIST items, initial events): worth compressing, and
+    /// yielding to new requests (see [`TURN`]). Once false, the gzip stream frames the rest
+    /// as stored blocks and frees its compressor.
+    pub bulk: bool,
 }
 
 /// A streamed body, gzip-encoded or not: the one gzip adapter for LIST and watch bodies.
@@ -65,6 +66,8 @@ pub struct StreamedBody {
     /// When this body's current turn on a worker began (its first frame since it last
     /// yielded).
     turn_started: Option<std::time::Instant>,
+    /// The last piece was bulk: a turn's end defers to tasks the I/O driver wakes.
+    bulk: bool,
 }
 
 /// How long a body produces frames before its connection's task yields to the others: a
@@ -87,6 +90,7 @@ impl StreamedBody {
             gzip: gzip.then(|| GzipStream::new(compress)),
             done: false,
             turn_started: None,
+            bulk: compress,
         }
     }
 
@@ -110,10 +114,9 @@ impl StreamedBody {
             compress = size >= GZIP_MIN;
         }
         let pieces = futures::stream::iter(std::iter::from_fn(move || {
-            encoder.next_chunk().map(|bytes| Piece {
-                bytes,
-                compress_rest: true,
-            })
+            encoder
+                .next_chunk()
+                .map(|bytes| Piece { bytes, bulk: true })
         }));
         let mut body = StreamedBody::new(Box::pin(pieces), compress, true);
         body.ahead = ahead;
@@ -137,17 +140,11 @@ impl StreamedBody {
         };
         let pieces = futures::stream::unfold(state, |mut s| async move {
             let bytes = s.next_chunk().await?;
-            let compress_rest = s.encoder.in_initial_phase();
-            if !compress_rest {
+            let bulk = s.encoder.in_initial_phase();
+            if !bulk {
                 s.list_seat = None;
             }
-            Some((
-                Piece {
-                    bytes,
-                    compress_rest,
-                },
-                s,
-            ))
+            Some((Piece { bytes, bulk }, s))
         });
         StreamedBody::new(Box::pin(pieces), gzip, compress)
     }
@@ -168,14 +165,20 @@ impl Body for StreamedBody {
         let now = std::time::Instant::now();
         match this.turn_started {
             Some(t) if now.duration_since(t) >= TURN => {
-                // Deferred, as `tokio::task::yield_now` is: the worker first runs what is
-                // queued, then polls for I/O and starts the tasks it woke (a new request),
-                // and only then the yielded bodies, each once more. A plain wake queues this
-                // task ahead of those the I/O driver has yet to wake: with 250 µs turns, 64
-                // concurrent LISTs' first bytes p50 50–87 ms that way, 11–23 ms deferred.
+                // A bulk body yields deferred, as `tokio::task::yield_now` does: the worker
+                // first runs what is queued, then polls for I/O and starts the tasks it
+                // woke (a new request), and only then the yielded bodies. A plain wake
+                // queues this task ahead of those the driver has yet to wake: with 250 µs
+                // turns, 64 concurrent LISTs' first bytes p50 50–87 ms that way, 11–35 ms
+                // deferred. A watch's events wake plainly: deferred, they waited behind
+                // every queued task and the churn lost ~10 % (loadtest/README.md).
                 this.turn_started = None;
-                let yielded = std::pin::pin!(tokio::task::yield_now());
-                let _ = yielded.poll(cx);
+                if this.bulk {
+                    let yielded = std::pin::pin!(tokio::task::yield_now());
+                    let _ = yielded.poll(cx);
+                } else {
+                    cx.waker().wake_by_ref();
+                }
                 return Poll::Pending;
             }
             Some(_) => {}
@@ -184,7 +187,7 @@ impl Body for StreamedBody {
         let next = match this.ahead.pop_front() {
             Some(c) => Some(Piece {
                 bytes: c,
-                compress_rest: true,
+                bulk: true,
             }),
             None => match this.pieces.as_mut().map(|p| p.as_mut().poll_next(cx)) {
                 Some(Poll::Pending) => return Poll::Pending,
@@ -195,10 +198,13 @@ impl Body for StreamedBody {
                 }
             },
         };
+        if let Some(p) = &next {
+            this.bulk = p.bulk;
+        }
         let frame = match (next, &mut this.gzip) {
             (Some(p), Some(g)) => {
                 let b = g.encode(&p.bytes);
-                if !p.compress_rest {
+                if !p.bulk {
                     g.stop_compressing();
                 }
                 Some(b)
