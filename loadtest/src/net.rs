@@ -113,8 +113,8 @@ pub struct Arrival {
     arrived: std::sync::mpsc::Receiver<std::time::Instant>,
 }
 
-/// How long an [`Arrival`] thread waits for the first bytes before it gives up.
-const ARRIVAL_WAIT_MS: i64 = 120_000;
+/// How long an [`Arrival`] thread waits for the first bytes before it gives up, seconds.
+const ARRIVAL_WAIT_S: i64 = 120;
 
 impl Arrival {
     fn watch(tcp: &TcpStream) -> Result<Self, String> {
@@ -129,7 +129,7 @@ impl Arrival {
             .spawn(move || {
                 use rustix::event::{PollFd, PollFlags, Timespec, poll};
                 let wait = Timespec {
-                    tv_sec: ARRIVAL_WAIT_MS / 1000,
+                    tv_sec: ARRIVAL_WAIT_S,
                     tv_nsec: 0,
                 };
                 loop {
@@ -170,6 +170,17 @@ struct FirstWrite {
     at: Arc<OnceLock<std::time::Instant>>,
 }
 
+impl FirstWrite {
+    /// Notes the moment of the first write that took bytes.
+    fn note(&self, written: &std::task::Poll<std::io::Result<usize>>) {
+        if let std::task::Poll::Ready(Ok(n)) = written
+            && *n > 0
+        {
+            let _ = self.at.set(std::time::Instant::now());
+        }
+    }
+}
+
 impl AsyncRead for FirstWrite {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
@@ -187,11 +198,7 @@ impl AsyncWrite for FirstWrite {
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
         let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let std::task::Poll::Ready(Ok(n)) = r
-            && n > 0
-        {
-            let _ = self.at.set(std::time::Instant::now());
-        }
+        self.note(&r);
         r
     }
 
@@ -201,11 +208,7 @@ impl AsyncWrite for FirstWrite {
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
         let r = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if let std::task::Poll::Ready(Ok(n)) = r
-            && n > 0
-        {
-            let _ = self.at.set(std::time::Instant::now());
-        }
+        self.note(&r);
         r
     }
 

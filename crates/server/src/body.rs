@@ -75,8 +75,9 @@ pub struct StreamedBody {
 /// one storm response keeps a worker for many chunks while new requests wait for their
 /// first byte. By time, not frames: a response copying shared bytes still catches up with
 /// the one ahead of it (and shares its encoding) within its turn. 64 concurrent LISTs of
-/// 40,000 pods: a new request's first bytes p50 / max 55 / 75 ms with 1 ms turns, 11–23 /
-/// 31–63 ms with 250 µs, the storm's duration the same (loadtest/README.md).
+/// 40,000 pods, yielding deferred: a new request's first bytes p50 / max 54–80 / 150–187 ms
+/// with 1 ms turns, 30–44 / 74–76 ms with 500 µs, 11–23 / 31–63 ms with 250 µs, the storm's
+/// duration the same (loadtest/README.md).
 const TURN: Duration = Duration::from_micros(250);
 
 impl StreamedBody {

@@ -64,8 +64,8 @@ pub fn with_query(path: &str, query: &str) -> String {
 
 /// One GET streamed through a counter (`watch`: a watch-list, read until its initial events
 /// are in); adds its bytes and requests to `res` and, for a client's first request, the
-/// time to connect, and from sending it to the response head and to the first body byte. Returns the objects and, for a
-/// LIST, the list's metadata.
+/// time to connect, and from sending it to the response head and to the first body byte.
+/// Returns the objects and, for a LIST, the list's metadata.
 pub async fn fetch(
     args: &Args,
     host: &str,
