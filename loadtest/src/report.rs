@@ -133,6 +133,12 @@ pub struct FirstByte {
     pub arrival_p50_ms: Option<f64>,
     /// Slowest such time, ms.
     pub arrival_max_ms: Option<f64>,
+    /// Median of each client's earlier observer, `arrival` or `headers`, ms. Both see the
+    /// bytes only after they reached the socket (the poll(2) thread waits for a core too,
+    /// `headers` counts from before the first write), so the earlier is the tighter bound.
+    pub seen_p50_ms: Option<f64>,
+    /// Slowest such time, ms.
+    pub seen_max_ms: Option<f64>,
     /// Median time to the response head, ms.
     pub headers_p50_ms: f64,
     /// Slowest time to the response head, ms.
@@ -153,9 +159,12 @@ impl FirstByte {
         };
         let (h, b) = (sorted(|c| c.headers_ms), sorted(|c| c.first_byte_ms));
         let (c, a) = (sorted(|c| c.connect_ms), sorted(|c| c.arrival_ms));
+        let seen = sorted(|c| Some(c.arrival_ms?.min(c.headers_ms?)));
         (!h.is_empty()).then(|| FirstByte {
             arrival_p50_ms: (!a.is_empty()).then(|| pct(&a, 0.5)),
             arrival_max_ms: a.last().copied(),
+            seen_p50_ms: (!seen.is_empty()).then(|| pct(&seen, 0.5)),
+            seen_max_ms: seen.last().copied(),
             connect_p50_ms: pct(&c, 0.5),
             connect_max_ms: c.last().copied().unwrap_or(0.0),
             headers_p50_ms: pct(&h, 0.5),
@@ -163,5 +172,34 @@ impl FirstByte {
             first_byte_p50_ms: pct(&b, 0.5),
             first_byte_max_ms: b.last().copied().unwrap_or(0.0),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(arrival: Option<f64>, headers: f64) -> ClientResult {
+        ClientResult {
+            arrival_ms: arrival,
+            headers_ms: Some(headers),
+            first_byte_ms: Some(headers),
+            ..ClientResult::default()
+        }
+    }
+
+    #[test]
+    fn first_bytes_seen_take_each_clients_earlier_observer() {
+        // The arrival thread woke late for the first client, the harness read the head late
+        // for the second: each client's first bytes were seen by 15 and 20 ms.
+        let f = FirstByte::of(&[client(Some(89.0), 15.0), client(Some(20.0), 70.0)])
+            .expect("responses");
+        assert_eq!(f.arrival_max_ms, Some(89.0));
+        assert_eq!(f.headers_max_ms, 70.0);
+        assert_eq!(f.seen_max_ms, Some(20.0));
+        assert_eq!(f.seen_p50_ms, Some(20.0));
+        // Without an arrival thread (HTTP/2, TLS) there is no second observer.
+        let f = FirstByte::of(&[client(None, 15.0)]).expect("responses");
+        assert_eq!((f.seen_p50_ms, f.seen_max_ms), (None, None));
     }
 }
