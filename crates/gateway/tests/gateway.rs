@@ -383,7 +383,13 @@ async fn reads_of_served_resources_stay_here() {
     let (status, body) = send(gw, "GET", CONFIGMAPS, ALICE).await;
     assert_eq!(status, 200);
     assert!(body.contains("\"kind\":\"ConfigMapList\""), "{body}");
-    let (status, _) = send(gw, "GET", "/readyz", ALICE).await;
+    // Ready once the housekeeping loop has measured the protobuf lengths (a moment).
+    let (status, _) = listwatch_testkit::poll_until(
+        Duration::from_secs(10),
+        || send(gw, "GET", "/readyz", ALICE),
+        |(status, _)| *status == 200,
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(seen.lock().expect("lock").is_empty());
     // Subresources are not: they go on.

@@ -26,6 +26,9 @@ pub struct Discovery<'a> {
     pub metrics: &'a Metrics,
     /// The pass-through, whose metrics `/metrics` adds.
     pub pass_through: Option<&'a dyn crate::PassThrough>,
+    /// `Some(false)` until the housekeeping loop has measured the loaded collections'
+    /// protobuf lengths once; `None` when no loop measures.
+    pub lengths_measured: Option<bool>,
 }
 
 impl Discovery<'_> {
@@ -116,6 +119,14 @@ impl Discovery<'_> {
                 i.group,
                 if ready { "ok" } else { "not ready" }
             ));
+        }
+        if let Some(measured) = self.lengths_measured {
+            ok &= measured;
+            text.push_str(if measured {
+                "[+]protobuf-lengths ok\n"
+            } else {
+                "[-]protobuf-lengths not measured yet\n"
+            });
         }
         if ok && !verbose {
             text = "ok".into();

@@ -33,6 +33,8 @@ pub(crate) struct Service {
     pub openapi: listwatch_openapi::OpenApiCache,
     /// Where requests not served here go, when an upstream is configured.
     pub pass_through: std::sync::OnceLock<Arc<dyn crate::PassThrough>>,
+    /// Readiness as far as protobuf lengths go (see [`crate::LengthsMeasured`]).
+    pub lengths: crate::LengthsMeasured,
 }
 
 impl Service {
@@ -99,6 +101,7 @@ impl Service {
                     advertise: &self.config.advertise,
                     metrics: &self.metrics,
                     pass_through: self.pass_through.get().map(|p| &**p),
+                    lengths_measured: self.lengths.get(),
                 };
                 d.respond(path, accept.as_deref(), head.params.verbose)
             }

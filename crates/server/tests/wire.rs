@@ -528,7 +528,14 @@ async fn discovery_documents() {
             .iter()
             .any(|r| r["name"] == "deployments")
     );
-    assert_eq!(get(s.addr, "/readyz").await.body, "ok");
+    // Ready once the housekeeping loop has measured the pods' protobuf lengths (a moment).
+    let r = listwatch_testkit::poll_until(
+        Duration::from_secs(10),
+        || get(s.addr, "/readyz"),
+        |r| r.status == 200,
+    )
+    .await;
+    assert_eq!(r.body, "ok");
     assert_eq!(get(s.addr, "/apis/nope/v1").await.status, 404);
 
     // A cache its source no longer vouches for (being relisted): reads get kube-apiserver's
@@ -550,6 +557,40 @@ async fn discovery_documents() {
     assert!(r.body.contains("[+]cache configmaps ok"), "{}", r.body);
     pods.set_ready(true);
     assert_eq!(get(s.addr, "/api/v1/pods").await.status, 200);
+}
+
+/// A storm of protobuf LISTs right after readiness must not wait while the first of them
+/// measure the collection's protobuf lengths: `/readyz` waits for the housekeeping loop's
+/// first pass over the loaded caches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_the_protobuf_lengths() {
+    // 20,000 pods take ~0.3 s to measure (release), far longer than one request.
+    let s = start(20_000, cfg()).await;
+    let r = get(s.addr, "/readyz?verbose").await;
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert!(
+        r.body.contains("[-]protobuf-lengths not measured yet"),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("[+]cache pods ok"), "{}", r.body);
+    let r = listwatch_testkit::poll_until(
+        Duration::from_secs(60),
+        || get(s.addr, "/readyz?verbose"),
+        |r| r.status == 200,
+    )
+    .await;
+    assert!(r.body.contains("[+]protobuf-lengths ok"), "{}", r.body);
+    // What readiness stands for: a protobuf LIST of the pods states its length from the
+    // snapshot, without a pass over 20,000 records.
+    let pods = s.source.registry().get("", "v1", "pods").expect("pods");
+    let snap = pods.current();
+    for form in [
+        listwatch_store::record::EncodedForm::Object,
+        listwatch_store::record::EncodedForm::Metadata,
+    ] {
+        assert!(snap.encoded_total(form).is_some(), "{form:?} not measured");
+    }
 }
 
 fn metric(text: &str, name_and_labels: &str) -> Option<f64> {

@@ -320,6 +320,13 @@ struct Plain {
 #[tokio::test]
 async fn health_and_version_need_no_credentials() {
     let (addr, _dir) = start_plain().await;
+    // Ready once the housekeeping loop has measured the protobuf lengths (a moment).
+    listwatch_testkit::poll_until(
+        Duration::from_secs(10),
+        || send(addr, "GET", "/readyz", None, None),
+        |r| r.status == 200,
+    )
+    .await;
     let open = [
         "/healthz",
         "/livez",
