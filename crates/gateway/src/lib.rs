@@ -490,8 +490,10 @@ where
         .build(connector(config)?))
 }
 
-/// How long an idle connection to the upstream is kept.
-const IDLE_FOR: Duration = Duration::from_secs(90);
+/// How long an idle connection to the upstream is kept: well inside kube-apiserver's own
+/// idle timeout (90 s) and a cloud load balancer's (60 s), so a write is not sent on a
+/// connection the upstream is closing at that moment (a GET would be sent again).
+const IDLE_FOR: Duration = Duration::from_secs(45);
 
 /// TCP (with `TCP_NODELAY` and the connect timeout) and TLS as `config` says, HTTP/1.1.
 fn connector(

@@ -15,10 +15,11 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, Uri, header};
+use http::{HeaderValue, Method, Request, Response, Uri, header};
 use http_body::{Body, Frame};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::client::conn::http1;
+use hyper::client::conn::{TrySendError, http1};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use listwatch_server::RequestBody;
@@ -104,16 +105,42 @@ impl InlinePool {
 
     /// Sends `req` (its URI the path and query) on an idle connection or a new one and
     /// returns the response, whose body drives the connection until it is read.
+    ///
+    /// An idle connection can be closed by the upstream (kube-apiserver's 90 s idle timeout)
+    /// just as it is taken. The request is then sent again on a new connection when that is
+    /// safe, as Go's transport does: hyper gave it back unsent, or it is a GET, HEAD or
+    /// OPTIONS without a body (idempotent, and rebuilt from its head). A write whose bytes
+    /// went out is never sent twice: its client gets the error.
     pub(crate) async fn send(
         self: &Arc<Self>,
         mut req: Request<RequestBody>,
     ) -> Result<Response<InlineBody>, SendError> {
-        let mut lease = match self.checkout() {
-            Some(l) => l,
-            None => self.connect().await?,
-        };
         req.headers_mut().insert(header::HOST, self.host.clone());
-        let mut head = std::pin::pin!(lease.sender.send_request(req));
+        if let Some(lease) = self.checkout() {
+            let replay = replayable(&req);
+            let mut e = match self.exchange(lease, req).await {
+                Ok(resp) => return Ok(resp),
+                Err(e) => e,
+            };
+            req = match e.take_message().or(replay) {
+                Some(r) => r,
+                None => return Err(SendError::Request(e.into_error())),
+            };
+            tracing::debug!(error = %e.error(), "an idle upstream connection failed; sending again on a new one");
+        }
+        let lease = self.connect().await?;
+        self.exchange(lease, req)
+            .await
+            .map_err(|e| SendError::Request(e.into_error()))
+    }
+
+    /// Sends `req` on `lease` and awaits the response head, driving the connection.
+    async fn exchange(
+        self: &Arc<Self>,
+        mut lease: Lease,
+        req: Request<RequestBody>,
+    ) -> Result<Response<InlineBody>, TrySendError<Request<RequestBody>>> {
+        let mut head = std::pin::pin!(lease.sender.try_send_request(req));
         let resp = std::future::poll_fn(|cx| {
             lease.drive(cx);
             head.as_mut().poll(cx)
@@ -166,6 +193,24 @@ impl InlinePool {
             idle.push((lease, Instant::now()));
         }
     }
+}
+
+/// A copy of `req` to send again should its connection fail before the response: a GET,
+/// HEAD or OPTIONS with an empty body (else `None`).
+fn replayable(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
+    let idempotent = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if !idempotent || !req.body().is_end_stream() {
+        return None;
+    }
+    let empty = http_body_util::Empty::<Bytes>::new()
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut copy = Request::new(empty);
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
 }
 
 /// The upstream's response body, driving its connection; back to the pool once read.

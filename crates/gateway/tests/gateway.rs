@@ -712,3 +712,110 @@ async fn a_trusted_front_proxy_s_headers_name_the_user() {
     );
     assert_eq!(all(&seen[1].1, "x-remote-user"), ["mallory"]);
 }
+
+/// An upstream that closes its first connection, unanswered, when a second request arrives
+/// on it (an idle timeout racing the request), and answers every other request with a small
+/// JSON body. Returns its address and how many request heads it read.
+async fn closing_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let heads: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = heads.clone();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let closes = std::mem::take(&mut first);
+            let record = record.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                for answered in 0.. {
+                    let head = loop {
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                            buf.drain(..end + 4);
+                            break head;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match tcp.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let line = head.lines().next().unwrap_or_default().to_string();
+                    record.lock().expect("lock").push(line);
+                    if closes && answered == 1 {
+                        return; // dropped: closed without an answer
+                    }
+                    let length = head
+                        .lines()
+                        .filter_map(|l| l.split_once(':'))
+                        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    while buf.len() < length {
+                        let mut chunk = [0u8; 4096];
+                        match tcp.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..length);
+                    let body = "{\"kind\":\"Status\",\"status\":\"Success\"}";
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if tcp.write_all(resp.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, heads)
+}
+
+/// A GET without a body, as kubectl sends one.
+async fn get_empty(addr: SocketAddr, path: &str) -> u16 {
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build_http::<Empty<Bytes>>();
+    let uri = format!("http://{addr}{path}");
+    let resp = client
+        .get(uri.parse().expect("uri"))
+        .await
+        .expect("response");
+    resp.status().as_u16()
+}
+
+#[tokio::test]
+async fn a_get_on_an_idle_connection_the_upstream_closed_is_sent_again() {
+    let (up, heads) = closing_upstream().await;
+    let gw = gateway(up, Identity::Forward, true).await;
+    assert_eq!(get_empty(gw, METRICS_PODS).await, 200);
+    // The idle connection is taken and closed under the request: sent again on a new one.
+    assert_eq!(get_empty(gw, METRICS_PODS).await, 200);
+    let heads = heads.lock().expect("lock").clone();
+    let get = format!("GET {METRICS_PODS} HTTP/1.1");
+    assert_eq!(heads, [get.clone(), get.clone(), get], "{heads:?}");
+}
+
+#[tokio::test]
+async fn a_write_on_an_idle_connection_the_upstream_closed_is_not_sent_twice() {
+    let (up, heads) = closing_upstream().await;
+    let gw = gateway(up, Identity::Forward, true).await;
+    assert_eq!(get_empty(gw, METRICS_PODS).await, 200);
+    // The create's bytes went out before the connection closed: the upstream may have
+    // acted on it, so its client gets the error rather than a second create.
+    let (status, body) = send(gw, "POST", CONFIGMAPS, &[]).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("\"kind\":\"Status\""), "{body}");
+    let heads = heads.lock().expect("lock").clone();
+    assert_eq!(
+        heads,
+        [
+            format!("GET {METRICS_PODS} HTTP/1.1"),
+            format!("POST {CONFIGMAPS} HTTP/1.1")
+        ],
+        "{heads:?}"
+    );
+}
