@@ -9,7 +9,6 @@
 //! never reach the upstream.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -24,6 +23,11 @@ use listwatch_auth::User;
 use listwatch_core::ApiError;
 use listwatch_server::body::{BodyCut, ResponseBody};
 use listwatch_server::{PassThrough, RequestBody};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::Semaphore;
@@ -111,14 +115,82 @@ impl GatewayConfig {
     }
 }
 
-/// Counters of what was passed through (rendered by [`Gateway::metrics_text`]).
-#[derive(Default)]
+/// What was passed through (rendered by [`Gateway::metrics_text`]).
 struct Counters {
-    passed: AtomicU64,
-    refused: AtomicU64,
-    errors: AtomicU64,
-    open_streams: AtomicI64,
-    latency_micros: AtomicU64,
+    registry: prometheus_client::registry::Registry,
+    routes: Family<RouteLabel, Counter>,
+    /// Upstream answers by HTTP code.
+    codes: Family<CodeLabel, Counter>,
+    /// Requests the upstream did not answer (503: unreachable or failed, 504: silent).
+    errors: Counter,
+    open_streams: Gauge,
+    /// Time to the upstream's response head (or its failure).
+    latency: Histogram,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabel {
+    code: u16,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let routes = Family::<RouteLabel, Counter>::default();
+        let codes = Family::<CodeLabel, Counter>::default();
+        let errors = Counter::default();
+        let open_streams = Gauge::default();
+        // 1 ms to ~33 s, as the server's request durations.
+        let latency = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        for route in ["passed", "refused"] {
+            // Both series exist from the start, as they did when hand-written.
+            let _ = routes.get_or_create(&RouteLabel { route });
+        }
+        registry.register(
+            "listwatch_gateway_requests",
+            "Requests not served here: passed to the upstream or refused by the gateway",
+            routes.clone(),
+        );
+        registry.register(
+            "listwatch_gateway_upstream_responses",
+            "Upstream response heads by HTTP code",
+            codes.clone(),
+        );
+        registry.register(
+            "listwatch_gateway_upstream_errors",
+            "Passed-through requests the upstream did not answer (503, 504)",
+            errors.clone(),
+        );
+        registry.register(
+            "listwatch_gateway_upstream_latency_seconds",
+            "Time to the upstream's response head",
+            latency.clone(),
+        );
+        registry.register(
+            "listwatch_gateway_open_streams",
+            "Passed-through responses and upgraded connections open",
+            open_streams.clone(),
+        );
+        Counters {
+            registry,
+            routes,
+            codes,
+            errors,
+            open_streams,
+            latency,
+        }
+    }
+}
+
+impl Counters {
+    fn route(&self, route: &'static str) {
+        self.routes.get_or_create(&RouteLabel { route }).inc();
+    }
 }
 
 /// The pass-through to one upstream.
@@ -175,7 +247,7 @@ impl Gateway {
         user: Option<User>,
     ) -> Result<Response<ResponseBody>, ApiError> {
         let permit = self.slots.clone().try_acquire_owned().map_err(|_| {
-            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            self.counters.route("refused");
             ApiError::TooManyRequests("too many requests in flight to the upstream".into())
         })?;
         let (mut parts, body) = req.into_parts();
@@ -200,19 +272,17 @@ impl Gateway {
         };
         let sent = tokio::time::timeout(self.response_timeout, exchange).await;
         let counters = &self.counters;
-        counters
-            .latency_micros
-            .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+        counters.latency.observe(start.elapsed().as_secs_f64());
         let mut resp = match sent {
             Err(_) => {
-                counters.errors.fetch_add(1, Ordering::Relaxed);
+                counters.errors.inc();
                 return Err(ApiError::Timeout(format!(
                     "the upstream {} did not answer within {:?}",
                     self.base, self.response_timeout
                 )));
             }
             Ok(Err((connect, e))) => {
-                counters.errors.fetch_add(1, Ordering::Relaxed);
+                counters.errors.inc();
                 tracing::warn!(upstream = %self.base, error = %e, "upstream request failed");
                 return Err(ApiError::Unavailable(format!(
                     "the upstream {} is unavailable: {}",
@@ -226,7 +296,13 @@ impl Gateway {
             }
             Ok(Ok(r)) => r,
         };
-        counters.passed.fetch_add(1, Ordering::Relaxed);
+        counters.route("passed");
+        counters
+            .codes
+            .get_or_create(&CodeLabel {
+                code: resp.status().as_u16(),
+            })
+            .inc();
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             let Some(client_side) = client_side else {
                 return Err(ApiError::Internal(
@@ -280,7 +356,7 @@ impl Gateway {
         let h = &mut parts.headers;
         let impersonating = h.keys().any(|k| k.as_str().starts_with("impersonate-"));
         if impersonating && self.identity != Identity::Forward {
-            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            self.counters.route("refused");
             return Err(ApiError::ServerResponse {
                 code: 403,
                 message: "impersonation is not allowed through this listwatch gateway".into(),
@@ -331,30 +407,11 @@ impl PassThrough for Gateway {
     /// Requests passed on and refused here, upstream errors and latency, streams and
     /// upgraded connections open.
     fn metrics_text(&self) -> String {
-        let c = &self.counters;
-        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let passed = n(&c.passed);
-        format!(
-            "# HELP listwatch_gateway_requests Requests not served here: passed to the upstream or refused by the gateway.\n\
-             # TYPE listwatch_gateway_requests counter\n\
-             listwatch_gateway_requests_total{{route=\"passed\"}} {passed}\n\
-             listwatch_gateway_requests_total{{route=\"refused\"}} {}\n\
-             # HELP listwatch_gateway_upstream_errors Passed-through requests the upstream did not answer (503, 504).\n\
-             # TYPE listwatch_gateway_upstream_errors counter\n\
-             listwatch_gateway_upstream_errors_total {}\n\
-             # HELP listwatch_gateway_upstream_latency_seconds Time to the upstream's response head.\n\
-             # TYPE listwatch_gateway_upstream_latency_seconds summary\n\
-             listwatch_gateway_upstream_latency_seconds_sum {}\n\
-             listwatch_gateway_upstream_latency_seconds_count {}\n\
-             # HELP listwatch_gateway_open_streams Passed-through responses and upgraded connections open.\n\
-             # TYPE listwatch_gateway_open_streams gauge\n\
-             listwatch_gateway_open_streams {}\n",
-            n(&c.refused),
-            n(&c.errors),
-            n(&c.latency_micros) as f64 / 1e6,
-            passed + n(&c.errors),
-            c.open_streams.load(Ordering::Relaxed),
-        )
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ =
+            prometheus_client::encoding::text::encode_registry(&mut text, &self.counters.registry);
+        text
     }
 
     fn forward(
@@ -549,14 +606,14 @@ struct Open(Arc<Counters>);
 
 impl Open {
     fn new(c: &Arc<Counters>) -> Open {
-        c.open_streams.fetch_add(1, Ordering::Relaxed);
+        c.open_streams.inc();
         Open(c.clone())
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.0.open_streams.fetch_sub(1, Ordering::Relaxed);
+        self.0.open_streams.dec();
     }
 }
 

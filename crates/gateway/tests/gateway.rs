@@ -819,3 +819,25 @@ async fn a_write_on_an_idle_connection_the_upstream_closed_is_not_sent_twice() {
         "{heads:?}"
     );
 }
+
+#[tokio::test]
+async fn metrics_count_upstream_answers_by_code_and_time() {
+    let (up, _) = upstream().await;
+    let gw = gateway(up, Identity::Forward, true).await;
+    for _ in 0..3 {
+        assert_eq!(send(gw, "POST", CONFIGMAPS, &[]).await.0, 200);
+    }
+    let (_, metrics) = send(gw, "GET", "/metrics", &[]).await;
+    for line in [
+        "listwatch_gateway_requests_total{route=\"passed\"} 3\n",
+        "listwatch_gateway_requests_total{route=\"refused\"} 0\n",
+        "listwatch_gateway_upstream_responses_total{code=\"200\"} 3\n",
+        "listwatch_gateway_upstream_errors_total 0\n",
+        "listwatch_gateway_upstream_latency_seconds_count 3\n",
+        "listwatch_gateway_upstream_latency_seconds_bucket{le=\"+Inf\"} 3\n",
+        "# TYPE listwatch_gateway_upstream_latency_seconds histogram\n",
+    ] {
+        assert!(metrics.contains(line), "{line:?} missing from {metrics}");
+    }
+    assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+}
