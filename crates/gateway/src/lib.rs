@@ -548,7 +548,7 @@ where
 }
 
 /// How long an idle connection to the upstream is kept: well inside kube-apiserver's own
-/// idle timeout (90 s) and a cloud load balancer's (60 s), so a write is not sent on a
+/// idle timeout (90 s) and a cloud load balancer's (60 s), so a write is rarely sent on a
 /// connection the upstream is closing at that moment (a GET would be sent again).
 const IDLE_FOR: Duration = Duration::from_secs(45);
 

@@ -775,16 +775,21 @@ async fn closing_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     (addr, heads)
 }
 
-/// A GET without a body, as kubectl sends one.
-async fn get_empty(addr: SocketAddr, path: &str) -> u16 {
+/// `method path` without a body, as kubectl sends a GET or a DELETE.
+async fn send_empty(addr: SocketAddr, method: &str, path: &str) -> u16 {
     let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .build_http::<Empty<Bytes>>();
-    let uri = format!("http://{addr}{path}");
-    let resp = client
-        .get(uri.parse().expect("uri"))
-        .await
-        .expect("response");
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .body(Empty::new())
+        .expect("request");
+    let resp = client.request(req).await.expect("response");
     resp.status().as_u16()
+}
+
+async fn get_empty(addr: SocketAddr, path: &str) -> u16 {
+    send_empty(addr, "GET", path).await
 }
 
 #[tokio::test]
@@ -809,15 +814,23 @@ async fn a_write_on_an_idle_connection_the_upstream_closed_is_not_sent_twice() {
     let (status, body) = send(gw, "POST", CONFIGMAPS, &[]).await;
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("\"kind\":\"Status\""), "{body}");
-    let heads = heads.lock().expect("lock").clone();
-    assert_eq!(
-        heads,
-        [
-            format!("GET {METRICS_PODS} HTTP/1.1"),
-            format!("POST {CONFIGMAPS} HTTP/1.1")
-        ],
-        "{heads:?}"
-    );
+    // Nor a delete without a body: not idempotent in what it answers.
+    let (up, heads_delete) = closing_upstream().await;
+    let gw = gateway(up, Identity::Forward, true).await;
+    assert_eq!(get_empty(gw, METRICS_PODS).await, 200);
+    let pod = "/api/v1/namespaces/dev/pods/p";
+    assert_eq!(send_empty(gw, "DELETE", pod).await, 503);
+    for (heads, write) in [
+        (heads, format!("POST {CONFIGMAPS} HTTP/1.1")),
+        (heads_delete, format!("DELETE {pod} HTTP/1.1")),
+    ] {
+        let heads = heads.lock().expect("lock").clone();
+        assert_eq!(
+            heads,
+            [format!("GET {METRICS_PODS} HTTP/1.1"), write],
+            "{heads:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -27,7 +27,7 @@ pub struct Discovery<'a> {
     /// The pass-through, whose metrics `/metrics` adds.
     pub pass_through: Option<&'a dyn crate::PassThrough>,
     /// `Some(false)` until the housekeeping loop has measured the loaded collections'
-    /// protobuf lengths once; `None` when no loop measures.
+    /// protobuf lengths once; `None` when no loop was started.
     pub lengths_measured: Option<bool>,
 }
 

@@ -98,9 +98,11 @@ pub trait PassThrough: Send + Sync {
     }
 }
 
-/// Whether every ready collection's protobuf lengths have been measured once: until then
-/// the first protobuf LISTs after readiness measured them themselves, and a storm of 64
-/// right after a 40,000-pod start got its first bytes 0.8 s late (loadtest/README.md).
+/// Whether the housekeeping loop has measured protobuf lengths once with every cache then
+/// registered loaded: without it the first protobuf LISTs after readiness measured them
+/// themselves, and a storm of 64 right after a 40,000-pod start got its first bytes 0.8 s
+/// late (loadtest/README.md). Set once: caches registered later (custom resources, which
+/// have no protobuf form) or relisted later are not waited for.
 #[derive(Default)]
 pub(crate) struct LengthsMeasured(std::sync::atomic::AtomicU8);
 
@@ -292,8 +294,9 @@ impl App {
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             // Until the first pass over loaded caches is done readiness waits on it, so it
-            // is retried soon rather than at the next second.
+            // starts within 20 ms of the last cache loading rather than at the next second.
             let mut first_pass = tokio::time::interval(Duration::from_millis(20));
+            first_pass.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let mut stopped = Some(stopped);
             // Length measuring transcodes: on a blocking thread, one pass at a time.
             let warmed = Arc::new(std::sync::Mutex::new(HashMap::new()));
@@ -320,7 +323,10 @@ impl App {
                         measure(&mut measuring);
                     }
                     _ = first_pass.tick(), if app.service.lengths.get() == Some(false) => {
-                        measure(&mut measuring);
+                        // Not while a cache is still loading: the second's pass covers that.
+                        if app.service.registry.stores().iter().all(|s| s.is_ready()) {
+                            measure(&mut measuring);
+                        }
                     }
                     r = async { stopped.as_mut().expect("guarded").await }, if stopped.is_some() => {
                         match r {

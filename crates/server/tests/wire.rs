@@ -593,6 +593,40 @@ async fn readiness_waits_for_the_protobuf_lengths() {
     }
 }
 
+/// The lengths pass that readiness waits for is one that began with every cache loaded:
+/// while one is still loading (here: pods marked so), readiness keeps failing on it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_a_lengths_pass_over_loaded_caches() {
+    let (source, pods) = listwatch_sources::demo::pods_source();
+    source
+        .seed(&pods, listwatch_sources::demo::demo_pods(100, 4))
+        .expect("seed");
+    let store = source
+        .registry()
+        .get("", "v1", "pods")
+        .expect("pods")
+        .clone();
+    store.set_ready(false);
+    let (addr, _app, _stop) = common::serve_views(source.clone(), cfg()).await;
+    // Long enough for many 20 ms retries and a one-second pass.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let r = get(addr, "/readyz?verbose").await;
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert!(
+        r.body.contains("[-]protobuf-lengths not measured yet"),
+        "{}",
+        r.body
+    );
+    store.set_ready(true);
+    let r = listwatch_testkit::poll_until(
+        Duration::from_secs(10),
+        || get(addr, "/readyz?verbose"),
+        |r| r.status == 200,
+    )
+    .await;
+    assert!(r.body.contains("[+]protobuf-lengths ok"), "{}", r.body);
+}
+
 fn metric(text: &str, name_and_labels: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(name_and_labels))
