@@ -60,10 +60,12 @@ impl Discovery<'_> {
                 let mut text = self
                     .metrics
                     .render(self.registry.stores().iter(), self.source.skipped_values());
+                let end = text.rfind("# EOF").unwrap_or(text.len());
+                let mut more = self.source.metrics_text();
                 if let Some(p) = self.pass_through {
-                    let end = text.rfind("# EOF").unwrap_or(text.len());
-                    text.insert_str(end, &p.metrics_text());
+                    more.push_str(&p.metrics_text());
                 }
+                text.insert_str(end, &more);
                 Ok(response::text(
                     StatusCode::OK,
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",

@@ -61,6 +61,11 @@ pub trait Source: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// The source's own metrics in OpenMetrics text (without `# EOF`), added to `/metrics`.
+    fn metrics_text(&self) -> String {
+        String::new()
+    }
+
     /// The write verbs, when this source accepts writes.
     fn writer(&self) -> Option<&dyn SourceWriter> {
         None

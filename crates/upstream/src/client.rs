@@ -19,6 +19,8 @@ pub(crate) struct Upstream {
     base: String,
     token: Option<HeaderValue>,
     timeout: Duration,
+    /// How often each followed resource's stream was resumed or relisted.
+    pub(crate) counts: crate::follower::FollowerCounts,
 }
 
 /// One page of a LIST: the collection's RV, the continue token, the items as JSON.
@@ -52,6 +54,7 @@ impl Upstream {
             token: listwatch_gateway::bearer(config)
                 .map_err(|e| UpstreamError::Config(e.to_string()))?,
             timeout: config.response_timeout,
+            counts: Default::default(),
         })
     }
 

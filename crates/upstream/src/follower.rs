@@ -15,6 +15,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use listwatch_store::{Change, Record, Store};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tracing::{debug, info, warn};
@@ -114,11 +117,32 @@ fn mark_synced(store: &Store, synced: &mut Synced) {
 }
 
 /// Follows `store`'s resource on `up` forever; `synced` is told after the first sync.
+/// Per followed resource (`pods`, `deployments.apps`): streams resumed after a disconnect and
+/// relists (for `/metrics`).
+#[derive(Default)]
+pub(crate) struct FollowerCounts {
+    pub resumes: Family<ResourceLabel, Counter>,
+    pub relists: Family<ResourceLabel, Counter>,
+}
+
+/// A followed resource, as `/metrics` names it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ResourceLabel {
+    resource: String,
+}
+
 pub(crate) async fn run(store: Arc<Store>, up: Arc<Upstream>, mut synced: Synced) {
     store.set_ready(false);
     let info = store.info().clone();
     let mut resume: Option<u64> = None;
     let mut backoff = MIN_BACKOFF;
+    let label = ResourceLabel {
+        resource: if info.group.is_empty() {
+            info.resource.to_string()
+        } else {
+            format!("{}.{}", info.resource, info.group)
+        },
+    };
     loop {
         let start = resume.unwrap_or(0);
         let mut last = start;
@@ -133,12 +157,14 @@ pub(crate) async fn run(store: Arc<Store>, up: Arc<Upstream>, mut synced: Synced
         match ended {
             Ended::Disconnected(why) => {
                 debug!(resource = %info.resource, %why, rv = last, "upstream watch ended; resuming");
+                up.counts.resumes.get_or_create(&label).inc();
                 if last > 0 {
                     resume = Some(last);
                 }
             }
             Ended::Relist(why) => {
                 warn!(resource = %info.resource, %why, "cache unsafe; relisting from the upstream");
+                up.counts.relists.get_or_create(&label).inc();
                 store.set_ready(false);
                 resume = None;
             }

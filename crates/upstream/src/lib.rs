@@ -332,6 +332,50 @@ impl Source for UpstreamSource {
         &self.registry
     }
 
+    /// Consistent reads' upstream probes and proof LISTs; per followed resource, streams
+    /// resumed and relists.
+    fn metrics_text(&self) -> String {
+        use prometheus_client::metrics::counter::ConstCounter;
+        let mut r = prometheus_client::registry::Registry::default();
+        let n = |a: &AtomicU64| ConstCounter::new(a.load(Ordering::Relaxed));
+        let s = &self.stats;
+        r.register(
+            "listwatch_upstream_consistent_probes",
+            "Consistent reads that asked the upstream for its resourceVersion (LIST limit=1)",
+            n(&s.probes),
+        );
+        r.register(
+            "listwatch_upstream_consistent_coalesced",
+            "Consistent reads that shared another read's probe",
+            n(&s.coalesced),
+        );
+        r.register(
+            "listwatch_upstream_consistent_by_stream",
+            "Probes the followed stream caught up with within the grace period",
+            n(&s.by_stream),
+        );
+        r.register(
+            "listwatch_upstream_proof_lists",
+            "Full LISTs made to prove an idle resource's cache current",
+            n(&s.proof_lists),
+        );
+        let c = &self.up.counts;
+        r.register(
+            "listwatch_upstream_watch_resumes",
+            "Followed streams resumed from their last resourceVersion after a disconnect",
+            c.resumes.clone(),
+        );
+        r.register(
+            "listwatch_upstream_relists",
+            "Followed resources relisted (410 or a cache found unsafe)",
+            c.relists.clone(),
+        );
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode_registry(&mut text, &r);
+        text
+    }
+
     fn consistent_revision<'a>(&'a self, store: &'a Store) -> BoxFuture<'a, Result<u64, ApiError>> {
         Box::pin(async move { Ok(self.consistent(store).await?) })
     }

@@ -163,7 +163,22 @@ async fn a_consistent_list_after_a_write_contains_it() {
     let (_, theirs) = get(up, "/api/v1/namespaces/default/configmaps?limit=1").await;
     let now = list_rv(&theirs);
     assert!(at >= now, "pods read at {at}, before the upstream's {now}");
-    assert!(source.stats().proof_lists.load(Ordering::Relaxed) >= 1);
+    let proofs = source.stats().proof_lists.load(Ordering::Relaxed);
+    assert!(proofs >= 1);
+    // What the consistent reads cost the upstream is on the front's /metrics.
+    let r = listwatch_testkit::send(front, "GET", "/metrics", &[], None)
+        .await
+        .expect("metrics");
+    let metrics = String::from_utf8_lossy(&r.body);
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{name} missing from {metrics}"))
+    };
+    assert!(value("listwatch_upstream_proof_lists_total") >= proofs);
+    assert!(value("listwatch_upstream_consistent_probes_total") >= 1);
+    assert!(metrics.ends_with("# EOF\n"), "{metrics}");
 }
 
 /// Issue 26's history check in this mode: a write acknowledged through one front is in the
