@@ -114,6 +114,15 @@ fn yes() -> bool {
 }
 
 impl ResourceInfo {
+    /// `configmaps` or `deployments.apps`, as kube-apiserver prints a GroupResource.
+    pub fn group_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+
     /// `v1` or `apps/v1`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {

@@ -735,10 +735,8 @@ async fn closing_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                             buf.drain(..end + 4);
                             break head;
                         }
-                        let mut chunk = [0u8; 4096];
-                        match tcp.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        if !read_more(&mut tcp, &mut buf).await {
+                            return;
                         }
                     };
                     let line = head.lines().next().unwrap_or_default().to_string();
@@ -753,10 +751,8 @@ async fn closing_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                         .and_then(|(_, v)| v.trim().parse::<usize>().ok())
                         .unwrap_or(0);
                     while buf.len() < length {
-                        let mut chunk = [0u8; 4096];
-                        match tcp.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        if !read_more(&mut tcp, &mut buf).await {
+                            return;
                         }
                     }
                     buf.drain(..length);
@@ -773,6 +769,18 @@ async fn closing_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
         }
     });
     (addr, heads)
+}
+
+/// Appends what `tcp` has to `buf`; false once it is closed or broken.
+async fn read_more(tcp: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> bool {
+    let mut chunk = [0u8; 4096];
+    match tcp.read(&mut chunk).await {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            true
+        }
+    }
 }
 
 /// `method path` without a body, as kubectl sends a GET or a DELETE.

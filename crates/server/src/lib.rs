@@ -284,6 +284,11 @@ impl App {
         *warmed = next;
     }
 
+    /// Whether every registered cache is loaded (ready).
+    fn caches_loaded(&self) -> bool {
+        self.service.registry.stores().iter().all(|s| s.is_ready())
+    }
+
     /// Spawns the housekeeping loop ([`Self::maintain`] every second) on the current tokio
     /// runtime. [`Maintenance::shutdown`] stops it and waits; dropping the handle detaches
     /// the loop, as dropping a `JoinHandle` does.
@@ -308,7 +313,7 @@ impl App {
                         let mut w = warmed.lock().unwrap_or_else(|e| e.into_inner());
                         // Only a pass that began with every cache loaded covers what a
                         // storm right after readiness lists.
-                        let loaded = app.service.registry.stores().iter().all(|s| s.is_ready());
+                        let loaded = app.caches_loaded();
                         app.measure_encodings(&mut w);
                         if loaded {
                             app.service.lengths.done();
@@ -324,7 +329,7 @@ impl App {
                     }
                     _ = first_pass.tick(), if app.service.lengths.get() == Some(false) => {
                         // Not while a cache is still loading: the second's pass covers that.
-                        if app.service.registry.stores().iter().all(|s| s.is_ready()) {
+                        if app.caches_loaded() {
                             measure(&mut measuring);
                         }
                     }

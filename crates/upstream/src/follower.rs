@@ -137,11 +137,7 @@ pub(crate) async fn run(store: Arc<Store>, up: Arc<Upstream>, mut synced: Synced
     let mut resume: Option<u64> = None;
     let mut backoff = MIN_BACKOFF;
     let label = ResourceLabel {
-        resource: if info.group.is_empty() {
-            info.resource.to_string()
-        } else {
-            format!("{}.{}", info.resource, info.group)
-        },
+        resource: info.group_resource(),
     };
     loop {
         let start = resume.unwrap_or(0);

@@ -337,28 +337,31 @@ impl Source for UpstreamSource {
     fn metrics_text(&self) -> String {
         use prometheus_client::metrics::counter::ConstCounter;
         let mut r = prometheus_client::registry::Registry::default();
-        let n = |a: &AtomicU64| ConstCounter::new(a.load(Ordering::Relaxed));
         let s = &self.stats;
-        r.register(
-            "listwatch_upstream_consistent_probes",
-            "Consistent reads that asked the upstream for its resourceVersion (LIST limit=1)",
-            n(&s.probes),
-        );
-        r.register(
-            "listwatch_upstream_consistent_coalesced",
-            "Consistent reads that shared another read's probe",
-            n(&s.coalesced),
-        );
-        r.register(
-            "listwatch_upstream_consistent_by_stream",
-            "Probes the followed stream caught up with within the grace period",
-            n(&s.by_stream),
-        );
-        r.register(
-            "listwatch_upstream_proof_lists",
-            "Full LISTs made to prove an idle resource's cache current",
-            n(&s.proof_lists),
-        );
+        for (name, help, count) in [
+            (
+                "listwatch_upstream_consistent_probes",
+                "Consistent reads that asked the upstream for its resourceVersion (LIST limit=1)",
+                &s.probes,
+            ),
+            (
+                "listwatch_upstream_consistent_coalesced",
+                "Consistent reads that shared another read's probe",
+                &s.coalesced,
+            ),
+            (
+                "listwatch_upstream_consistent_by_stream",
+                "Probes the followed stream caught up with within the grace period",
+                &s.by_stream,
+            ),
+            (
+                "listwatch_upstream_proof_lists",
+                "Full LISTs made to prove an idle resource's cache current",
+                &s.proof_lists,
+            ),
+        ] {
+            r.register(name, help, ConstCounter::new(count.load(Ordering::Relaxed)));
+        }
         let c = &self.up.counts;
         r.register(
             "listwatch_upstream_watch_resumes",
