@@ -76,9 +76,14 @@ impl Rendering {
         let metadata = matches!(self.form, Form::Metadata);
         let style = match (&self.encoding, &self.form) {
             (Encoding::Protobuf, _) => {
-                Style::Protobuf(Box::new(ProtoObjects::new(info, metadata).ok_or_else(
-                    || ApiError::NotAcceptable(format!("{} has no protobuf form", info.resource)),
-                )?))
+                let objects = ProtoObjects::new(info, metadata).ok_or_else(|| {
+                    ApiError::NotAcceptable(format!("{} has no protobuf form", info.resource))
+                })?;
+                Style::Protobuf(Box::new(ProtoStyle {
+                    objects,
+                    scratch: Vec::new(),
+                    frame: Vec::new(),
+                }))
             }
             (Encoding::Json, Form::Objects) => Style::Json,
             (Encoding::Json, Form::Metadata) => Style::Metadata,
@@ -94,8 +99,6 @@ impl Rendering {
             api_version,
             list_kind,
             now: listwatch_core::time::unix_now(),
-            scratch: Vec::new(),
-            frame: Vec::new(),
         })
     }
 }
@@ -105,7 +108,30 @@ enum Style {
     Metadata,
     /// Boxed like protobuf's state: every watch's writer would otherwise carry its size.
     Table(Box<TableFormat>),
-    Protobuf(Box<ProtoObjects>),
+    Protobuf(Box<ProtoStyle>),
+}
+
+/// Protobuf's state with its scratch buffers: in the box, so a JSON watch's writer does
+/// not carry two empty buffers for life.
+struct ProtoStyle {
+    objects: ProtoObjects,
+    /// One protobuf item or envelope.
+    scratch: Vec<u8>,
+    /// One protobuf watch frame.
+    frame: Vec<u8>,
+}
+
+impl std::ops::Deref for ProtoStyle {
+    type Target = ProtoObjects;
+    fn deref(&self) -> &ProtoObjects {
+        &self.objects
+    }
+}
+
+impl std::ops::DerefMut for ProtoStyle {
+    fn deref_mut(&mut self) -> &mut ProtoObjects {
+        &mut self.objects
+    }
 }
 
 /// A list page's metadata, written by [`ObjectWriter::list_head`].
@@ -128,10 +154,6 @@ pub struct ObjectWriter {
     list_kind: String,
     /// Tables' ages of a LIST or GET are computed at this moment (seconds since the epoch).
     now: i64,
-    /// One protobuf item or envelope.
-    scratch: Vec<u8>,
-    /// One protobuf watch frame.
-    frame: Vec<u8>,
 }
 
 impl ObjectWriter {
@@ -139,9 +161,14 @@ impl ObjectWriter {
     /// goes quiet, so a kubelet's watch does not keep its initial events' buffers for life.
     pub fn release_buffers_over(&mut self, bytes: usize) {
         use listwatch_protobuf::encode::release_over;
-        release_over(&mut self.scratch, bytes);
-        release_over(&mut self.frame, bytes);
-        if let Style::Protobuf(p) = &mut self.style {
+        if let Style::Protobuf(ps) = &mut self.style {
+            let ProtoStyle {
+                objects: p,
+                scratch,
+                frame,
+            } = &mut **ps;
+            release_over(scratch, bytes);
+            release_over(frame, bytes);
             p.release_buffers_over(bytes);
         }
     }
@@ -272,10 +299,15 @@ impl ObjectWriter {
                 }
                 t.write_row(out, r, None, self.now);
             }
-            Style::Protobuf(p) => {
+            Style::Protobuf(ps) => {
+                let ProtoStyle {
+                    objects: p,
+                    scratch,
+                    ..
+                } = &mut **ps;
                 let expected = p.item_len(r)?;
-                let shared = p.item(r, &mut self.scratch)?;
-                let item = shared.as_deref().unwrap_or(&self.scratch);
+                let shared = p.item(r, scratch)?;
+                let item = shared.as_deref().unwrap_or(scratch);
                 if expected != item.len() {
                     return Err(ProtoError::Malformed(
                         "an item's length changed between passes",
@@ -287,7 +319,7 @@ impl ObjectWriter {
                 out.put_slice(&len[..k]);
                 match shared {
                     Some(b) => out.put_bytes(b),
-                    None => out.put_slice(&self.scratch),
+                    None => out.put_slice(scratch),
                 }
             }
         }
@@ -333,12 +365,17 @@ impl ObjectWriter {
                 }
                 out.put_slice(b"}}\n");
             }
-            Style::Protobuf(p) => {
-                self.scratch.clear();
-                p.write_envelope(r, stamp_rv, &mut self.scratch)?;
-                self.frame.clear();
-                write_watch_frame(kind.as_str(), &self.scratch, &mut self.frame);
-                out.put_slice(&self.frame);
+            Style::Protobuf(ps) => {
+                let ProtoStyle {
+                    objects: p,
+                    scratch,
+                    frame,
+                } = &mut **ps;
+                scratch.clear();
+                p.write_envelope(r, stamp_rv, scratch)?;
+                frame.clear();
+                write_watch_frame(kind.as_str(), scratch, frame);
+                out.put_slice(frame);
             }
         }
         Ok(())
@@ -352,22 +389,27 @@ impl ObjectWriter {
         r: &Arc<Record>,
         now: i64,
     ) -> Result<(), ProtoError> {
-        let Style::Protobuf(p) = &mut self.style else {
+        let Style::Protobuf(ps) = &mut self.style else {
             return self.event(out, EventType::Added, r, None, now);
         };
-        let shared = p.item(r, &mut self.scratch)?;
-        let message_len = shared.as_ref().map_or(self.scratch.len(), Bytes::len);
+        let ProtoStyle {
+            objects: p,
+            scratch,
+            frame,
+        } = &mut **ps;
+        let shared = p.item(r, scratch)?;
+        let message_len = shared.as_ref().map_or(scratch.len(), Bytes::len);
         // The envelope's head, then the frame's (which needs the envelope's length).
-        self.frame.clear();
-        p.envelope_head(message_len, &mut self.frame);
-        let head = self.frame.len();
+        frame.clear();
+        p.envelope_head(message_len, frame);
+        let head = frame.len();
         let envelope_len = head + message_len + pb::ENVELOPE_TAIL.len();
-        write_watch_frame_head(EventType::Added.as_str(), envelope_len, &mut self.frame);
-        out.put_slice(&self.frame[head..]);
-        out.put_slice(&self.frame[..head]);
+        write_watch_frame_head(EventType::Added.as_str(), envelope_len, frame);
+        out.put_slice(&frame[head..]);
+        out.put_slice(&frame[..head]);
         match shared {
             Some(b) => out.put_bytes(b),
-            None => out.put_slice(&self.scratch),
+            None => out.put_slice(scratch),
         }
         out.put_slice(&pb::ENVELOPE_TAIL);
         Ok(())
@@ -383,9 +425,14 @@ impl ObjectWriter {
         v: &FilteredEvent<'_>,
         now: i64,
     ) -> Result<(), ProtoError> {
-        let Style::Protobuf(p) = &mut self.style else {
+        let Style::Protobuf(ps) = &mut self.style else {
             return self.event(out, v.kind, v.object, v.stamp_rv, now);
         };
+        let ProtoStyle {
+            objects: p,
+            scratch,
+            frame,
+        } = &mut **ps;
         let form = if p.metadata_only() {
             EventForm::ProtobufMetadata
         } else {
@@ -393,7 +440,6 @@ impl ObjectWriter {
         };
         // A view stamps only the previous object, and only with the event's RV: one
         // encoding per (form, stamped) serves every watcher.
-        let scratch = &mut self.scratch;
         let mut failed = None;
         let envelope = e
             .encoded
@@ -413,9 +459,9 @@ impl ObjectWriter {
                     "the event's object cannot be encoded",
                 ))
             })?;
-        self.frame.clear();
-        write_watch_frame_head(v.kind.as_str(), envelope.len(), &mut self.frame);
-        out.put_slice(&self.frame);
+        frame.clear();
+        write_watch_frame_head(v.kind.as_str(), envelope.len(), frame);
+        out.put_slice(frame);
         out.put_bytes(envelope);
         Ok(())
     }
@@ -437,12 +483,17 @@ impl ObjectWriter {
             _ => bookmark_object(info, rv, initial_events_end),
         };
         match &mut self.style {
-            Style::Protobuf(p) => {
-                self.scratch.clear();
-                p.write_json_envelope(&object, &mut self.scratch)?;
-                self.frame.clear();
-                write_watch_frame("BOOKMARK", &self.scratch, &mut self.frame);
-                out.put_slice(&self.frame);
+            Style::Protobuf(ps) => {
+                let ProtoStyle {
+                    objects: p,
+                    scratch,
+                    frame,
+                } = &mut **ps;
+                scratch.clear();
+                p.write_json_envelope(&object, scratch)?;
+                frame.clear();
+                write_watch_frame("BOOKMARK", scratch, frame);
+                out.put_slice(frame);
             }
             _ => {
                 out.put_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
@@ -456,12 +507,17 @@ impl ObjectWriter {
     /// An ERROR event carrying the `Status` JSON `status_body`.
     pub fn error_event(&mut self, out: &mut ChunkWriter, status_body: &[u8]) {
         match &mut self.style {
-            Style::Protobuf(p) => {
-                self.scratch.clear();
-                if p.write_status(status_body, &mut self.scratch).is_ok() {
-                    self.frame.clear();
-                    write_watch_frame("ERROR", &self.scratch, &mut self.frame);
-                    out.put_slice(&self.frame);
+            Style::Protobuf(ps) => {
+                let ProtoStyle {
+                    objects: p,
+                    scratch,
+                    frame,
+                } = &mut **ps;
+                scratch.clear();
+                if p.write_status(status_body, scratch).is_ok() {
+                    frame.clear();
+                    write_watch_frame("ERROR", scratch, frame);
+                    out.put_slice(frame);
                 }
             }
             _ => write_error(out, status_body),

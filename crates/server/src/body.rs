@@ -11,7 +11,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::Stream;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
@@ -42,8 +41,13 @@ pub fn full(b: impl Into<Bytes>) -> ResponseBody {
 /// threshold.
 const GZIP_MIN: usize = 32 * 1024;
 
-/// The pieces of a streamed body (hyper's boxed body wants `Sync` too).
-pub type Pieces = Pin<Box<dyn Stream<Item = Piece> + Send + Sync>>;
+/// Where a streamed body's pieces come from: polled when hyper asks for the next frame.
+/// A plain trait rather than a boxed `Stream`: the body holds its producer inline, so an
+/// idle watch is one allocation (hyper's boxed body wants `Sync` too).
+pub trait Producer: Send + Sync + Unpin + 'static {
+    /// The next piece, `None` at the end.
+    fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Option<Piece>>;
+}
 
 /// One piece of a streamed body.
 pub struct Piece {
@@ -57,11 +61,11 @@ pub struct Piece {
 
 /// A streamed body, gzip-encoded or not: the one gzip adapter for LIST and watch bodies.
 /// With gzip, one member per response, flushed per chunk so a watch stays live.
-pub struct StreamedBody {
-    /// `None` once it has ended (a finished stream must not be polled again).
-    pieces: Option<Pieces>,
-    ahead: VecDeque<Bytes>,
-    gzip: Option<GzipStream>,
+pub struct StreamedBody<P> {
+    /// `None` once it has ended (a finished producer must not be polled again).
+    producer: Option<P>,
+    /// Boxed: most bodies are not compressed, and an idle watch would carry it for life.
+    gzip: Option<Box<GzipStream>>,
     done: bool,
     /// When this body's current turn on a worker began (its first frame since it last
     /// yielded).
@@ -80,21 +84,22 @@ pub struct StreamedBody {
 /// duration the same (loadtest/README.md).
 const TURN: Duration = Duration::from_micros(250);
 
-impl StreamedBody {
-    /// A body over `pieces`, gzip-encoded when `gzip`; `compress` says whether the first
+impl<P: Producer> StreamedBody<P> {
+    /// A body over `producer`, gzip-encoded when `gzip`; `compress` says whether the first
     /// pieces are worth a compressor (else they are framed as stored blocks from the start,
     /// so an idle gzip watch never allocates one).
-    pub fn new(pieces: Pieces, gzip: bool, compress: bool) -> Self {
+    fn new(producer: P, gzip: bool, compress: bool) -> Self {
         StreamedBody {
-            pieces: Some(pieces),
-            ahead: VecDeque::new(),
-            gzip: gzip.then(|| GzipStream::new(compress)),
+            producer: Some(producer),
+            gzip: gzip.then(|| Box::new(GzipStream::new(compress))),
             done: false,
             turn_started: None,
             bulk: compress,
         }
     }
+}
 
+impl StreamedBody<ListPieces> {
     /// A LIST body from `encoder`, gzip-encoded when `gzip_ok` and the body is at least
     /// `GZIP_MIN` bytes (decided by looking ahead at most that far). Returns the body and
     /// whether it is compressed.
@@ -114,44 +119,41 @@ impl StreamedBody {
             }
             compress = size >= GZIP_MIN;
         }
-        let pieces = futures::stream::iter(std::iter::from_fn(move || {
-            encoder
-                .next_chunk()
-                .map(|bytes| Piece { bytes, bulk: true })
-        }));
-        let mut body = StreamedBody::new(Box::pin(pieces), compress, true);
-        body.ahead = ahead;
-        (body, compress)
-    }
-
-    /// A watch body: `encoder` driven in time, ended early (spread over the grace period)
-    /// when `drain` reports the server is draining; a watch-list's `list_seat` is given back
-    /// once its initial events are out.
-    pub fn watch(
-        encoder: WatchEncoder,
-        drain: Option<DrainSignal>,
-        list_seat: Option<Box<ListSeat>>,
-        gzip: bool,
-    ) -> Self {
-        let compress = encoder.has_initial_events();
-        let state = WatchDriver {
-            encoder,
-            drain,
-            list_seat,
-        };
-        let pieces = futures::stream::unfold(state, |mut s| async move {
-            let bytes = s.next_chunk().await?;
-            let bulk = s.encoder.in_initial_phase();
-            if !bulk {
-                s.list_seat = None;
-            }
-            Some((Piece { bytes, bulk }, s))
-        });
-        StreamedBody::new(Box::pin(pieces), gzip, compress)
+        let pieces = ListPieces { ahead, encoder };
+        (StreamedBody::new(pieces, compress, true), compress)
     }
 }
 
-impl Body for StreamedBody {
+/// A LIST's pieces: the chunks looked ahead at, then the encoder's.
+pub struct ListPieces {
+    ahead: VecDeque<Bytes>,
+    encoder: ListEncoder,
+}
+
+impl Producer for ListPieces {
+    fn poll_piece(&mut self, _: &mut Context<'_>) -> Poll<Option<Piece>> {
+        let bytes = self.ahead.pop_front().or_else(|| self.encoder.next_chunk());
+        Poll::Ready(bytes.map(|bytes| Piece { bytes, bulk: true }))
+    }
+}
+
+impl StreamedBody<WatchDriver> {
+    /// A watch body: `encoder` driven in time, ended early (spread over the grace period)
+    /// when its store drains; a watch-list's `list_seat` is given back once its initial
+    /// events are out.
+    pub fn watch(encoder: WatchEncoder, list_seat: Option<Box<ListSeat>>, gzip: bool) -> Self {
+        let compress = encoder.has_initial_events();
+        let driver = WatchDriver {
+            encoder,
+            drain_seen: false,
+            list_seat,
+            timer: None,
+        };
+        StreamedBody::new(driver, gzip, compress)
+    }
+}
+
+impl<P: Producer> Body for StreamedBody<P> {
     type Data = Bytes;
     type Error = BodyCut;
 
@@ -185,19 +187,13 @@ impl Body for StreamedBody {
             Some(_) => {}
             None => this.turn_started = Some(now),
         }
-        let next = match this.ahead.pop_front() {
-            Some(c) => Some(Piece {
-                bytes: c,
-                bulk: true,
-            }),
-            None => match this.pieces.as_mut().map(|p| p.as_mut().poll_next(cx)) {
-                Some(Poll::Pending) => return Poll::Pending,
-                Some(Poll::Ready(Some(p))) => Some(p),
-                Some(Poll::Ready(None)) | None => {
-                    this.pieces = None;
-                    None
-                }
-            },
+        let next = match this.producer.as_mut().map(|p| p.poll_piece(cx)) {
+            Some(Poll::Pending) => return Poll::Pending,
+            Some(Poll::Ready(Some(p))) => Some(p),
+            Some(Poll::Ready(None)) | None => {
+                this.producer = None;
+                None
+            }
         };
         if let Some(p) = &next {
             this.bulk = p.bulk;
@@ -232,40 +228,60 @@ impl Body for StreamedBody {
     }
 }
 
-/// Becomes `Some(grace)` when the server (or one resource) drains.
-pub type DrainSignal = tokio::sync::watch::Receiver<Option<Duration>>;
-
 /// Drives a [`WatchEncoder`] in time: waits for events (a drain wakes the cursor too), the
-/// next bookmark or the deadline when the encoder is idle.
-struct WatchDriver {
+/// next bookmark or the deadline when the encoder is idle. Hand-written rather than an
+/// `async` loop: an idle watch then holds its cursor's slot and a timer, not a state
+/// machine with a select of two futures (docs/memory.md).
+pub struct WatchDriver {
     encoder: WatchEncoder,
-    drain: Option<DrainSignal>,
+    /// The store's drain was seen (and the end scheduled).
+    drain_seen: bool,
     /// Boxed: only watch-lists have one, and every idle watch would carry its size.
     list_seat: Option<Box<ListSeat>>,
+    /// The wake-up for the encoder's next deadline (bookmark or end), made on first wait
+    /// and reset after.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
-impl WatchDriver {
-    async fn next_chunk(&mut self) -> Option<Bytes> {
+impl Producer for WatchDriver {
+    fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Option<Piece>> {
         loop {
             // The store wakes every cursor when it drains (`Store::drain_watches`), so the
-            // signal is read here, not waited on beside the cursor: an idle watch's future
-            // stays one select of two.
-            let grace = self.drain.as_ref().and_then(|rx| *rx.borrow());
-            if let Some(grace) = grace {
+            // signal is read here, not waited on beside the cursor.
+            if !self.drain_seen
+                && let Some(grace) = self.encoder.cursor_mut().store().draining()
+            {
                 // Read once: the watch ends at a random moment within the grace, so clients
                 // do not all reconnect at the same instant.
-                self.drain = None;
+                self.drain_seen = true;
                 let spread = grace.mul_f64(rand::random::<f64>());
                 self.encoder.end_by((Instant::now() + spread).into_std());
             }
             let until = match self.encoder.step(Instant::now().into_std()) {
-                WatchStep::Chunk(c) => return Some(c),
-                WatchStep::End => return None,
+                WatchStep::Chunk(bytes) => {
+                    let bulk = self.encoder.in_initial_phase();
+                    if !bulk {
+                        self.list_seat = None;
+                    }
+                    return Poll::Ready(Some(Piece { bytes, bulk }));
+                }
+                WatchStep::End => return Poll::Ready(None),
                 WatchStep::Idle { until } => Instant::from_std(until),
             };
-            tokio::select! {
-                _ = self.encoder.cursor_mut().changed() => {}
-                _ = tokio::time::sleep_until(until) => {}
+            if self.encoder.cursor_mut().poll_changed(cx).is_ready() {
+                continue;
+            }
+            let timer = match &mut self.timer {
+                Some(t) => {
+                    if t.deadline() != until || t.is_elapsed() {
+                        t.as_mut().reset(until);
+                    }
+                    t
+                }
+                None => self.timer.insert(Box::pin(tokio::time::sleep_until(until))),
+            };
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
             }
         }
     }

@@ -60,18 +60,11 @@ struct State {
     requests: u64,
     /// Milliseconds since `opened` of the last request's end (or 0).
     last_end_ms: u64,
-    bodies: Vec<std::sync::Weak<BodyProgress>>,
+    /// Every request in flight, for whether one waits for its client.
+    bodies: Vec<std::sync::Weak<Place>>,
     /// Requests the client abandoned in the current [`CANCEL_WINDOW`], and when it began.
     cancels: u64,
     cancel_window_ms: u64,
-}
-
-/// Whether one response is waiting for its client.
-#[derive(Default)]
-pub struct BodyProgress {
-    /// Milliseconds since the connection opened at which the body handed out bytes and
-    /// has not been asked for more since (0: not waiting for the client).
-    blocked_since_ms: AtomicU64,
 }
 
 /// A request in flight on a connection; dropping it (with its response body) ends it.
@@ -81,7 +74,9 @@ pub struct InFlight(Arc<Place>);
 
 struct Place {
     shared: Arc<Shared>,
-    progress: Arc<BodyProgress>,
+    /// Milliseconds since the connection opened at which the body handed out bytes and
+    /// has not been asked for more since (0: not waiting for the client).
+    blocked_since_ms: AtomicU64,
 }
 
 /// A LIST slot held on a connection.
@@ -116,17 +111,17 @@ impl Connection {
 
     /// A request arrived.
     pub fn begin(&self) -> InFlight {
-        let progress = Arc::new(BodyProgress::default());
+        let place = Arc::new(Place {
+            shared: self.shared.clone(),
+            blocked_since_ms: AtomicU64::new(0),
+        });
         let mut s = self.shared.state.lock();
         s.in_flight += 1;
         s.requests += 1;
         s.bodies.retain(|b| b.strong_count() > 0);
-        s.bodies.push(Arc::downgrade(&progress));
+        s.bodies.push(Arc::downgrade(&place));
         drop(s);
-        InFlight(Arc::new(Place {
-            shared: self.shared.clone(),
-            progress,
-        }))
+        InFlight(place)
     }
 
     /// Resolves when the connection should be closed, with the reason: idle too long (before
@@ -206,7 +201,6 @@ impl InFlight {
     /// The body handed out bytes: from now on it waits for the client to ask for more.
     pub fn produced(&self) {
         self.0
-            .progress
             .blocked_since_ms
             .store(self.0.shared.ms_now(), Ordering::Relaxed);
     }
@@ -228,7 +222,7 @@ impl InFlight {
 
     /// The client asked for more: not waiting on it any more.
     pub fn polled(&self) {
-        self.0.progress.blocked_since_ms.store(0, Ordering::Relaxed);
+        self.0.blocked_since_ms.store(0, Ordering::Relaxed);
     }
 }
 

@@ -46,7 +46,12 @@ impl Service {
         let mut req = ApiRequest::parse(req, route, self.pass_through.get().is_some());
         let in_flight = req.head.in_flight.take();
         let resource = req.resource_label();
-        let (verb, uri, error_encoding) = (req.head.verb, req.head.uri(), req.head.error_encoding);
+        let (verb, error_encoding) = (req.head.verb, req.head.error_encoding);
+        // Kept only for the request's log line: a watch would hold it for life unwritten.
+        let uri = match metrics::request_log_enabled() {
+            true => req.head.uri().into_boxed_str(),
+            false => Box::default(),
+        };
         // Refused requests go the same way as failed ones: a Status, metered and logged.
         let (admission, answer) = match self.admit(&req.head, in_flight.as_ref(), uri_len) {
             Err(e) => (None, Err(e)),
@@ -63,7 +68,7 @@ impl Service {
         let info = metrics::RequestInfo {
             verb,
             resource,
-            uri: uri.into_boxed_str(),
+            uri,
             code: parts.status.as_u16(),
             start,
         };

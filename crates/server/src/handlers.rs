@@ -407,7 +407,7 @@ async fn watch(
         chunk: ctx.config.chunk_bytes,
     };
     let encoder = WatchEncoder::new(cursor, filter, writer, spec, Instant::now().into_std());
-    let body = StreamedBody::watch(encoder, Some(store.drain_signal()), list_seat, gzip_ok);
+    let body = StreamedBody::watch(encoder, list_seat, gzip_ok);
     Ok(encoded(
         typed(StatusCode::OK, content_type, BodyExt::boxed(body)),
         gzip_ok,

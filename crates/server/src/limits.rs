@@ -101,8 +101,9 @@ pub struct Requester<'a> {
 }
 
 struct UserSlot {
-    counts: Arc<Mutex<HashMap<String, usize>>>,
-    user: String,
+    counts: Arc<Mutex<HashMap<Arc<str>, usize>>>,
+    /// The map's own key: a watch holds its slot for life, one name per user not per slot.
+    user: Arc<str>,
 }
 
 impl Drop for UserSlot {
@@ -124,8 +125,8 @@ pub struct Limits {
     watches: Arc<Semaphore>,
     /// Budget in KiB units (semaphores count u32 permits).
     budget: Arc<Semaphore>,
-    per_user: Arc<Mutex<HashMap<String, usize>>>,
-    lists_per_user: Arc<Mutex<HashMap<String, usize>>>,
+    per_user: Arc<Mutex<HashMap<Arc<str>, usize>>>,
+    lists_per_user: Arc<Mutex<HashMap<Arc<str>, usize>>>,
 }
 
 const TOO_MANY: &str = "Too many requests, please try again later.";
@@ -236,13 +237,17 @@ impl Limits {
 
 /// One of `user`'s `cap` slots in `counts` (0: no cap).
 fn take_user_slot(
-    counts: &Arc<Mutex<HashMap<String, usize>>>,
+    counts: &Arc<Mutex<HashMap<Arc<str>, usize>>>,
     user: &str,
     cap: usize,
     what: &str,
 ) -> Result<UserSlot, ApiError> {
     let mut c = counts.lock();
-    let n = c.entry(user.to_string()).or_insert(0);
+    let key = match c.get_key_value(user) {
+        Some((k, _)) => k.clone(),
+        None => Arc::from(user),
+    };
+    let n = c.entry(key.clone()).or_insert(0);
     if cap > 0 && *n >= cap {
         return Err(ApiError::TooManyRequests(format!(
             "too many {what} for user {user:?} (limit {cap}), please try again later."
@@ -251,6 +256,6 @@ fn take_user_slot(
     *n += 1;
     Ok(UserSlot {
         counts: counts.clone(),
-        user: user.to_string(),
+        user: key,
     })
 }

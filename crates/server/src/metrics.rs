@@ -251,13 +251,19 @@ pub fn rss_bytes() -> u64 {
     listwatch_core::process::rss_kib("self").map_or(0, |kib| kib * 1024)
 }
 
+/// Whether request log lines (this module's, INFO) are written at all.
+pub fn request_log_enabled() -> bool {
+    tracing::enabled!(tracing::Level::INFO)
+}
+
 /// What is known about a request when its response starts.
 pub struct RequestInfo {
     /// The request's verb.
     pub verb: listwatch_core::Verb,
     /// Resource label.
     pub resource: String,
-    /// Path and query, for the log (exact size: a watch holds it for life).
+    /// Path and query, for the log (exact size: a watch holds it for life; empty when the
+    /// log line would not be written).
     pub uri: Box<str>,
     /// HTTP status.
     pub code: u16,

@@ -7,6 +7,7 @@
 //! - [`Store`]: one resource's cache tying these together, with its clock.
 //! - [`Filter`]: namespace + selectors, and the watch filter transitions.
 
+pub mod beacon;
 pub mod event_log;
 pub mod reader;
 pub mod record;

@@ -10,6 +10,7 @@ use listwatch_core::ResourceInfo;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::beacon::{Beacon, BeaconReceiver};
 use crate::event_log::{Event, EventLog, EventType, LogLimits};
 use crate::record::Record;
 use crate::snapshot::{FieldIndex, Filter, RecordMap, Snapshot};
@@ -108,21 +109,21 @@ impl CursorPositions {
 /// cursor knows whether events trimmed before it read them could have concerned it.
 #[derive(Default)]
 struct Triggers {
-    by_value: HashMap<Arc<str>, watch::Sender<u64>>,
+    by_value: HashMap<Arc<str>, Arc<Beacon>>,
     prune_at: usize,
 }
 
 impl Triggers {
     /// A receiver for `value`; a new channel starts at `end` (events before it may be for
     /// this value: a cursor behind it is never told otherwise).
-    fn subscribe(&mut self, value: &str, end: u64) -> watch::Receiver<u64> {
+    fn subscribe(&mut self, value: &str, end: u64) -> BeaconReceiver {
         if self.by_value.len() >= self.prune_at {
             self.by_value.retain(|_, tx| tx.receiver_count() > 0);
             self.prune_at = (2 * self.by_value.len()).max(64);
         }
         self.by_value
             .entry(value.into())
-            .or_insert_with(|| watch::Sender::new(end))
+            .or_insert_with(|| Beacon::new(end))
             .subscribe()
     }
 }
@@ -212,7 +213,7 @@ pub struct Store {
     clock: watch::Sender<u64>,
     /// End sequence of the event log; watchers wait on this, so progress marks on idle
     /// resources wake nobody.
-    head: watch::Sender<u64>,
+    head: Arc<Beacon>,
     /// Whether the source vouches for this cache. A source clears it the moment it finds
     /// the cache may be stale (a lost event, a compaction) and sets it after a relist;
     /// readers refuse an unready store instead of serving stale data.
@@ -254,7 +255,7 @@ impl Store {
             config,
             inner: Mutex::new(inner),
             clock: watch::Sender::new(rv),
-            head: watch::Sender::new(0),
+            head: Beacon::new(0),
             ready: AtomicBool::new(true),
             retired: AtomicBool::new(false),
             drain: watch::Sender::new(None),
@@ -284,9 +285,9 @@ impl Store {
     /// watch waits on its cursor alone, not on a second channel it would carry for life.
     pub fn drain_watches(&self, grace: Duration) {
         self.drain.send_replace(Some(grace));
-        self.head.send_modify(|_| ());
+        self.head.touch();
         for tx in self.triggers.lock().by_value.values() {
-            tx.send_modify(|_| ());
+            tx.touch();
         }
     }
 
@@ -299,9 +300,10 @@ impl Store {
         }
     }
 
-    /// What a watch listens to for [`Store::drain_watches`].
-    pub fn drain_signal(&self) -> watch::Receiver<Option<Duration>> {
-        self.drain.subscribe()
+    /// `Some(grace)` once open watches must end ([`Store::drain_watches`]); a watch reads it
+    /// when its cursor wakes.
+    pub fn draining(&self) -> Option<Duration> {
+        *self.drain.borrow()
     }
 
     /// Stops serving this resource: new requests see it as unknown (404) and open watches
@@ -431,13 +433,11 @@ impl Store {
             let t = self.triggers.lock();
             match touched {
                 _ if t.by_value.is_empty() => {}
-                None => t.by_value.values().for_each(|tx| {
-                    tx.send_replace(end);
-                }),
+                None => t.by_value.values().for_each(|tx| tx.send(end)),
                 Some(records) => {
                     for r in records {
                         if let Some(tx) = t.by_value.get(r.field(f).unwrap_or("")) {
-                            tx.send_replace(end);
+                            tx.send(end);
                         }
                     }
                 }
@@ -445,7 +445,7 @@ impl Store {
         }
         drop(g);
         self.clock.send_replace(rv);
-        self.head.send_replace(end);
+        self.head.send(end);
     }
 
     /// Declares that nothing happened up to `rv` (a source progress mark): readers waiting
@@ -622,6 +622,7 @@ impl Store {
         }
         let seq = g.log.seq_after(rv);
         let trigger = trigger_value.map(|v| self.triggers.lock().subscribe(v, g.log.end_seq()));
+        let by_value = trigger.is_some();
         drop(g);
         let position = Arc::new(AtomicU64::new(seq));
         self.cursors.lock().add(&position);
@@ -629,8 +630,8 @@ impl Store {
             store: self.clone(),
             seq,
             rv,
-            head: self.head.subscribe(),
-            trigger,
+            signal: trigger.unwrap_or_else(|| self.head.subscribe()),
+            by_value,
             position,
             behind: false,
         })
@@ -705,9 +706,10 @@ pub struct WatchCursor {
     store: Arc<Store>,
     seq: u64,
     rv: u64,
-    head: watch::Receiver<u64>,
-    /// The cursor's value trigger, waited on instead of `head` (see [`Triggers`]).
-    trigger: Option<watch::Receiver<u64>>,
+    /// What the cursor waits on: its value's trigger (see [`Triggers`]) or the log head.
+    signal: BeaconReceiver,
+    /// `signal` is a value trigger (its value: the log end at its value's last event).
+    by_value: bool,
     /// `seq`, published for the store's watcher-lag figure.
     position: Arc<AtomicU64>,
     /// The last poll stopped short of the log's end (its `max`): there is more to read
@@ -729,8 +731,8 @@ impl WatchCursor {
     /// Appends available events (about `max`, never splitting one RV) to `out` without
     /// waiting. When the cursor catches up, its RV advances to the store's RV.
     pub fn poll(&mut self, max: usize, out: &mut Vec<Arc<Event>>) -> Result<(), StoreError> {
-        self.head.borrow_and_update();
-        let last_relevant = self.trigger.as_mut().map(|t| *t.borrow_and_update());
+        let signalled = self.signal.borrow_and_update();
+        let last_relevant = self.by_value.then_some(signalled);
         let g = self.store.inner.lock();
         if !g.log.holds(self.seq) {
             // A value-triggered cursor sleeps through other values' events; those trimmed
@@ -775,25 +777,20 @@ impl WatchCursor {
         if self.behind {
             return true;
         }
-        match &self.trigger {
-            Some(t) => t.has_changed(),
-            None => self.head.has_changed(),
+        self.signal.has_changed()
+    }
+
+    /// Ready when the log may have new events for this cursor; otherwise the task is woken
+    /// when it may (polled, so a waiting watch holds no future: see [`Beacon`]).
+    pub fn poll_changed(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.behind {
+            return std::task::Poll::Ready(());
         }
-        .unwrap_or(false)
+        self.signal.poll_changed(cx)
     }
 
     /// Waits until the log may have new events for this cursor.
     pub async fn changed(&mut self) {
-        if self.behind {
-            return;
-        }
-        let changed = match &mut self.trigger {
-            Some(t) => t.changed().await,
-            None => self.head.changed().await,
-        };
-        if changed.is_err() {
-            // The store is gone; never wake again (the watch ends by timeout or shutdown).
-            std::future::pending::<()>().await;
-        }
+        std::future::poll_fn(|cx| self.poll_changed(cx)).await
     }
 }
