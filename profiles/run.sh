@@ -28,4 +28,6 @@ run watchlist4-protobuf --scenario watchlist --clients 4 --expect 4000 --protobu
 run list4-metadata-protobuf --scenario list --clients 4 --expect 4000 --protobuf --metadata-only
 # 2,000 idle watches over 4 HTTP/2 connections, profiled 30 s after start, mid-hold.
 DHAT_AT=30 run idle-watchers-h2-2000 --scenario idle-watchers --clients 2000 --h2-streams-per-conn 500 --hold 40
+# The same watches arriving over 20 s, as in a running cluster (h2 sizes its slabs by bursts).
+DHAT_AT=30 run idle-watchers-h2-2000-ramp20 --scenario idle-watchers --clients 2000 --h2-streams-per-conn 500 --hold 40 --ramp-seconds 20
 python3 profiles/summarize.py
