@@ -176,6 +176,43 @@ async fn exec(k: &Kubectl) {
     assert!(err.contains("to-err"), "stderr came through: {err}");
 }
 
+/// `exec` when the upstream refuses the WebSocket upgrade, as an apiserver or kubelet
+/// before 1.30 does: kubectl falls back to SPDY/3.1 (remotecommand v4), and that upgrade
+/// reaches the test upstream too (through a front: passed through as it came).
+async fn exec_over_spdy(k: &Kubectl, kl: &kubelet::Kubelet) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let spdy = || {
+        kl.served
+            .lock()
+            .iter()
+            .filter(|s| *s == "exec-spdy")
+            .count()
+    };
+    let before = spdy();
+    kl.refuse_websocket_exec.store(true, Relaxed);
+    assert_eq!(
+        k.run(&["exec", "web", "--", "echo", "over spdy"]).await,
+        "over spdy\n"
+    );
+    let input = b"stdin over spdy\nand a last line";
+    let (code, out, err) = k
+        .run_with(&["exec", "-i", "web", "--", "cat"], Some(input))
+        .await;
+    assert_eq!(code, 0, "exec -i cat over SPDY: {err}");
+    assert_eq!(out, input);
+    let (code, out, err) = k
+        .run_with(
+            &["exec", "web", "--", "sh", "-c", "echo to-err >&2; exit 3"],
+            None,
+        )
+        .await;
+    kl.refuse_websocket_exec.store(false, Relaxed);
+    assert_eq!(code, 3, "exec exit 3 over SPDY: {err}");
+    assert!(out.is_empty(), "{out:?}");
+    assert!(err.contains("to-err"), "stderr came through: {err}");
+    assert_eq!(spdy() - before, 3, "each exec fell back to SPDY upstream");
+}
+
 /// `attach`: the process's stdout lines, then kubectl exits 0 with it.
 async fn attach(k: &Kubectl) {
     let out = k.run(&["attach", "web"]).await;
@@ -307,6 +344,7 @@ async fn streams(
     let started = Instant::now();
     logs(&k).await;
     exec(&k).await;
+    exec_over_spdy(&k, kl).await;
     attach(&k).await;
     port_forward(&k, echo).await;
     cp(&k, root, kl).await;

@@ -1,7 +1,9 @@
 //! A test upstream standing in for what kube-apiserver reaches through the kubelet: a pod's
 //! `log` (followed, streamed over time), and the WebSocket upgrades kubectl makes for
 //! `exec` and `attach` (channel protocol `v5.channel.k8s.io`) and `portforward` (SPDY/3.1
-//! tunnelled in WebSocket binary messages, `SPDY/3.1+portforward.k8s.io`, KEP 4006).
+//! tunnelled in WebSocket binary messages, `SPDY/3.1+portforward.k8s.io`, KEP 4006); and,
+//! when told to refuse WebSocket for it, `exec` over SPDY/3.1 (`v4.channel.k8s.io`), what
+//! kubectl falls back to.
 //! Everything else is proxied to a listwatch on its embedded store, so the pod objects kubectl
 //! reads first exist there.
 //!
@@ -45,6 +47,8 @@ pub const ATTACH_LINES: usize = 3;
 
 /// The remotecommand subprotocol kubectl offers for exec, attach and cp.
 const CHANNEL_V5: &str = "v5.channel.k8s.io";
+/// The remotecommand protocol of an `exec` over SPDY/3.1.
+const CHANNEL_V4: &str = "v4.channel.k8s.io";
 /// The subprotocol kubectl port-forward offers: SPDY tunnelled in WebSocket.
 const PORTFORWARD_TUNNEL: &str = "SPDY/3.1+portforward.k8s.io";
 /// How long after the upgrade a command or attached process starts writing. A kubelet
@@ -63,6 +67,9 @@ pub struct Kubelet {
     pub commands: Arc<Mutex<Vec<Vec<String>>>>,
     /// The subresource requests it answered itself (`exec`, `log`, …), in order.
     pub served: Arc<Mutex<Vec<String>>>,
+    /// Refuse `exec` over WebSocket, as an apiserver or kubelet before 1.30 does: kubectl
+    /// then falls back to SPDY/3.1 (served, and recorded as `exec-spdy`).
+    pub refuse_websocket_exec: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct State {
@@ -73,6 +80,7 @@ struct State {
     >,
     commands: Arc<Mutex<Vec<Vec<String>>>>,
     served: Arc<Mutex<Vec<String>>>,
+    refuse_websocket_exec: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Starts the test upstream on 127.0.0.1, proxying what it does not serve to `upstream`.
@@ -80,11 +88,13 @@ pub async fn start(upstream: SocketAddr) -> Kubelet {
     let (listener, addr) = listwatch_testkit::listen_local().await;
     let commands = Arc::new(Mutex::new(Vec::new()));
     let served = Arc::new(Mutex::new(Vec::new()));
+    let refuse_websocket_exec = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let state = Arc::new(State {
         upstream,
         client: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),
         commands: commands.clone(),
         served: served.clone(),
+        refuse_websocket_exec: refuse_websocket_exec.clone(),
     });
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
@@ -102,6 +112,7 @@ pub async fn start(upstream: SocketAddr) -> Kubelet {
         addr,
         commands,
         served,
+        refuse_websocket_exec,
     }
 }
 
@@ -114,15 +125,27 @@ impl State {
             _ => None,
         };
         let query = decode_query(req.uri().query().unwrap_or(""));
-        let websocket = req
+        let upgrade = req
             .headers()
             .get(header::UPGRADE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+            .map(str::to_ascii_lowercase);
+        let websocket = upgrade.as_deref() == Some("websocket");
+        let refuse_websocket_exec = self
+            .refuse_websocket_exec
+            .load(std::sync::atomic::Ordering::Relaxed);
         let answer = match sub {
             Some("log") if req.method() == http::Method::GET => {
                 self.served.lock().push("log".into());
                 log(&query)
+            }
+            Some("exec") if websocket && refuse_websocket_exec => text(
+                StatusCode::BAD_REQUEST,
+                "exec: this kubelet speaks SPDY/3.1 only".into(),
+            ),
+            Some("exec") if upgrade.as_deref() == Some("spdy/3.1") => {
+                self.served.lock().push("exec-spdy".into());
+                self.spdy_exec(req, query)
             }
             Some(s @ ("exec" | "attach" | "portforward")) if websocket => {
                 self.served.lock().push(s.into());
@@ -198,6 +221,43 @@ impl State {
             .header(header::CONNECTION, "Upgrade")
             .header(header::SEC_WEBSOCKET_ACCEPT, accept)
             .header(header::SEC_WEBSOCKET_PROTOCOL, wanted)
+            .body(empty())
+            .expect("a valid 101")
+    }
+}
+
+impl State {
+    /// Accepts `exec` over SPDY/3.1 (remotecommand `v4.channel.k8s.io`, the protocol kubectl
+    /// falls back to when the WebSocket upgrade is refused) and runs the session.
+    fn spdy_exec(
+        self: Arc<Self>,
+        mut req: Request<Incoming>,
+        query: Vec<(String, String)>,
+    ) -> Response<Body> {
+        let offered = req
+            .headers()
+            .get_all("x-stream-protocol-version")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|p| p.trim() == CHANNEL_V4);
+        if !offered {
+            return text(
+                StatusCode::FORBIDDEN,
+                format!("exec: protocol {CHANNEL_V4} not offered"),
+            );
+        }
+        let on = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            if let Ok(upgraded) = on.await {
+                spdy_exec(upgraded, &query, &self.commands).await;
+            }
+        });
+        Response::builder()
+            .status(StatusCode::SWITCHING_PROTOCOLS)
+            .header(header::UPGRADE, "SPDY/3.1")
+            .header(header::CONNECTION, "Upgrade")
+            .header("X-Stream-Protocol-Version", CHANNEL_V4)
             .body(empty())
             .expect("a valid 101")
     }
@@ -445,6 +505,145 @@ async fn exec(ws: Ws, query: &[(String, String)], commands: &Mutex<Vec<Vec<Strin
     finish(tx, writer, status).await;
 }
 
+/// `exec` over SPDY/3.1 on the raw upgraded connection: kubectl opens an `error` stream
+/// and one stream per standard stream it asked for (`streamtype` header); the command's
+/// output goes to the `stdout`/`stderr` streams, its stdin comes from the `stdin` stream,
+/// and the error stream carries the `Status` of a failure (nothing for success) before
+/// every stream is closed.
+async fn spdy_exec(
+    upgraded: hyper::upgrade::Upgraded,
+    query: &[(String, String)],
+    commands: &Mutex<Vec<Vec<String>>>,
+) {
+    let command: Vec<String> = query
+        .iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v.clone())
+        .collect();
+    commands.lock().push(command.clone());
+    let (mut read, mut write) = tokio::io::split(TokioIo::new(upgraded));
+    let (tx, mut rx) = mpsc::channel::<Message>(64);
+    let writer = tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if let Message::Binary(b) = m
+                && write.write_all(&b).await.is_err()
+            {
+                break;
+            }
+        }
+        let _ = write.shutdown().await;
+    });
+    let mut session = spdy::Session::new(tx.clone());
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 16 * 1024];
+    // Reads what arrived and handles its whole frames; false once the client is gone.
+    macro_rules! read_frames {
+        ($n:expr) => {{
+            match $n {
+                Ok(n) if n > 0 => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    let mut ok = true;
+                    while let Some(len) = spdy::frame_len(&buf) {
+                        let frame: Vec<u8> = buf.drain(..len).collect();
+                        if let Err(e) = session.frame(&frame).await {
+                            eprintln!("test kubelet: SPDY exec session ended: {e}");
+                            ok = false;
+                            break;
+                        }
+                    }
+                    ok
+                }
+                _ => false,
+            }
+        }};
+    }
+    let wanted: Vec<&str> = ["stdin", "stdout", "stderr"]
+        .into_iter()
+        .filter(|s| flag(query, s))
+        .collect();
+    while !session.has_streams(&wanted) {
+        if !read_frames!(read.read(&mut chunk).await) {
+            return;
+        }
+    }
+    let stream = |name: &str| session.stream(name);
+    let (out_id, err_id, error_id) = (stream("stdout"), stream("stderr"), stream("error"));
+    let status = match command.first() {
+        Some(c) if ALLOWED.contains(&c.as_str()) => None,
+        _ => Some(failure(format!("executable not allowed here: {command:?}"))),
+    };
+    let spawned = match status {
+        Some(_) => None,
+        None => Some(
+            tokio::process::Command::new(&command[0])
+                .args(&command[1..])
+                .stdin(if wanted.contains(&"stdin") {
+                    std::process::Stdio::piped()
+                } else {
+                    std::process::Stdio::null()
+                })
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn(),
+        ),
+    };
+    let status = match spawned {
+        None => status.unwrap_or_default(),
+        Some(Err(e)) => failure(format!("{command:?}: {e}")),
+        Some(Ok(mut child)) => {
+            if let (Some(id), Some(input)) = (session.stream("stdin"), child.stdin.take()) {
+                session.attach(id, Box::new(input));
+            }
+            let pump = |out: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+                        id: Option<u32>| {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let (Some(mut out), Some(id)) = (out, id) else {
+                        return;
+                    };
+                    let mut b = vec![0u8; 32 * 1024];
+                    while let Ok(n) = out.read(&mut b).await {
+                        if n == 0 || tx.send(spdy::data(id, false, &b[..n])).await.is_err() {
+                            break;
+                        }
+                    }
+                })
+            };
+            let stdout = pump(child.stdout.take().map(|o| Box::new(o) as Box<_>), out_id);
+            let stderr = pump(child.stderr.take().map(|o| Box::new(o) as Box<_>), err_id);
+            let exited = loop {
+                tokio::select! {
+                    status = child.wait() => break status,
+                    n = read.read(&mut chunk) => {
+                        // The client went away: the command is killed with `child`.
+                        if !read_frames!(n) {
+                            return;
+                        }
+                    }
+                }
+            };
+            let _ = stdout.await;
+            let _ = stderr.await;
+            match exited.map(|s| s.code()) {
+                Ok(Some(0)) => String::new(),
+                Ok(Some(code)) => exit_status(&command, code),
+                Ok(None) => failure(format!("{command:?} was killed")),
+                Err(e) => failure(format!("{command:?}: {e}")),
+            }
+        }
+    };
+    for id in [out_id, err_id].into_iter().flatten() {
+        let _ = tx.send(spdy::data(id, true, &[])).await;
+    }
+    if let Some(id) = error_id {
+        let _ = tx.send(spdy::data(id, true, status.as_bytes())).await;
+    }
+    drop(session);
+    drop(tx);
+    let _ = writer.await;
+}
+
 /// The attach line `i` (1-based).
 pub fn attach_line(i: usize) -> String {
     format!("attached line {i}\n")
@@ -537,7 +736,7 @@ mod spdy {
     }
 
     /// A DATA frame of `stream`.
-    fn data(stream: u32, fin: bool, payload: &[u8]) -> Message {
+    pub fn data(stream: u32, fin: bool, payload: &[u8]) -> Message {
         let mut f = Vec::with_capacity(8 + payload.len());
         f.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
         f.push(if fin { FLAG_FIN } else { 0 });
@@ -678,15 +877,18 @@ text/javascript,publicprivatemax-age=gzip,deflate,sdchcharset=utf-8charset=iso-8
         Ok(h)
     }
 
-    /// One port-forward session's streams.
+    /// One session's streams (a port-forward's, or an exec's).
     pub struct Session {
         tx: mpsc::Sender<Message>,
         inflate: Inflater,
         deflate: Compress,
-        /// The local connection behind each data stream, by stream id.
-        data: HashMap<u32, tokio::net::tcp::OwnedWriteHalf>,
-        /// The error stream of each request id.
+        /// Where each incoming stream's data goes (a forwarded port's connection, a
+        /// command's stdin), by stream id.
+        data: HashMap<u32, Box<dyn tokio::io::AsyncWrite + Send + Sync + Unpin>>,
+        /// The error stream of each request id (an exec's: of "").
         errors: HashMap<String, u32>,
+        /// An exec's standard streams, by `streamtype`.
+        standard: HashMap<String, u32>,
         copiers: Vec<tokio::task::JoinHandle<()>>,
     }
 
@@ -711,8 +913,31 @@ text/javascript,publicprivatemax-age=gzip,deflate,sdchcharset=utf-8charset=iso-8
                 deflate: Compress::new(Compression::default(), true),
                 data: HashMap::new(),
                 errors: HashMap::new(),
+                standard: HashMap::new(),
                 copiers: Vec::new(),
             }
+        }
+
+        /// Whether the error stream and every one of `wanted` are open.
+        pub fn has_streams(&self, wanted: &[&str]) -> bool {
+            self.errors.contains_key("") && wanted.iter().all(|w| self.standard.contains_key(*w))
+        }
+
+        /// The id of the stream of `streamtype` (an exec's).
+        pub fn stream(&self, streamtype: &str) -> Option<u32> {
+            match streamtype {
+                "error" => self.errors.get("").copied(),
+                t => self.standard.get(t).copied(),
+            }
+        }
+
+        /// Sends what arrives on `stream` to `to` (closed when the client ends the stream).
+        pub fn attach(
+            &mut self,
+            stream: u32,
+            to: Box<dyn tokio::io::AsyncWrite + Send + Sync + Unpin>,
+        ) {
+            self.data.insert(stream, to);
         }
 
         async fn send(&self, m: Message) -> Result<(), Error> {
@@ -789,6 +1014,10 @@ text/javascript,publicprivatemax-age=gzip,deflate,sdchcharset=utf-8charset=iso-8
                     self.errors.insert(request, stream);
                     Ok(())
                 }
+                Some(t @ ("stdin" | "stdout" | "stderr" | "resize")) => {
+                    self.standard.insert(t.to_string(), stream);
+                    Ok(())
+                }
                 Some("data") => {
                     let error_stream = self.errors.get(&request).copied();
                     let port: u16 = h.get("port").and_then(|p| p.parse().ok()).unwrap_or(0);
@@ -803,7 +1032,7 @@ text/javascript,publicprivatemax-age=gzip,deflate,sdchcharset=utf-8charset=iso-8
                         }
                     };
                     let (mut read, write) = conn.into_split();
-                    self.data.insert(stream, write);
+                    self.data.insert(stream, Box::new(write));
                     let tx = self.tx.clone();
                     self.copiers.push(tokio::spawn(async move {
                         let mut buf = vec![0u8; 16 * 1024];
