@@ -121,6 +121,29 @@ struct ProtoStyle {
     frame: Vec<u8>,
 }
 
+impl ProtoStyle {
+    /// The encoder and its two buffers, borrowed apart.
+    fn parts(&mut self) -> (&mut ProtoObjects, &mut Vec<u8>, &mut Vec<u8>) {
+        (&mut self.objects, &mut self.scratch, &mut self.frame)
+    }
+
+    /// One watch frame of `kind` around the envelope `envelope` writes (nothing is written
+    /// if it fails).
+    fn watch_frame(
+        &mut self,
+        kind: &str,
+        out: &mut ChunkWriter,
+        envelope: impl FnOnce(&mut ProtoObjects, &mut Vec<u8>) -> Result<(), ProtoError>,
+    ) -> Result<(), ProtoError> {
+        self.scratch.clear();
+        envelope(&mut self.objects, &mut self.scratch)?;
+        self.frame.clear();
+        write_watch_frame(kind, &self.scratch, &mut self.frame);
+        out.put_slice(&self.frame);
+        Ok(())
+    }
+}
+
 impl std::ops::Deref for ProtoStyle {
     type Target = ProtoObjects;
     fn deref(&self) -> &ProtoObjects {
@@ -162,11 +185,7 @@ impl ObjectWriter {
     pub fn release_buffers_over(&mut self, bytes: usize) {
         use listwatch_protobuf::encode::release_over;
         if let Style::Protobuf(ps) = &mut self.style {
-            let ProtoStyle {
-                objects: p,
-                scratch,
-                frame,
-            } = &mut **ps;
+            let (p, scratch, frame) = ps.parts();
             release_over(scratch, bytes);
             release_over(frame, bytes);
             p.release_buffers_over(bytes);
@@ -300,11 +319,7 @@ impl ObjectWriter {
                 t.write_row(out, r, None, self.now);
             }
             Style::Protobuf(ps) => {
-                let ProtoStyle {
-                    objects: p,
-                    scratch,
-                    ..
-                } = &mut **ps;
+                let (p, scratch, _) = ps.parts();
                 let expected = p.item_len(r)?;
                 let shared = p.item(r, scratch)?;
                 let item = shared.as_deref().unwrap_or(scratch);
@@ -366,16 +381,7 @@ impl ObjectWriter {
                 out.put_slice(b"}}\n");
             }
             Style::Protobuf(ps) => {
-                let ProtoStyle {
-                    objects: p,
-                    scratch,
-                    frame,
-                } = &mut **ps;
-                scratch.clear();
-                p.write_envelope(r, stamp_rv, scratch)?;
-                frame.clear();
-                write_watch_frame(kind.as_str(), scratch, frame);
-                out.put_slice(frame);
+                ps.watch_frame(kind.as_str(), out, |p, s| p.write_envelope(r, stamp_rv, s))?;
             }
         }
         Ok(())
@@ -392,11 +398,7 @@ impl ObjectWriter {
         let Style::Protobuf(ps) = &mut self.style else {
             return self.event(out, EventType::Added, r, None, now);
         };
-        let ProtoStyle {
-            objects: p,
-            scratch,
-            frame,
-        } = &mut **ps;
+        let (p, scratch, frame) = ps.parts();
         let shared = p.item(r, scratch)?;
         let message_len = shared.as_ref().map_or(scratch.len(), Bytes::len);
         // The envelope's head, then the frame's (which needs the envelope's length).
@@ -428,11 +430,7 @@ impl ObjectWriter {
         let Style::Protobuf(ps) = &mut self.style else {
             return self.event(out, v.kind, v.object, v.stamp_rv, now);
         };
-        let ProtoStyle {
-            objects: p,
-            scratch,
-            frame,
-        } = &mut **ps;
+        let (p, scratch, frame) = ps.parts();
         let form = if p.metadata_only() {
             EventForm::ProtobufMetadata
         } else {
@@ -484,16 +482,7 @@ impl ObjectWriter {
         };
         match &mut self.style {
             Style::Protobuf(ps) => {
-                let ProtoStyle {
-                    objects: p,
-                    scratch,
-                    frame,
-                } = &mut **ps;
-                scratch.clear();
-                p.write_json_envelope(&object, scratch)?;
-                frame.clear();
-                write_watch_frame("BOOKMARK", scratch, frame);
-                out.put_slice(frame);
+                ps.watch_frame("BOOKMARK", out, |p, s| p.write_json_envelope(&object, s))?;
             }
             _ => {
                 out.put_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
@@ -508,17 +497,8 @@ impl ObjectWriter {
     pub fn error_event(&mut self, out: &mut ChunkWriter, status_body: &[u8]) {
         match &mut self.style {
             Style::Protobuf(ps) => {
-                let ProtoStyle {
-                    objects: p,
-                    scratch,
-                    frame,
-                } = &mut **ps;
-                scratch.clear();
-                if p.write_status(status_body, scratch).is_ok() {
-                    frame.clear();
-                    write_watch_frame("ERROR", scratch, frame);
-                    out.put_slice(frame);
-                }
+                // A status that cannot be encoded is left out: the stream ends anyway.
+                let _ = ps.watch_frame("ERROR", out, |p, s| p.write_status(status_body, s));
             }
             _ => write_error(out, status_body),
         }
