@@ -268,7 +268,11 @@ impl Producer for WatchDriver {
                 WatchStep::End => return Poll::Ready(None),
                 WatchStep::Idle { until } => Instant::from_std(until),
             };
-            if self.encoder.cursor_mut().poll_changed(cx).is_ready() {
+            // `step` marked the cursor's wake-up seen: a drain that came after the check
+            // above would otherwise wait for the next event or timer.
+            let drained =
+                !self.drain_seen && self.encoder.cursor_mut().store().draining().is_some();
+            if drained || self.encoder.cursor_mut().poll_changed(cx).is_ready() {
                 continue;
             }
             let timer = match &mut self.timer {

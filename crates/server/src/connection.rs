@@ -60,11 +60,21 @@ struct State {
     requests: u64,
     /// Milliseconds since `opened` of the last request's end (or 0).
     last_end_ms: u64,
-    /// Every request in flight, for whether one waits for its client.
-    bodies: Vec<std::sync::Weak<Place>>,
+    /// Weak, and not to the request's `Place`: the watchdog upgrades them under this
+    /// state's lock, and dropping a `Place` takes that lock (an upgraded last reference
+    /// would deadlock it).
+    bodies: Vec<std::sync::Weak<BodyProgress>>,
     /// Requests the client abandoned in the current [`CANCEL_WINDOW`], and when it began.
     cancels: u64,
     cancel_window_ms: u64,
+}
+
+/// Whether one response is waiting for its client.
+#[derive(Default)]
+pub struct BodyProgress {
+    /// Milliseconds since the connection opened at which the body handed out bytes and
+    /// has not been asked for more since (0: not waiting for the client).
+    blocked_since_ms: AtomicU64,
 }
 
 /// A request in flight on a connection; dropping it (with its response body) ends it.
@@ -74,9 +84,7 @@ pub struct InFlight(Arc<Place>);
 
 struct Place {
     shared: Arc<Shared>,
-    /// Milliseconds since the connection opened at which the body handed out bytes and
-    /// has not been asked for more since (0: not waiting for the client).
-    blocked_since_ms: AtomicU64,
+    progress: Arc<BodyProgress>,
 }
 
 /// A LIST slot held on a connection.
@@ -111,17 +119,17 @@ impl Connection {
 
     /// A request arrived.
     pub fn begin(&self) -> InFlight {
-        let place = Arc::new(Place {
-            shared: self.shared.clone(),
-            blocked_since_ms: AtomicU64::new(0),
-        });
+        let progress = Arc::new(BodyProgress::default());
         let mut s = self.shared.state.lock();
         s.in_flight += 1;
         s.requests += 1;
         s.bodies.retain(|b| b.strong_count() > 0);
-        s.bodies.push(Arc::downgrade(&place));
+        s.bodies.push(Arc::downgrade(&progress));
         drop(s);
-        InFlight(place)
+        InFlight(Arc::new(Place {
+            shared: self.shared.clone(),
+            progress,
+        }))
     }
 
     /// Resolves when the connection should be closed, with the reason: idle too long (before
@@ -201,6 +209,7 @@ impl InFlight {
     /// The body handed out bytes: from now on it waits for the client to ask for more.
     pub fn produced(&self) {
         self.0
+            .progress
             .blocked_since_ms
             .store(self.0.shared.ms_now(), Ordering::Relaxed);
     }
@@ -222,7 +231,7 @@ impl InFlight {
 
     /// The client asked for more: not waiting on it any more.
     pub fn polled(&self) {
-        self.0.blocked_since_ms.store(0, Ordering::Relaxed);
+        self.0.progress.blocked_since_ms.store(0, Ordering::Relaxed);
     }
 }
 

@@ -48,9 +48,10 @@ impl Service {
         let resource = req.resource_label();
         let (verb, error_encoding) = (req.head.verb, req.head.error_encoding);
         // Kept only for the request's log line: a watch would hold it for life unwritten.
-        let uri = match metrics::request_log_enabled() {
-            true => req.head.uri().into_boxed_str(),
-            false => Box::default(),
+        let uri = if metrics::request_log_enabled() {
+            req.head.uri().into_boxed_str()
+        } else {
+            Box::default()
         };
         // Refused requests go the same way as failed ones: a Status, metered and logged.
         let (admission, answer) = match self.admit(&req.head, in_flight.as_ref(), uri_len) {

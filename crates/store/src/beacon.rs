@@ -51,13 +51,23 @@ impl Beacon {
         }
     }
 
-    /// Stores `value`, counts a change and wakes every waiting receiver.
+    /// Stores `value`, counts a change and wakes every waiting receiver. Concurrent sends
+    /// need serialising by the caller for the value to only move forward (the store sends
+    /// triggers under its lock).
     pub fn send(&self, value: u64) {
         self.value.store(value, Ordering::Release);
-        // After the value: a receiver that sees the new version reads at least this value.
+        self.touch();
+    }
+
+    /// Counts a change without a new value: wakes every waiting receiver.
+    pub fn touch(&self) {
+        // After the value: a receiver that sees the new version reads at least that value.
         self.version.fetch_add(1, Ordering::AcqRel);
         let mut wake = {
             let mut w = self.waiters.lock();
+            if w.slots.is_empty() {
+                return;
+            }
             let mut out = std::mem::take(&mut w.spare);
             out.extend(w.slots.drain().map(|(_, waker)| waker));
             out
@@ -72,17 +82,12 @@ impl Beacon {
         }
     }
 
-    /// Counts a change without a new value (wakes every waiting receiver).
-    pub fn touch(&self) {
-        self.send(self.value.load(Ordering::Acquire));
-    }
-
     /// The current value.
     pub fn value(&self) -> u64 {
         self.value.load(Ordering::Acquire)
     }
 
-    /// How many receivers exist.
+    /// How many receivers exist, for an owner holding the one other `Arc`.
     pub fn receiver_count(self: &Arc<Self>) -> usize {
         Arc::strong_count(self) - 1
     }
@@ -110,7 +115,8 @@ impl BeaconReceiver {
     }
 
     /// Ready once a send happened since the version last seen (which it does not mark
-    /// seen); otherwise registers `cx`'s waker to be woken by the next send.
+    /// seen, unlike tokio's `changed()`); otherwise registers `cx`'s waker to be woken by
+    /// the next send.
     pub fn poll_changed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.has_changed() {
             return Poll::Ready(());
@@ -194,7 +200,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_slot_is_never_taken_for_this_receivers() {
+    fn a_reused_slot_is_never_taken_for_another_receivers() {
         let b = Beacon::new(0);
         let (mut r1, mut r2) = (b.subscribe(), b.subscribe());
         let (c1, w1) = counter();

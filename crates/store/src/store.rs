@@ -227,7 +227,7 @@ pub struct Store {
     cursors: Mutex<CursorPositions>,
     /// The selectable field snapshots index and watchers are woken by (pods: node).
     index_field: Option<usize>,
-    /// Locked after `inner` when both are held.
+    /// Locked after `inner` when both are held (and a beacon's wakers after both).
     triggers: Mutex<Triggers>,
 }
 
@@ -731,9 +731,12 @@ impl WatchCursor {
     /// Appends available events (about `max`, never splitting one RV) to `out` without
     /// waiting. When the cursor catches up, its RV advances to the store's RV.
     pub fn poll(&mut self, max: usize, out: &mut Vec<Arc<Event>>) -> Result<(), StoreError> {
+        let g = self.store.inner.lock();
+        // Read under the store lock, which trigger sends hold: the value then matches this
+        // log (read before it, a relist or trim in between was checked against the old
+        // value and skipped silently instead of ending with 410).
         let signalled = self.signal.borrow_and_update();
         let last_relevant = self.by_value.then_some(signalled);
-        let g = self.store.inner.lock();
         if !g.log.holds(self.seq) {
             // A value-triggered cursor sleeps through other values' events; those trimmed
             // meanwhile are skipped when none of its value's came after its position.
@@ -781,7 +784,8 @@ impl WatchCursor {
     }
 
     /// Ready when the log may have new events for this cursor; otherwise the task is woken
-    /// when it may (polled, so a waiting watch holds no future: see [`Beacon`]).
+    /// when it may (polled, so a waiting watch holds no future: see [`Beacon`]). Unlike
+    /// tokio's `changed()` it marks nothing seen: [`WatchCursor::poll`] does.
     pub fn poll_changed(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
         if self.behind {
             return std::task::Poll::Ready(());

@@ -237,3 +237,50 @@ fn a_sleeping_node_watcher_survives_trimming_of_other_nodes_events_but_not_a_rel
     assert!(c.has_news());
     assert!(c.poll(100, &mut out).is_err());
 }
+
+/// A node watcher polling while the store relists (`replace`) must end with 410 or see the
+/// relist's effects, never go on past it: the cursor reads its trigger's value under the
+/// store lock, so it never checks the new log against a value from before the relist
+/// (found by review: read before the lock, 20 of 20 rounds went on silently).
+#[test]
+fn a_node_cursor_polling_through_a_relist_ends_with_410() {
+    let info = pods();
+    let records = |rv: u64| -> Vec<Record> {
+        (0..100_000)
+            .map(|i| {
+                let json = format!(
+                    r#"{{"metadata":{{"name":"p-{i:06}","namespace":"ns"}},"spec":{{"nodeName":"node-{}"}}}}"#,
+                    i % 500
+                );
+                Record::ingest(json.as_bytes(), &info, rv).expect("ingest")
+            })
+            .collect()
+    };
+    let store = Store::new(info.clone(), 1, records(1), StoreConfig::default());
+    let selector = FieldSelector::parse("spec.nodeName=node-7").expect("selector");
+    let filter = Filter::from_parts(&info, None, LabelSelector::default(), &selector);
+    for round in 0..10u64 {
+        let rv = store.rv();
+        let relisted = rv + 1;
+        let mut cursor = store.watch_matching(rv, &filter).expect("cursor");
+        let next = records(relisted);
+        let poller = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            loop {
+                out.clear();
+                match cursor.poll(256, &mut out) {
+                    Err(_) => return false,
+                    Ok(()) if cursor.rv() >= relisted => return true,
+                    Ok(()) => {}
+                }
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        store.replace(relisted, next);
+        let went_on = poller.join().expect("poller");
+        assert!(
+            !went_on,
+            "round {round}: the node cursor went past the relist without 410"
+        );
+    }
+}
