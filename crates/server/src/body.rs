@@ -243,14 +243,23 @@ pub struct WatchDriver {
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
+impl WatchDriver {
+    /// The store's drain grace, if it drains and this watch has not acted on it yet. The
+    /// store wakes every cursor when it drains (`Store::drain_watches`), so it is read
+    /// here, not waited on beside the cursor.
+    fn unseen_drain(&mut self) -> Option<Duration> {
+        if self.drain_seen {
+            None
+        } else {
+            self.encoder.cursor_mut().store().draining()
+        }
+    }
+}
+
 impl Producer for WatchDriver {
     fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Option<Piece>> {
         loop {
-            // The store wakes every cursor when it drains (`Store::drain_watches`), so the
-            // signal is read here, not waited on beside the cursor.
-            if !self.drain_seen
-                && let Some(grace) = self.encoder.cursor_mut().store().draining()
-            {
+            if let Some(grace) = self.unseen_drain() {
                 // Read once: the watch ends at a random moment within the grace, so clients
                 // do not all reconnect at the same instant.
                 self.drain_seen = true;
@@ -270,9 +279,9 @@ impl Producer for WatchDriver {
             };
             // `step` marked the cursor's wake-up seen: a drain that came after the check
             // above would otherwise wait for the next event or timer.
-            let drained =
-                !self.drain_seen && self.encoder.cursor_mut().store().draining().is_some();
-            if drained || self.encoder.cursor_mut().poll_changed(cx).is_ready() {
+            if self.unseen_drain().is_some()
+                || self.encoder.cursor_mut().poll_changed(cx).is_ready()
+            {
                 continue;
             }
             let timer = match &mut self.timer {

@@ -142,11 +142,6 @@ impl BeaconReceiver {
         self.slot = Some((i, token));
         Poll::Pending
     }
-
-    /// Waits until a send happens after the version last seen.
-    pub async fn changed(&mut self) {
-        std::future::poll_fn(|cx| self.poll_changed(cx)).await
-    }
 }
 
 impl Drop for BeaconReceiver {
@@ -242,7 +237,7 @@ mod tests {
                     if r.borrow_and_update() == 1000 {
                         return;
                     }
-                    r.changed().await;
+                    std::future::poll_fn(|cx| r.poll_changed(cx)).await;
                 }
             }));
         }

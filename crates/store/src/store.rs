@@ -221,8 +221,9 @@ pub struct Store {
     /// Set when the resource stops being served (removed from the registry at runtime).
     retired: AtomicBool,
     /// `Some(grace)` once open watches must end, each at a random moment within `grace`
-    /// (server shutdown or this resource's removal).
-    drain: watch::Sender<Option<Duration>>,
+    /// (server shutdown or this resource's removal). Read by watches when their cursor
+    /// wakes, so no channel: `drain_watches` wakes the cursors.
+    drain: Mutex<Option<Duration>>,
     /// Where each open cursor is in the log (its next sequence number).
     cursors: Mutex<CursorPositions>,
     /// The selectable field snapshots index and watchers are woken by (pods: node).
@@ -258,7 +259,7 @@ impl Store {
             head: Beacon::new(0),
             ready: AtomicBool::new(true),
             retired: AtomicBool::new(false),
-            drain: watch::Sender::new(None),
+            drain: Mutex::new(None),
             cursors: Mutex::new(CursorPositions::default()),
             index_field,
             triggers: Mutex::new(Triggers::default()),
@@ -284,7 +285,7 @@ impl Store {
     /// their clients reconnect spread out. Every cursor is woken to read the signal: a
     /// watch waits on its cursor alone, not on a second channel it would carry for life.
     pub fn drain_watches(&self, grace: Duration) {
-        self.drain.send_replace(Some(grace));
+        *self.drain.lock() = Some(grace);
         self.head.touch();
         for tx in self.triggers.lock().by_value.values() {
             tx.touch();
@@ -296,14 +297,14 @@ impl Store {
     /// drained.
     pub fn cancel_drain(&self) {
         if !self.is_retired() {
-            self.drain.send_replace(None);
+            *self.drain.lock() = None;
         }
     }
 
     /// `Some(grace)` once open watches must end ([`Store::drain_watches`]); a watch reads it
     /// when its cursor wakes.
     pub fn draining(&self) -> Option<Duration> {
-        *self.drain.borrow()
+        *self.drain.lock()
     }
 
     /// Stops serving this resource: new requests see it as unknown (404) and open watches

@@ -423,26 +423,30 @@ fn failure(message: String) -> String {
     serde_json::json!({"metadata": {}, "status": "Failure", "message": message}).to_string()
 }
 
-/// Runs `command` (query `command=` repeated) with the streams the query asks for: stdin
-/// from channel 0 until the client's close signal (`[255, 0]`), stdout on 1, stderr on 2.
-async fn exec(ws: Ws, query: &[(String, String)], commands: &Mutex<Vec<Vec<String>>>) {
+/// The command an `exec` asks for (query `command=` repeated), recorded in `commands`.
+fn requested_command(
+    query: &[(String, String)],
+    commands: &Mutex<Vec<Vec<String>>>,
+) -> Vec<String> {
     let command: Vec<String> = query
         .iter()
         .filter(|(k, _)| k == "command")
         .map(|(_, v)| v.clone())
         .collect();
     commands.lock().push(command.clone());
-    let (tx, mut incoming, writer) = split(ws);
+    command
+}
+
+/// Starts `command` if it is allowed here, stdin piped when `stdin`; else the failure
+/// `Status` to report.
+fn start_command(command: &[String], stdin: bool) -> Result<tokio::process::Child, String> {
     let allowed = command
         .first()
         .is_some_and(|c| ALLOWED.contains(&c.as_str()));
     if !allowed {
-        let status = failure(format!("executable not allowed here: {command:?}"));
-        return finish(tx, writer, status).await;
+        return Err(failure(format!("executable not allowed here: {command:?}")));
     }
-    let stdin = flag(query, "stdin");
-    tokio::time::sleep(START_DELAY).await;
-    let spawned = tokio::process::Command::new(&command[0])
+    tokio::process::Command::new(&command[0])
         .args(&command[1..])
         .stdin(if stdin {
             std::process::Stdio::piped()
@@ -452,25 +456,54 @@ async fn exec(ws: Ws, query: &[(String, String)], commands: &Mutex<Vec<Vec<Strin
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => return finish(tx, writer, failure(format!("{command:?}: {e}"))).await,
-    };
-    let pump = |out: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>, id: u8| {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let Some(mut out) = out else { return };
-            let mut buf = vec![0u8; 32 * 1024];
-            while let Ok(n) = out.read(&mut buf).await {
-                if n == 0 || tx.send(channel(id, &buf[..n])).await.is_err() {
-                    break;
-                }
+        .spawn()
+        .map_err(|e| failure(format!("{command:?}: {e}")))
+}
+
+/// Copies `out` (a command's stdout or stderr) to the session until it ends, each read
+/// framed by `frame`.
+fn pump(
+    out: Option<impl tokio::io::AsyncRead + Send + Unpin + 'static>,
+    tx: &mpsc::Sender<Message>,
+    frame: impl Fn(&[u8]) -> Message + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        let Some(mut out) = out else { return };
+        let mut buf = vec![0u8; 32 * 1024];
+        while let Ok(n) = out.read(&mut buf).await {
+            if n == 0 || tx.send(frame(&buf[..n])).await.is_err() {
+                break;
             }
-        })
+        }
+    })
+}
+
+/// The failure `Status` of a command that ended as `exited` (None: it exited 0).
+fn exit_report(
+    command: &[String],
+    exited: std::io::Result<std::process::ExitStatus>,
+) -> Option<String> {
+    match exited.map(|s| s.code()) {
+        Ok(Some(0)) => None,
+        Ok(Some(code)) => Some(exit_status(command, code)),
+        Ok(None) => Some(failure(format!("{command:?} was killed"))),
+        Err(e) => Some(failure(format!("{command:?}: {e}"))),
+    }
+}
+
+/// Runs `command` (query `command=` repeated) with the streams the query asks for: stdin
+/// from channel 0 until the client's close signal (`[255, 0]`), stdout on 1, stderr on 2.
+async fn exec(ws: Ws, query: &[(String, String)], commands: &Mutex<Vec<Vec<String>>>) {
+    let command = requested_command(query, commands);
+    let (tx, mut incoming, writer) = split(ws);
+    tokio::time::sleep(START_DELAY).await;
+    let mut child = match start_command(&command, flag(query, "stdin")) {
+        Ok(c) => c,
+        Err(status) => return finish(tx, writer, status).await,
     };
-    let stdout = pump(child.stdout.take().map(|o| Box::new(o) as Box<_>), 1);
-    let stderr = pump(child.stderr.take().map(|o| Box::new(o) as Box<_>), 2);
+    let stdout = pump(child.stdout.take(), &tx, |b| channel(1, b));
+    let stderr = pump(child.stderr.take(), &tx, |b| channel(2, b));
     let mut input = child.stdin.take();
     let exited = loop {
         tokio::select! {
@@ -496,12 +529,7 @@ async fn exec(ws: Ws, query: &[(String, String)], commands: &Mutex<Vec<Vec<Strin
     };
     let _ = stdout.await;
     let _ = stderr.await;
-    let status = match exited.map(|s| s.code()) {
-        Ok(Some(0)) => success(),
-        Ok(Some(code)) => exit_status(&command, code),
-        Ok(None) => failure(format!("{command:?} was killed")),
-        Err(e) => failure(format!("{command:?}: {e}")),
-    };
+    let status = exit_report(&command, exited).unwrap_or_else(success);
     finish(tx, writer, status).await;
 }
 
@@ -515,12 +543,7 @@ async fn spdy_exec(
     query: &[(String, String)],
     commands: &Mutex<Vec<Vec<String>>>,
 ) {
-    let command: Vec<String> = query
-        .iter()
-        .filter(|(k, _)| k == "command")
-        .map(|(_, v)| v.clone())
-        .collect();
-    commands.lock().push(command.clone());
+    let command = requested_command(query, commands);
     let (mut read, mut write) = tokio::io::split(TokioIo::new(upgraded));
     let (tx, mut rx) = mpsc::channel::<Message>(64);
     let writer = tokio::spawn(async move {
@@ -534,103 +557,52 @@ async fn spdy_exec(
         let _ = write.shutdown().await;
     });
     let mut session = spdy::Session::new(tx.clone());
-    let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 16 * 1024];
-    // Reads what arrived and handles its whole frames; false once the client is gone.
-    macro_rules! read_frames {
-        ($n:expr) => {{
-            match $n {
-                Ok(n) if n > 0 => {
-                    buf.extend_from_slice(&chunk[..n]);
-                    let mut ok = true;
-                    while let Some(len) = spdy::frame_len(&buf) {
-                        let frame: Vec<u8> = buf.drain(..len).collect();
-                        if let Err(e) = session.frame(&frame).await {
-                            eprintln!("test kubelet: SPDY exec session ended: {e}");
-                            ok = false;
-                            break;
-                        }
-                    }
-                    ok
-                }
-                _ => false,
-            }
-        }};
-    }
     let wanted: Vec<&str> = ["stdin", "stdout", "stderr"]
         .into_iter()
         .filter(|s| flag(query, s))
         .collect();
     while !session.has_streams(&wanted) {
-        if !read_frames!(read.read(&mut chunk).await) {
-            return;
+        match read.read(&mut chunk).await {
+            Ok(n) if n > 0 && session.feed(&chunk[..n]).await => {}
+            _ => return,
         }
     }
-    let stream = |name: &str| session.stream(name);
-    let (out_id, err_id, error_id) = (stream("stdout"), stream("stderr"), stream("error"));
-    let status = match command.first() {
-        Some(c) if ALLOWED.contains(&c.as_str()) => None,
-        _ => Some(failure(format!("executable not allowed here: {command:?}"))),
-    };
-    let spawned = match status {
-        Some(_) => None,
-        None => Some(
-            tokio::process::Command::new(&command[0])
-                .args(&command[1..])
-                .stdin(if wanted.contains(&"stdin") {
-                    std::process::Stdio::piped()
-                } else {
-                    std::process::Stdio::null()
-                })
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .kill_on_drop(true)
-                .spawn(),
-        ),
-    };
-    let status = match spawned {
-        None => status.unwrap_or_default(),
-        Some(Err(e)) => failure(format!("{command:?}: {e}")),
-        Some(Ok(mut child)) => {
+    let (out_id, err_id, error_id) = (
+        session.stream("stdout"),
+        session.stream("stderr"),
+        session.stream("error"),
+    );
+    let status = match start_command(&command, wanted.contains(&"stdin")) {
+        Err(status) => status,
+        Ok(mut child) => {
             if let (Some(id), Some(input)) = (session.stream("stdin"), child.stdin.take()) {
                 session.attach(id, Box::new(input));
             }
-            let pump = |out: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
-                        id: Option<u32>| {
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    let (Some(mut out), Some(id)) = (out, id) else {
-                        return;
-                    };
-                    let mut b = vec![0u8; 32 * 1024];
-                    while let Ok(n) = out.read(&mut b).await {
-                        if n == 0 || tx.send(spdy::data(id, false, &b[..n])).await.is_err() {
-                            break;
-                        }
-                    }
-                })
-            };
-            let stdout = pump(child.stdout.take().map(|o| Box::new(o) as Box<_>), out_id);
-            let stderr = pump(child.stderr.take().map(|o| Box::new(o) as Box<_>), err_id);
+            let to = |id: Option<u32>| move |b: &[u8]| spdy::data(id.unwrap_or(0), false, b);
+            let stdout = pump(
+                child.stdout.take().filter(|_| out_id.is_some()),
+                &tx,
+                to(out_id),
+            );
+            let stderr = pump(
+                child.stderr.take().filter(|_| err_id.is_some()),
+                &tx,
+                to(err_id),
+            );
             let exited = loop {
                 tokio::select! {
                     status = child.wait() => break status,
-                    n = read.read(&mut chunk) => {
-                        // The client went away: the command is killed with `child`.
-                        if !read_frames!(n) {
-                            return;
-                        }
-                    }
+                    // The client went away: the command is killed with `child`.
+                    n = read.read(&mut chunk) => match n {
+                        Ok(n) if n > 0 && session.feed(&chunk[..n]).await => {}
+                        _ => return,
+                    },
                 }
             };
             let _ = stdout.await;
             let _ = stderr.await;
-            match exited.map(|s| s.code()) {
-                Ok(Some(0)) => String::new(),
-                Ok(Some(code)) => exit_status(&command, code),
-                Ok(None) => failure(format!("{command:?} was killed")),
-                Err(e) => failure(format!("{command:?}: {e}")),
-            }
+            exit_report(&command, exited).unwrap_or_default()
         }
     };
     for id in [out_id, err_id].into_iter().flatten() {
@@ -674,19 +646,11 @@ async fn attach(ws: Ws) {
 async fn portforward(ws: Ws) {
     let (tx, mut incoming, writer) = split(ws);
     let mut session = spdy::Session::new(tx.clone());
-    let mut buf: Vec<u8> = Vec::new();
-    'read: while let Some(Ok(msg)) = incoming.next().await {
+    while let Some(Ok(msg)) = incoming.next().await {
         match msg {
-            Message::Binary(b) => buf.extend_from_slice(&b),
-            Message::Close(_) => break,
-            _ => continue,
-        }
-        while let Some(len) = spdy::frame_len(&buf) {
-            let frame: Vec<u8> = buf.drain(..len).collect();
-            if let Err(e) = session.frame(&frame).await {
-                eprintln!("test kubelet: port-forward session ended: {e}");
-                break 'read;
-            }
+            Message::Binary(b) if session.feed(&b).await => {}
+            Message::Binary(_) | Message::Close(_) => break,
+            _ => {}
         }
     }
     drop(session);
@@ -716,7 +680,7 @@ mod spdy {
     }
 
     /// The length of the first whole frame in `buf`, if it holds one.
-    pub fn frame_len(buf: &[u8]) -> Option<usize> {
+    fn frame_len(buf: &[u8]) -> Option<usize> {
         if buf.len() < 8 {
             return None;
         }
@@ -890,6 +854,8 @@ text/javascript,publicprivatemax-age=gzip,deflate,sdchcharset=utf-8charset=iso-8
         /// An exec's standard streams, by `streamtype`.
         standard: HashMap<String, u32>,
         copiers: Vec<tokio::task::JoinHandle<()>>,
+        /// Bytes received and not yet a whole frame.
+        pending: Vec<u8>,
     }
 
     impl Drop for Session {
@@ -915,7 +881,22 @@ text/javascript,publicprivatemax-age=gzip,deflate,sdchcharset=utf-8charset=iso-8
                 errors: HashMap::new(),
                 standard: HashMap::new(),
                 copiers: Vec::new(),
+                pending: Vec::new(),
             }
+        }
+
+        /// Handles the whole frames `data` completes; false once the session cannot go on
+        /// (said on stderr).
+        pub async fn feed(&mut self, data: &[u8]) -> bool {
+            self.pending.extend_from_slice(data);
+            while let Some(len) = frame_len(&self.pending) {
+                let frame: Vec<u8> = self.pending.drain(..len).collect();
+                if let Err(e) = self.frame(&frame).await {
+                    eprintln!("test kubelet: SPDY session ended: {e}");
+                    return false;
+                }
+            }
+            true
         }
 
         /// Whether the error stream and every one of `wanted` are open.
