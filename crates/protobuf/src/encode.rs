@@ -7,7 +7,7 @@
 use listwatch_core::scan::{self, Span};
 
 use crate::ProtoError;
-use crate::schema::{Field, Kind, MessageId, Schema, Special};
+use crate::schema::{Field, Kind, MessageId, Schema, Special, name_hash};
 
 /// Deeper JSON than this is refused (Kubernetes objects nest a few dozen levels at most).
 const MAX_DEPTH: usize = 100;
@@ -138,8 +138,10 @@ impl<'s> ProtoEncoder<'s> {
             return scan::skip_value(b, v).ok_or(ProtoError::Malformed("JSON value"));
         }
         let base = self.chunks.len();
-        let mut present = 0u64;
-        let mut next = 0usize;
+        // Fields with a chunk: present members, and absent plain fields written as zero.
+        let mut written = 0u64;
+        // Fields before `filled` are written or were present-but-null when passed.
+        let mut filled = 0usize;
         let mut i = scan::skip_ws(b, v + 1);
         let close = if b.get(i) == Some(&b'}') {
             i
@@ -155,31 +157,33 @@ impl<'s> ProtoEncoder<'s> {
                     return Err(ProtoError::Malformed("JSON object"));
                 }
                 i = scan::skip_ws(b, i + 1);
-                // Members come in Go's declaration order, mostly field order with absent
-                // fields between: look a few fields ahead before asking the table.
-                let idx = msg.fields[next.min(msg.fields.len())..]
-                    .iter()
-                    .take(4)
-                    .position(|f| {
-                        f.json.len() == key.len() && f.json.as_bytes() == key && !f.inline
-                    })
-                    .map(|p| next + p)
-                    .or_else(|| msg.json_field(key));
+                let head = key_word(b, kend - 1 - key.len(), key.len());
+                let tail = if key.len() <= 8 {
+                    head
+                } else {
+                    key_word(b, kend - 9, 8)
+                };
+                let idx = msg.json_field_hashed(name_hash(head, tail, key.len()), head, key);
                 let vend = match idx {
                     Some(fi) if b.get(i) != Some(&b'n') => {
-                        let at = out.len();
-                        let vend = self.field(&msg.fields[fi], b, i, out, depth)?;
-                        if present & (1 << fi) != 0 {
-                            // A repeated name: the last value wins, as in Go's decoder.
+                        if written & (1 << fi) != 0 {
+                            // A repeated name (the last value wins, as in Go's decoder), or
+                            // a member after a later one, whose zero was written already.
                             if let Some(c) =
                                 self.chunks[base..].iter_mut().find(|c| c.0 == fi as u16)
                             {
                                 c.0 = u16::MAX;
                             }
+                        } else if fi > filled {
+                            // Absent plain fields before this one are zero in Go's output:
+                            // written now, in number order, rather than moved there later.
+                            written |= self.zeros_between(msg, filled, fi, written, out);
                         }
-                        present |= 1 << fi;
+                        filled = filled.max(fi + 1);
+                        let at = out.len();
+                        let vend = self.field(&msg.fields[fi], b, i, out, depth)?;
+                        written |= 1 << fi;
                         self.chunks.push((fi as u16, at as u32, out.len() as u32));
-                        next = fi + 1;
                         vend
                     }
                     None if key.contains(&b'\\') => {
@@ -196,28 +200,48 @@ impl<'s> ProtoEncoder<'s> {
                 }
             }
         };
-        // Absent fields Go writes anyway (plain ones), and inline structs, which read
-        // their members from this same object.
-        for (fi, f) in msg.fields.iter().enumerate() {
-            if present & (1 << fi) != 0 {
-                continue;
-            }
-            let at = out.len();
-            if f.inline {
-                if let Kind::Message(inner) = f.kind {
-                    let mark = begin(out, f.tag);
-                    self.value_of(inner, b, v, out, depth + 1)?;
-                    end(out, mark);
-                }
-            } else {
-                self.zero(f, out, depth)?;
-            }
-            if out.len() > at {
+        // Absent fields Go writes anyway (plain ones) after the last member, and inline
+        // structs, which read their members from this same object.
+        written |= self.zeros_between(msg, filled, msg.fields.len(), written, out);
+        let mut inline = msg.inline_mask & !written;
+        while inline != 0 {
+            let fi = inline.trailing_zeros() as usize;
+            inline &= inline - 1;
+            let f = &msg.fields[fi];
+            if let Kind::Message(inner) = f.kind {
+                let at = out.len();
+                let mark = begin(out, f.tag);
+                self.value_of(inner, b, v, out, depth + 1)?;
+                end(out, mark);
                 self.chunks.push((fi as u16, at as u32, out.len() as u32));
             }
         }
         self.order_chunks(base, out);
         Ok(close + 1)
+    }
+
+    /// Writes the zero values of the fields `from..to` of `msg` not in `written` (inline
+    /// ones are left for the end: they read the whole object), one chunk each; returns
+    /// the fields it settled.
+    fn zeros_between(
+        &mut self,
+        msg: &crate::schema::Message,
+        from: usize,
+        to: usize,
+        written: u64,
+        out: &mut Vec<u8>,
+    ) -> u64 {
+        let range = low_bits(to) & !low_bits(from);
+        let settled = range & !written & !msg.inline_mask;
+        let mut todo = settled & msg.zero_mask;
+        while todo != 0 {
+            let fi = todo.trailing_zeros() as usize;
+            todo &= todo - 1;
+            let at = out.len();
+            out.extend_from_slice(&msg.fields[fi].zero);
+            self.chunks.push((fi as u16, at as u32, out.len() as u32));
+        }
+        settled
     }
 
     /// Puts the fields written since chunk `base` into field-number order (Go's), dropping
@@ -267,8 +291,14 @@ impl<'s> ProtoEncoder<'s> {
         Ok(())
     }
 
-    /// An absent or null member: written as zero only when Go's field is plain.
-    fn zero(&mut self, f: &Field, out: &mut Vec<u8>, depth: usize) -> Result<(), ProtoError> {
+    /// An absent or null member: written as zero only when Go's field is plain (what
+    /// the schema computes [`Field::zero`] with once).
+    pub(crate) fn zero(
+        &mut self,
+        f: &Field,
+        out: &mut Vec<u8>,
+        depth: usize,
+    ) -> Result<(), ProtoError> {
         if !f.plain || f.repeated || f.map {
             return Ok(());
         }
@@ -327,7 +357,16 @@ impl<'s> ProtoEncoder<'s> {
             // stay on the shared stack (nested maps push above them): no allocation.
             let top = self.keys.len();
             let entries = &mut self.keys[base..top];
-            if entries
+            // Keys without escapes (all but never) compare as written.
+            let escaped = entries
+                .iter()
+                .any(|&((ks, ke), _)| scan::quote_or_backslash(b, ks) != Some(ke));
+            if !escaped {
+                let raw = |k: Span| &b[k.0..k.1];
+                if entries.windows(2).any(|w| raw(w[0].0) >= raw(w[1].0)) {
+                    entries.sort_by(|x, y| raw(x.0).cmp(raw(y.0)));
+                }
+            } else if entries
                 .windows(2)
                 .any(|w| decoded(b, w[0].0) >= decoded(b, w[1].0))
             {
@@ -445,12 +484,11 @@ impl<'s> ProtoEncoder<'s> {
     ) -> Result<usize, ProtoError> {
         if b.get(v) == Some(&b'"') {
             // The common case, a string without escapes, in one pass.
-            let rest = b.get(v + 1..).unwrap_or_default();
-            if let Some(j) = memchr::memchr2(b'"', b'\\', rest)
-                && rest[j] == b'"'
+            if let Some(j) = scan::quote_or_backslash(b, v + 1)
+                && b[j] == b'"'
             {
-                put_bytes(out, tag, &rest[..j]);
-                return Ok(v + 1 + j + 1);
+                put_bytes(out, tag, &b[v + 1..j]);
+                return Ok(j + 1);
             }
         }
         let e = scalar_end(b, v)?;
@@ -601,7 +639,10 @@ pub fn end(out: &mut Vec<u8>, at: usize) {
     }
     let mut buf = [0u8; 10];
     let n = varint_bytes(len as u64, &mut buf);
-    out.splice(at..at + 1, buf[..n].iter().copied());
+    // Widen the placeholder: move the content up by the extra bytes in one copy.
+    out.resize(out.len() + n - 1, 0);
+    out.copy_within(at + 1..at + 1 + len, at + n);
+    out[at..at + n].copy_from_slice(&buf[..n]);
 }
 
 /// The bytes of `v` as a varint in `buf`; returns how many.
@@ -622,7 +663,13 @@ pub fn varint_len(v: u64) -> usize {
 }
 
 /// Appends `v` as a varint.
+#[inline]
 pub fn put_varint(out: &mut Vec<u8>, v: u64) {
+    // Field keys and most lengths are one byte.
+    if v < 0x80 {
+        out.push(v as u8);
+        return;
+    }
     let mut buf = [0u8; 10];
     let n = varint_bytes(v, &mut buf);
     out.extend_from_slice(&buf[..n]);
@@ -644,6 +691,30 @@ pub fn put_bytes(out: &mut Vec<u8>, tag: u32, b: &[u8]) {
 fn put_double(out: &mut Vec<u8>, tag: u32, v: f64) {
     put_varint(out, (u64::from(tag) << 3) | 1);
     out.extend_from_slice(&v.to_bits().to_le_bytes());
+}
+
+/// A mask of the lowest `n` bits (all 64 when `n` is 64).
+fn low_bits(n: usize) -> u64 {
+    if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
+}
+
+/// [`crate::schema::name_word`] of `b[start..start + len]`, read in one load when the
+/// buffer goes on eight bytes (a member name is followed by at least `":` and a value).
+#[inline]
+fn key_word(b: &[u8], start: usize, len: usize) -> u64 {
+    match b.get(start..start + 8) {
+        Some(bytes) => {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(bytes);
+            let w = u64::from_le_bytes(word);
+            if len >= 8 {
+                w
+            } else {
+                w & ((1u64 << (8 * len)) - 1)
+            }
+        }
+        None => crate::schema::name_word(&b[start..start + len]),
+    }
 }
 
 /// The content span (inside the quotes) of a JSON string value.
@@ -807,6 +878,44 @@ mod tests {
         assert_eq!(varint_len(300), 2);
         assert_eq!(varint_len(0), 1);
         assert_eq!(varint_len(127), 1);
+    }
+
+    /// `json` as message `api_version`/`kind`.
+    fn encode(api_version: &str, kind: &str, json: &str) -> Vec<u8> {
+        let schema = Schema::kubernetes();
+        let id = schema.kind(api_version, kind).expect("kind");
+        let mut out = Vec::new();
+        ProtoEncoder::new(schema)
+            .message(id, json.as_bytes(), &mut out)
+            .expect("encode");
+        out
+    }
+
+    #[test]
+    fn members_in_any_order_encode_alike_with_zeros_in_place() {
+        // Go's order (the zeros of generateName and selfLink, absent, go between), reversed,
+        // shuffled with a repeated name (the last wins), and with a null.
+        let ordered = r#"{"metadata":{"name":"a","namespace":"b","uid":"u","labels":{"x":"1","a":"2"}},"spec":{"containers":[{"name":"c","image":"i"}],"restartPolicy":"Always"}}"#;
+        let want = encode("v1", "Pod", ordered);
+        for json in [
+            r#"{"spec":{"restartPolicy":"Always","containers":[{"image":"i","name":"c"}]},"metadata":{"labels":{"a":"2","x":"1"},"uid":"u","namespace":"b","name":"a"}}"#,
+            r#"{"metadata":{"uid":"u","name":"z","namespace":"b","name":"a","selfLink":null,"labels":{"x":"1","a":"2"}},"spec":{"containers":[{"name":"c","image":"i"}],"restartPolicy":"Always"},"status":null}"#,
+        ] {
+            assert_eq!(encode("v1", "Pod", json), want, "{json}");
+        }
+        // ObjectMeta's first fields as gogo writes them: name, generateName "" (absent),
+        // namespace, selfLink "" (absent), uid.
+        let md = encode(
+            "v1",
+            "ConfigMap",
+            r#"{"metadata":{"name":"a","namespace":"b","uid":"u"}}"#,
+        );
+        assert_eq!(
+            &md[2..17],
+            &[
+                0x0a, 1, b'a', 0x12, 0, 0x1a, 1, b'b', 0x22, 0, 0x2a, 1, b'u', 0x32, 0
+            ][..]
+        );
     }
 
     #[test]

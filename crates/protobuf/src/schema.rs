@@ -87,6 +87,12 @@ pub struct Field {
     pub typemeta: bool,
     /// The value kube-apiserver's read-time defaulting gives an empty string field.
     pub default: Option<Box<str>>,
+    /// What gogo writes for this field when the JSON lacks it (empty for pointers, lists,
+    /// maps and inline structs): computed once at load, copied per object.
+    pub zero: Box<[u8]>,
+    /// The member name's first eight bytes, little-endian, zero-padded: a name compares
+    /// in one step before its tail.
+    pub name_word: u64,
 }
 
 /// One protobuf message.
@@ -98,9 +104,14 @@ pub struct Message {
     pub special: Special,
     /// Fields in field-number order (Go's declaration order, and so its JSON order).
     pub fields: Vec<Field>,
+    /// Bit `i` set: field `i` has [`Field::zero`] bytes.
+    pub zero_mask: u64,
+    /// Bit `i` set: field `i` is an inline struct.
+    pub inline_mask: u64,
     by_tag: Vec<u16>,
-    /// JSON member name → index into `fields` (inline structs' members not included).
-    by_json: HashMap<Box<[u8]>, u16, NameHash>,
+    /// JSON member name → 1 + index into `fields` (0: empty slot), open addressing on
+    /// [`name_hash`]; inline structs' members not included.
+    by_json: Box<[u8]>,
 }
 
 impl Message {
@@ -115,34 +126,52 @@ impl Message {
     /// The index into `fields` of the field whose JSON member name is `name` (as written,
     /// escapes not decoded); members of inline structs are found through the inline field.
     pub fn json_field(&self, name: &[u8]) -> Option<usize> {
-        self.by_json.get(name).map(|&i| usize::from(i))
+        let (head, tail) = (name_word(name), tail_word(name));
+        self.json_field_hashed(name_hash(head, tail, name.len()), head, name)
     }
-}
 
-/// FNV-1a for the short, trusted member names of the schema's own tables (SipHash's
-/// flooding resistance buys nothing there and costs a tenth of a JSON → protobuf encode).
-#[derive(Clone, Copy, Default)]
-pub struct NameHash;
-
-/// The hasher [`NameHash`] builds.
-pub struct Fnv(u64);
-
-impl std::hash::BuildHasher for NameHash {
-    type Hasher = Fnv;
-    fn build_hasher(&self) -> Fnv {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl std::hash::Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &c in bytes {
-            self.0 = (self.0 ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3);
+    /// [`Self::json_field`] with the name's [`name_hash`] and first word computed by the
+    /// caller (the transcoder reads them straight from its buffer).
+    #[inline]
+    pub fn json_field_hashed(&self, hash: u64, head: u64, name: &[u8]) -> Option<usize> {
+        let mask = self.by_json.len() - 1;
+        let mut slot = hash as usize & mask;
+        loop {
+            let i = usize::from(self.by_json[slot]).checked_sub(1)?;
+            let f = &self.fields[i];
+            if f.name_word == head
+                && f.json.len() == name.len()
+                && (name.len() <= 8 || f.json.as_bytes()[8..] == name[8..])
+            {
+                return Some(i);
+            }
+            slot = (slot + 1) & mask;
         }
     }
+}
+
+/// The first eight bytes of `name`, little-endian, zero-padded.
+pub fn name_word(name: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    let n = name.len().min(8);
+    word[..n].copy_from_slice(&name[..n]);
+    u64::from_le_bytes(word)
+}
+
+/// The last eight bytes of `name` (its first word when shorter): with the first word and
+/// the length it tells apart names that share a prefix (`terminationMessagePath`/`Policy`).
+pub fn tail_word(name: &[u8]) -> u64 {
+    if name.len() <= 8 {
+        return name_word(name);
+    }
+    name_word(&name[name.len() - 8..])
+}
+
+/// The hash of a member name from its first and last words and its length.
+#[inline]
+pub fn name_hash(head: u64, tail: u64, len: usize) -> u64 {
+    let h = (head ^ tail.rotate_left(29) ^ len as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h ^ (h >> 32)
 }
 
 /// Every message, and which message each top-level kind is.
@@ -268,6 +297,7 @@ impl Schema {
                 let mut key = Vec::with_capacity(f.json.len() + 3);
                 listwatch_core::json::push_go_string(&mut key, &f.json);
                 key.push(b':');
+                let word = name_word(f.json.as_bytes());
                 fields.push(Field {
                     tag: f.tag,
                     json: f.json.into(),
@@ -282,9 +312,20 @@ impl Schema {
                     plain: f.plain,
                     typemeta: f.typemeta,
                     default: f.default.map(Into::into),
+                    zero: Box::default(),
+                    name_word: word,
                 });
             }
             fields.sort_by_key(|f| f.tag);
+            // Which fields a message has is a bit set in a `u64` (the largest has ~45).
+            if fields.len() > 64 {
+                return Err(format!("{}: more than 64 fields", m.name));
+            }
+            let inline_mask = fields
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.inline)
+                .fold(0u64, |m, (i, _)| m | 1 << i);
             let max = fields.iter().map(|f| f.tag).max().unwrap_or(0) as usize;
             let mut by_tag = vec![0u16; max + 1];
             for (i, f) in fields.iter().enumerate() {
@@ -299,16 +340,24 @@ impl Schema {
             } else {
                 type_meta.push(None);
             }
-            let by_json = fields
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| !f.inline)
-                .map(|(i, f)| (f.json.as_bytes().into(), i as u16))
-                .collect();
+            // At most a quarter full, so a lookup nearly always ends at its first slot.
+            let mut by_json = vec![0u8; (fields.len() * 4).next_power_of_two().max(4)];
+            let mask = by_json.len() - 1;
+            for (i, f) in fields.iter().enumerate().filter(|(_, f)| !f.inline) {
+                let name = f.json.as_bytes();
+                let mut slot = name_hash(f.name_word, tail_word(name), name.len()) as usize & mask;
+                while by_json[slot] != 0 {
+                    slot = (slot + 1) & mask;
+                }
+                by_json[slot] = (i + 1) as u8;
+            }
+            let by_json = by_json.into_boxed_slice();
             messages.push(Message {
                 name: m.name.into(),
                 special,
                 fields,
+                zero_mask: 0,
+                inline_mask,
                 by_tag,
                 by_json,
             });
@@ -319,12 +368,44 @@ impl Schema {
             }
             kinds.insert((k.api_version, k.kind.to_ascii_lowercase()), k.message);
         }
-        Ok(Schema {
+        let mut schema = Schema {
             source: raw.source,
             messages,
             kinds,
             type_meta,
-        })
+        };
+        schema.fill_zeros()?;
+        Ok(schema)
+    }
+
+    /// Computes every field's [`Field::zero`] bytes with the encoder's own rules.
+    fn fill_zeros(&mut self) -> Result<(), String> {
+        let zeros = {
+            let mut enc = crate::ProtoEncoder::new(self);
+            let mut all = Vec::with_capacity(self.messages.len());
+            for m in &self.messages {
+                let mut per_field = Vec::with_capacity(m.fields.len());
+                for f in &m.fields {
+                    let mut out = Vec::new();
+                    if !f.inline {
+                        enc.zero(f, &mut out, 0)
+                            .map_err(|e| format!("{}.{}: {e}", m.name, f.json))?;
+                    }
+                    per_field.push(out);
+                }
+                all.push(per_field);
+            }
+            all
+        };
+        for (m, per_field) in self.messages.iter_mut().zip(zeros) {
+            for (i, (f, zero)) in m.fields.iter_mut().zip(per_field).enumerate() {
+                if !zero.is_empty() {
+                    m.zero_mask |= 1 << i;
+                }
+                f.zero = zero.into();
+            }
+        }
+        Ok(())
     }
 
     /// The message with index `id`.
