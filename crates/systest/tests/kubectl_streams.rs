@@ -176,23 +176,32 @@ async fn exec(k: &Kubectl) {
     assert!(err.contains("to-err"), "stderr came through: {err}");
 }
 
-/// `exec` when the upstream refuses the WebSocket upgrade, as an apiserver or kubelet
-/// before 1.30 does: kubectl falls back to SPDY/3.1 (remotecommand v4), and that upgrade
-/// reaches the test upstream too (through a front: passed through as it came).
-async fn exec_over_spdy(k: &Kubectl, kl: &kubelet::Kubelet) {
+/// `exec`, `attach` and `port-forward` when the upstream refuses the WebSocket upgrade, as
+/// an apiserver or kubelet before 1.30 does: kubectl falls back to SPDY/3.1 (remotecommand
+/// v4, `portforward.k8s.io`) — what kubectl before 1.30 (1.31 for port-forward) speaks
+/// from the start — and that upgrade reaches the test upstream too (through a front:
+/// passed through as it came).
+async fn over_spdy(k: &Kubectl, kl: &kubelet::Kubelet, echo: u16) {
     use std::sync::atomic::Ordering::Relaxed;
-    let spdy = || {
-        kl.served
-            .lock()
-            .iter()
-            .filter(|s| *s == "exec-spdy")
-            .count()
-    };
-    let before = spdy();
-    kl.refuse_websocket_exec.store(true, Relaxed);
+    let count = |what: &str| kl.served.lock().iter().filter(|s| *s == what).count();
+    let before = ["exec-spdy", "attach-spdy", "portforward-spdy"].map(count);
+    kl.refuse_websocket.store(true, Relaxed);
     exec(k).await;
-    kl.refuse_websocket_exec.store(false, Relaxed);
-    assert_eq!(spdy() - before, 3, "each exec fell back to SPDY upstream");
+    attach(k).await;
+    port_forward(k, echo).await;
+    kl.refuse_websocket.store(false, Relaxed);
+    let after = ["exec-spdy", "attach-spdy", "portforward-spdy"].map(count);
+    assert_eq!(
+        after[0] - before[0],
+        3,
+        "each exec fell back to SPDY upstream"
+    );
+    assert_eq!(after[1] - before[1], 1, "attach fell back to SPDY upstream");
+    assert_eq!(
+        after[2] - before[2],
+        1,
+        "port-forward fell back to SPDY upstream"
+    );
 }
 
 /// `attach`: the process's stdout lines, then kubectl exits 0 with it.
@@ -326,9 +335,9 @@ async fn streams(
     let started = Instant::now();
     logs(&k).await;
     exec(&k).await;
-    exec_over_spdy(&k, kl).await;
     attach(&k).await;
     port_forward(&k, echo).await;
+    over_spdy(&k, kl, echo).await;
     cp(&k, root, kl).await;
     eprintln!(
         "  {} against {args:?}: {:?}",
@@ -374,8 +383,8 @@ async fn setup(name: &str) -> (common::TestServer, kubelet::Kubelet, u16, Scratc
 }
 
 /// Every kubectl found that streams over WebSocket by default (exec, attach and cp from
-/// 1.30, port-forward from 1.31): older ones speak SPDY, which the test upstream does not
-/// (as a kube-apiserver without SPDY would refuse them), so they are left out, said so.
+/// 1.30, port-forward from 1.31). Older ones speak only SPDY, which `over_spdy` has the
+/// newer ones fall back to; none is installed here to try, so they are left out, said so.
 fn every_kubectl() -> Vec<PathBuf> {
     let bins = kubectls();
     if std::env::var_os("LISTWATCH_EXTRA_KUBECTL").is_some() {

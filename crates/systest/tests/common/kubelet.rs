@@ -2,8 +2,9 @@
 //! `log` (followed, streamed over time), and the WebSocket upgrades kubectl makes for
 //! `exec` and `attach` (channel protocol `v5.channel.k8s.io`) and `portforward` (SPDY/3.1
 //! tunnelled in WebSocket binary messages, `SPDY/3.1+portforward.k8s.io`, KEP 4006); and,
-//! when told to refuse WebSocket for it, `exec` over SPDY/3.1 (`v4.channel.k8s.io`), what
-//! kubectl falls back to.
+//! when told to refuse WebSocket, the same three over SPDY/3.1 upgrades (`exec`/`attach`:
+//! remotecommand `v4.channel.k8s.io`; `portforward`: `portforward.k8s.io`), what kubectl
+//! falls back to and what kubectl before 1.30 (1.31 for port-forward) speaks.
 //! Everything else is proxied to a listwatch on its embedded store, so the pod objects kubectl
 //! reads first exist there.
 //!
@@ -47,8 +48,10 @@ pub const ATTACH_LINES: usize = 3;
 
 /// The remotecommand subprotocol kubectl offers for exec, attach and cp.
 const CHANNEL_V5: &str = "v5.channel.k8s.io";
-/// The remotecommand protocol of an `exec` over SPDY/3.1.
+/// The remotecommand protocol of an `exec` or `attach` over SPDY/3.1.
 const CHANNEL_V4: &str = "v4.channel.k8s.io";
+/// The protocol of a port-forward over SPDY/3.1.
+const PORTFORWARD_V1: &str = "portforward.k8s.io";
 /// The subprotocol kubectl port-forward offers: SPDY tunnelled in WebSocket.
 const PORTFORWARD_TUNNEL: &str = "SPDY/3.1+portforward.k8s.io";
 /// How long after the upgrade a command or attached process starts writing. A kubelet
@@ -67,9 +70,10 @@ pub struct Kubelet {
     pub commands: Arc<Mutex<Vec<Vec<String>>>>,
     /// The subresource requests it answered itself (`exec`, `log`, …), in order.
     pub served: Arc<Mutex<Vec<String>>>,
-    /// Refuse `exec` over WebSocket, as an apiserver or kubelet before 1.30 does: kubectl
-    /// then falls back to SPDY/3.1 (served, and recorded as `exec-spdy`).
-    pub refuse_websocket_exec: Arc<std::sync::atomic::AtomicBool>,
+    /// Refuse `exec`, `attach` and `portforward` over WebSocket, as an apiserver or
+    /// kubelet before 1.30 does: kubectl then falls back to SPDY/3.1 (served, and recorded
+    /// as `exec-spdy`, `attach-spdy`, `portforward-spdy`).
+    pub refuse_websocket: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct State {
@@ -80,7 +84,7 @@ struct State {
     >,
     commands: Arc<Mutex<Vec<Vec<String>>>>,
     served: Arc<Mutex<Vec<String>>>,
-    refuse_websocket_exec: Arc<std::sync::atomic::AtomicBool>,
+    refuse_websocket: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Starts the test upstream on 127.0.0.1, proxying what it does not serve to `upstream`.
@@ -88,13 +92,13 @@ pub async fn start(upstream: SocketAddr) -> Kubelet {
     let (listener, addr) = listwatch_testkit::listen_local().await;
     let commands = Arc::new(Mutex::new(Vec::new()));
     let served = Arc::new(Mutex::new(Vec::new()));
-    let refuse_websocket_exec = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let refuse_websocket = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let state = Arc::new(State {
         upstream,
         client: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),
         commands: commands.clone(),
         served: served.clone(),
-        refuse_websocket_exec: refuse_websocket_exec.clone(),
+        refuse_websocket: refuse_websocket.clone(),
     });
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
@@ -112,7 +116,7 @@ pub async fn start(upstream: SocketAddr) -> Kubelet {
         addr,
         commands,
         served,
-        refuse_websocket_exec,
+        refuse_websocket,
     }
 }
 
@@ -131,21 +135,23 @@ impl State {
             .and_then(|v| v.to_str().ok())
             .map(str::to_ascii_lowercase);
         let websocket = upgrade.as_deref() == Some("websocket");
-        let refuse_websocket_exec = self
-            .refuse_websocket_exec
+        let refuse_websocket = self
+            .refuse_websocket
             .load(std::sync::atomic::Ordering::Relaxed);
         let answer = match sub {
             Some("log") if req.method() == http::Method::GET => {
                 self.served.lock().push("log".into());
                 log(&query)
             }
-            Some("exec") if websocket && refuse_websocket_exec => text(
+            Some(s @ ("exec" | "attach" | "portforward")) if websocket && refuse_websocket => text(
                 StatusCode::BAD_REQUEST,
-                "exec: this kubelet speaks SPDY/3.1 only".into(),
+                format!("{s}: this kubelet speaks SPDY/3.1 only"),
             ),
-            Some("exec") if upgrade.as_deref() == Some("spdy/3.1") => {
-                self.served.lock().push("exec-spdy".into());
-                self.spdy_exec(req, query)
+            Some(s @ ("exec" | "attach" | "portforward"))
+                if upgrade.as_deref() == Some("spdy/3.1") =>
+            {
+                self.served.lock().push(format!("{s}-spdy"));
+                self.spdy(s, req, query)
             }
             Some(s @ ("exec" | "attach" | "portforward")) if websocket => {
                 self.served.lock().push(s.into());
@@ -227,37 +233,49 @@ impl State {
 }
 
 impl State {
-    /// Accepts `exec` over SPDY/3.1 (remotecommand `v4.channel.k8s.io`, the protocol kubectl
-    /// falls back to when the WebSocket upgrade is refused) and runs the session.
-    fn spdy_exec(
+    /// Accepts `sub` (`exec`, `attach`, `portforward`) over SPDY/3.1 (remotecommand
+    /// `v4.channel.k8s.io`, or `portforward.k8s.io`: what kubectl falls back to when the
+    /// WebSocket upgrade is refused) and runs the session.
+    fn spdy(
         self: Arc<Self>,
+        sub: &str,
         mut req: Request<Incoming>,
         query: Vec<(String, String)>,
     ) -> Response<Body> {
+        let wanted = if sub == "portforward" {
+            PORTFORWARD_V1
+        } else {
+            CHANNEL_V4
+        };
         let offered = req
             .headers()
             .get_all("x-stream-protocol-version")
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .any(|p| p.trim() == CHANNEL_V4);
+            .any(|p| p.trim() == wanted);
         if !offered {
             return text(
                 StatusCode::FORBIDDEN,
-                format!("exec: protocol {CHANNEL_V4} not offered"),
+                format!("{sub}: protocol {wanted} not offered"),
             );
         }
         let on = hyper::upgrade::on(&mut req);
+        let sub = sub.to_string();
         tokio::spawn(async move {
-            if let Ok(upgraded) = on.await {
-                spdy_exec(upgraded, &query, &self.commands).await;
+            let Ok(upgraded) = on.await else { return };
+            let conn = SpdyConnection::new(upgraded);
+            match sub.as_str() {
+                "exec" => spdy_exec(conn, &query, &self.commands).await,
+                "attach" => spdy_attach(conn, &query).await,
+                _ => spdy_portforward(conn).await,
             }
         });
         Response::builder()
             .status(StatusCode::SWITCHING_PROTOCOLS)
             .header(header::UPGRADE, "SPDY/3.1")
             .header(header::CONNECTION, "Upgrade")
-            .header("X-Stream-Protocol-Version", CHANNEL_V4)
+            .header("X-Stream-Protocol-Version", wanted)
             .body(empty())
             .expect("a valid 101")
     }
@@ -533,71 +551,120 @@ async fn exec(ws: Ws, query: &[(String, String)], commands: &Mutex<Vec<Vec<Strin
     finish(tx, writer, status).await;
 }
 
-/// `exec` over SPDY/3.1 on the raw upgraded connection: kubectl opens an `error` stream
-/// and one stream per standard stream it asked for (`streamtype` header); the command's
-/// output goes to the `stdout`/`stderr` streams, its stdin comes from the `stdin` stream,
-/// and the error stream carries the `Status` of a failure (nothing for success) before
-/// every stream is closed.
+/// A SPDY/3.1 session on a raw upgraded connection: frames read from `read` are fed to
+/// `session`; what the session and the handlers send goes out through one writer task.
+struct SpdyConnection {
+    read: tokio::io::ReadHalf<TokioIo<hyper::upgrade::Upgraded>>,
+    tx: mpsc::Sender<Message>,
+    writer: tokio::task::JoinHandle<()>,
+    session: spdy::Session,
+    chunk: Vec<u8>,
+}
+
+impl SpdyConnection {
+    fn new(upgraded: hyper::upgrade::Upgraded) -> Self {
+        let (read, mut write) = tokio::io::split(TokioIo::new(upgraded));
+        let (tx, mut rx) = mpsc::channel::<Message>(64);
+        let writer = tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                if let Message::Binary(b) = m
+                    && write.write_all(&b).await.is_err()
+                {
+                    break;
+                }
+            }
+            let _ = write.shutdown().await;
+        });
+        let session = spdy::Session::new(tx.clone());
+        SpdyConnection {
+            read,
+            tx,
+            writer,
+            session,
+            chunk: vec![0u8; 16 * 1024],
+        }
+    }
+
+    /// Reads and handles one batch of frames; false when the client is gone or broke the
+    /// session.
+    async fn step(&mut self) -> bool {
+        match self.read.read(&mut self.chunk).await {
+            Ok(n) if n > 0 => self.session.feed(&self.chunk[..n]).await,
+            _ => false,
+        }
+    }
+
+    /// Reads until the client has opened the standard streams the query asks for (and its
+    /// error stream); false if it went away first.
+    async fn await_streams(&mut self, query: &[(String, String)]) -> bool {
+        let wanted: Vec<&str> = ["stdin", "stdout", "stderr"]
+            .into_iter()
+            .filter(|s| flag(query, s))
+            .collect();
+        while !self.session.has_streams(&wanted) {
+            if !self.step().await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Ends the stdout and stderr streams, then the error stream with `status` (empty for
+    /// success), and closes the connection once the writer has sent it all.
+    async fn finish(self, status: String) {
+        let (out_id, err_id, error_id) = (
+            self.session.stream("stdout"),
+            self.session.stream("stderr"),
+            self.session.stream("error"),
+        );
+        for id in [out_id, err_id].into_iter().flatten() {
+            let _ = self.tx.send(spdy::data(id, true, &[])).await;
+        }
+        if let Some(id) = error_id {
+            let _ = self.tx.send(spdy::data(id, true, status.as_bytes())).await;
+        }
+        drop(self.session);
+        drop(self.tx);
+        let _ = self.writer.await;
+    }
+}
+
+/// `exec` over SPDY/3.1: kubectl opens an `error` stream and one stream per standard stream
+/// it asked for (`streamtype` header); the command's output goes to the `stdout`/`stderr`
+/// streams, its stdin comes from the `stdin` stream, and the error stream carries the
+/// `Status` of a failure (nothing for success) before every stream is closed.
 async fn spdy_exec(
-    upgraded: hyper::upgrade::Upgraded,
+    mut conn: SpdyConnection,
     query: &[(String, String)],
     commands: &Mutex<Vec<Vec<String>>>,
 ) {
     let command = requested_command(query, commands);
-    let (mut read, mut write) = tokio::io::split(TokioIo::new(upgraded));
-    let (tx, mut rx) = mpsc::channel::<Message>(64);
-    let writer = tokio::spawn(async move {
-        while let Some(m) = rx.recv().await {
-            if let Message::Binary(b) = m
-                && write.write_all(&b).await.is_err()
-            {
-                break;
-            }
-        }
-        let _ = write.shutdown().await;
-    });
-    let mut session = spdy::Session::new(tx.clone());
-    let mut chunk = vec![0u8; 16 * 1024];
-    let wanted: Vec<&str> = ["stdin", "stdout", "stderr"]
-        .into_iter()
-        .filter(|s| flag(query, s))
-        .collect();
-    while !session.has_streams(&wanted) {
-        match read.read(&mut chunk).await {
-            Ok(n) if n > 0 && session.feed(&chunk[..n]).await => {}
-            _ => return,
-        }
+    if !conn.await_streams(query).await {
+        return;
     }
-    let (out_id, err_id, error_id) = (
-        session.stream("stdout"),
-        session.stream("stderr"),
-        session.stream("error"),
-    );
-    let status = match start_command(&command, wanted.contains(&"stdin")) {
+    let (out_id, err_id) = (conn.session.stream("stdout"), conn.session.stream("stderr"));
+    let status = match start_command(&command, flag(query, "stdin")) {
         Err(status) => status,
         Ok(mut child) => {
-            if let (Some(id), Some(input)) = (session.stream("stdin"), child.stdin.take()) {
-                session.attach(id, Box::new(input));
+            if let (Some(id), Some(input)) = (conn.session.stream("stdin"), child.stdin.take()) {
+                conn.session.attach(id, Box::new(input));
             }
             let to = |id: Option<u32>| move |b: &[u8]| spdy::data(id.unwrap_or(0), false, b);
             let stdout = pump(
                 child.stdout.take().filter(|_| out_id.is_some()),
-                &tx,
+                &conn.tx,
                 to(out_id),
             );
             let stderr = pump(
                 child.stderr.take().filter(|_| err_id.is_some()),
-                &tx,
+                &conn.tx,
                 to(err_id),
             );
             let exited = loop {
                 tokio::select! {
                     status = child.wait() => break status,
                     // The client went away: the command is killed with `child`.
-                    n = read.read(&mut chunk) => match n {
-                        Ok(n) if n > 0 && session.feed(&chunk[..n]).await => {}
-                        _ => return,
-                    },
+                    going = conn.step() => if !going { return },
                 }
             };
             let _ = stdout.await;
@@ -605,15 +672,38 @@ async fn spdy_exec(
             exit_report(&command, exited).unwrap_or_default()
         }
     };
-    for id in [out_id, err_id].into_iter().flatten() {
-        let _ = tx.send(spdy::data(id, true, &[])).await;
+    conn.finish(status).await;
+}
+
+/// `attach` over SPDY/3.1: the "running process" writes [`ATTACH_LINES`] lines to the
+/// stdout stream over time, then exits 0 (an empty error stream).
+async fn spdy_attach(mut conn: SpdyConnection, query: &[(String, String)]) {
+    if !conn.await_streams(query).await {
+        return;
     }
-    if let Some(id) = error_id {
-        let _ = tx.send(spdy::data(id, true, status.as_bytes())).await;
+    let Some(out_id) = conn.session.stream("stdout") else {
+        return conn
+            .finish(failure("attach: no stdout stream".into()))
+            .await;
+    };
+    tokio::time::sleep(START_DELAY).await;
+    for i in 1..=ATTACH_LINES {
+        let line = spdy::data(out_id, false, attach_line(i).as_bytes());
+        if conn.tx.send(line).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    drop(session);
-    drop(tx);
-    let _ = writer.await;
+    conn.finish(String::new()).await;
+}
+
+/// Port-forwarding over SPDY/3.1 on the raw connection: the same session as in the
+/// WebSocket tunnel ([`portforward`]), frames read straight from the socket.
+async fn spdy_portforward(mut conn: SpdyConnection) {
+    while conn.step().await {}
+    drop(conn.session);
+    drop(conn.tx);
+    let _ = conn.writer.await;
 }
 
 /// The attach line `i` (1-based).
