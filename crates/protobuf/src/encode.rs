@@ -97,6 +97,9 @@ impl<'s> ProtoEncoder<'s> {
         json: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), ProtoError> {
+        // An object that failed part-way leaves entries behind: start from empty stacks.
+        self.chunks.clear();
+        self.keys.clear();
         let start = scan::skip_ws(json, 0);
         self.value_of(id, json, start, out, 0).map(|_| ())
     }
@@ -140,7 +143,8 @@ impl<'s> ProtoEncoder<'s> {
         let base = self.chunks.len();
         // Fields with a chunk: present members, and absent plain fields written as zero.
         let mut written = 0u64;
-        // Fields before `filled` are written or were present-but-null when passed.
+        // Fields before `filled` are written or settled (zero written, or nothing to write);
+        // a `null` member does not move it, so it stays absent until a later member.
         let mut filled = 0usize;
         let mut i = scan::skip_ws(b, v + 1);
         let close = if b.get(i) == Some(&b'}') {
@@ -346,7 +350,7 @@ impl<'s> ProtoEncoder<'s> {
         depth: usize,
     ) -> Result<usize, ProtoError> {
         if f.map {
-            if b[v] != b'{' {
+            if b.get(v) != Some(&b'{') {
                 return scan::skip_value(b, v).ok_or(ProtoError::Malformed("JSON value"));
             }
             let base = self.keys.len();
@@ -915,6 +919,32 @@ mod tests {
             &[
                 0x0a, 1, b'a', 0x12, 0, 0x1a, 1, b'b', 0x22, 0, 0x2a, 1, b'u', 0x32, 0
             ][..]
+        );
+    }
+
+    #[test]
+    fn truncated_json_is_an_error_not_a_panic() {
+        let schema = Schema::kubernetes();
+        let mut enc = ProtoEncoder::new(schema);
+        let id = schema.kind("v1", "ConfigMap").expect("kind");
+        for json in [
+            r#"{"binaryData":"#,
+            r#"{"metadata":{"labels":"#,
+            r#"{"data":{"a":"#,
+        ] {
+            let mut out = Vec::new();
+            assert!(
+                enc.message(id, json.as_bytes(), &mut out).is_err(),
+                "{json}"
+            );
+        }
+        // The encoder is still good for the next object.
+        let mut out = Vec::new();
+        enc.message(id, br#"{"metadata":{"name":"a"}}"#, &mut out)
+            .expect("encode");
+        assert_eq!(
+            out,
+            encode("v1", "ConfigMap", r#"{"metadata":{"name":"a"}}"#)
         );
     }
 
