@@ -70,6 +70,14 @@ pub fn skip_value(b: &[u8], i: usize) -> Option<usize> {
                 match b[j] {
                     b'"' => {
                         j = skip_string(b, j)?;
+                        // managedFields' `fieldsV1` (half of a typical pod) is mostly
+                        // leaves `"f:name":{}`: the empty value stepped over at once.
+                        if b.get(j) == Some(&b':')
+                            && b.get(j + 1) == Some(&b'{')
+                            && b.get(j + 2) == Some(&b'}')
+                        {
+                            j += 3;
+                        }
                         continue;
                     }
                     b'{' | b'[' => depth += 1,
@@ -257,6 +265,10 @@ mod tests {
                 }
             }
         }
+        // fieldsV1-shaped objects (leaves `"f:x":{}`, keys holding JSON) end where they end.
+        let fields = br#"{"f:a":{},"f:b":{"f:c":{},".":{}},"k:{\"x\":1}":{}}tail"#;
+        assert_eq!(skip_value(fields, 0), Some(fields.len() - 4));
+        assert_eq!(skip_value(br#"["a:{}",{"b":{}}]"#, 0), Some(17));
         // High bytes (UTF-8) next to the sought byte are not taken for it.
         let b = "ééé\"x".as_bytes();
         assert_eq!(quote_or_backslash(b, 0), Some(6));

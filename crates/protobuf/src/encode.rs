@@ -156,11 +156,20 @@ impl<'s> ProtoEncoder<'s> {
                 }
                 let kend = scan::skip_string(b, i).ok_or(ProtoError::Malformed("JSON string"))?;
                 let key = &b[i + 1..kend - 1];
-                i = scan::skip_ws(b, kend);
+                // Compact JSON (what is stored) has `:` right after the key and the value
+                // right after it: whitespace is looked for only when it is not so.
+                i = if b.get(kend) == Some(&b':') {
+                    kend
+                } else {
+                    scan::skip_ws(b, kend)
+                };
                 if b.get(i) != Some(&b':') {
                     return Err(ProtoError::Malformed("JSON object"));
                 }
-                i = scan::skip_ws(b, i + 1);
+                i = match b.get(i + 1) {
+                    Some(&c) if c > b' ' => i + 1,
+                    _ => scan::skip_ws(b, i + 1),
+                };
                 let head = key_word(b, kend - 1 - key.len(), key.len());
                 let tail = if key.len() <= 8 {
                     head
@@ -196,9 +205,17 @@ impl<'s> ProtoEncoder<'s> {
                     }
                     _ => scan::skip_value(b, i).ok_or(ProtoError::Malformed("JSON value"))?,
                 };
-                i = scan::skip_ws(b, vend);
+                i = match b.get(vend) {
+                    Some(b',' | b'}') => vend,
+                    _ => scan::skip_ws(b, vend),
+                };
                 match b.get(i) {
-                    Some(b',') => i = scan::skip_ws(b, i + 1),
+                    Some(b',') => {
+                        i = match b.get(i + 1) {
+                            Some(b'"') => i + 1,
+                            _ => scan::skip_ws(b, i + 1),
+                        }
+                    }
                     Some(b'}') => break i,
                     _ => return Err(ProtoError::Malformed("JSON object")),
                 }
@@ -669,11 +686,16 @@ pub fn varint_len(v: u64) -> usize {
 /// Appends `v` as a varint.
 #[inline]
 pub fn put_varint(out: &mut Vec<u8>, v: u64) {
-    // Field keys and most lengths are one byte.
+    // Field keys and most lengths are one byte: that case inline, the rest out of line.
     if v < 0x80 {
         out.push(v as u8);
-        return;
+    } else {
+        put_long_varint(out, v);
     }
+}
+
+#[inline(never)]
+fn put_long_varint(out: &mut Vec<u8>, v: u64) {
     let mut buf = [0u8; 10];
     let n = varint_bytes(v, &mut buf);
     out.extend_from_slice(&buf[..n]);
