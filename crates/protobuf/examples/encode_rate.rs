@@ -1,13 +1,18 @@
 //! JSON → protobuf rate of [`ProtoEncoder`] over the 40,000-pod data set, one core: what
 //! answering a protobuf LIST by transcoding per request costs (docs/memory.md).
-//! `cargo run --release -p listwatch-protobuf --example encode_rate [path.ndjson.gz]`
+//! `cargo run --release -p listwatch-protobuf --example encode_rate [path.ndjson.gz [pods [rounds]]]`
+//! (under callgrind: `… encode_rate <path> 2000 2` and
+//! `--toggle-collect='listwatch_protobuf::encode::ProtoEncoder::message'`).
 use std::io::BufRead;
 use std::time::Instant;
 
 use listwatch_protobuf::{ProtoEncoder, Schema};
 
 fn main() {
-    let path = std::env::args().nth(1).unwrap_or_else(|| {
+    let arg = |n: usize| std::env::args().nth(n);
+    let pods: usize = arg(2).and_then(|a| a.parse().ok()).unwrap_or(usize::MAX);
+    let rounds: usize = arg(3).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let path = arg(1).unwrap_or_else(|| {
         concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../../shared/data/pods-40k.ndjson.gz"
@@ -17,6 +22,7 @@ fn main() {
     let file = std::fs::File::open(&path).expect("data set");
     let lines: Vec<Vec<u8>> = std::io::BufReader::new(flate2::read::GzDecoder::new(file))
         .lines()
+        .take(pods)
         .map(|l| l.expect("line").into_bytes())
         .collect();
     let json_bytes: usize = lines.iter().map(Vec::len).sum();
@@ -26,7 +32,7 @@ fn main() {
     let mut out = Vec::with_capacity(1 << 20);
     let mut pb_bytes = 0usize;
     let mut best = f64::MAX;
-    for _ in 0..5 {
+    for _ in 0..rounds {
         let t = Instant::now();
         pb_bytes = 0;
         for l in &lines {
