@@ -50,7 +50,7 @@ pub fn quote_or_backslash(b: &[u8], from: usize) -> Option<usize> {
         }
         j += 8;
     }
-    if j < short_end && short_end == b.len() {
+    if short_end == b.len() {
         return b[j..]
             .iter()
             .position(|&c| c == b'"' || c == b'\\')

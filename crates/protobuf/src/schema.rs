@@ -124,14 +124,8 @@ impl Message {
     }
 
     /// The index into `fields` of the field whose JSON member name is `name` (as written,
-    /// escapes not decoded); members of inline structs are found through the inline field.
-    pub fn json_field(&self, name: &[u8]) -> Option<usize> {
-        let (head, tail) = (name_word(name), tail_word(name));
-        self.json_field_hashed(name_hash(head, tail, name.len()), head, name)
-    }
-
-    /// [`Self::json_field`] with the name's [`name_hash`] and first word computed by the
-    /// caller (the transcoder reads them straight from its buffer).
+    /// escapes not decoded), given its [`name_hash`] and [`name_word`] (the transcoder
+    /// reads them straight from its buffer); inline structs' members are not found.
     #[inline]
     pub fn json_field_hashed(&self, hash: u64, head: u64, name: &[u8]) -> Option<usize> {
         let mask = self.by_json.len() - 1;

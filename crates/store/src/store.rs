@@ -203,6 +203,9 @@ struct Inner {
     since_checkpoint: usize,
 }
 
+/// [`Store`]'s drain value when no drain is asked for.
+const NOT_DRAINING: u64 = u64::MAX;
+
 /// One resource's cache. Writers call [`Store::apply`] and [`Store::progress`]; readers take
 /// snapshots and cursors. The lock is held only to swap pointers, never while serving.
 pub struct Store {
@@ -222,8 +225,9 @@ pub struct Store {
     retired: AtomicBool,
     /// `Some(grace)` once open watches must end, each at a random moment within `grace`
     /// (server shutdown or this resource's removal). Read by watches when their cursor
-    /// wakes, so no channel: `drain_watches` wakes the cursors.
-    drain: Mutex<Option<Duration>>,
+    /// wakes, so no channel: `drain_watches` wakes the cursors. The grace in nanoseconds,
+    /// [`NOT_DRAINING`] when none: every woken watch reads it, so no lock.
+    drain: AtomicU64,
     /// Where each open cursor is in the log (its next sequence number).
     cursors: Mutex<CursorPositions>,
     /// The selectable field snapshots index and watchers are woken by (pods: node).
@@ -259,7 +263,7 @@ impl Store {
             head: Beacon::new(0),
             ready: AtomicBool::new(true),
             retired: AtomicBool::new(false),
-            drain: Mutex::new(None),
+            drain: AtomicU64::new(NOT_DRAINING),
             cursors: Mutex::new(CursorPositions::default()),
             index_field,
             triggers: Mutex::new(Triggers::default()),
@@ -285,7 +289,9 @@ impl Store {
     /// their clients reconnect spread out. Every cursor is woken to read the signal: a
     /// watch waits on its cursor alone, not on a second channel it would carry for life.
     pub fn drain_watches(&self, grace: Duration) {
-        *self.drain.lock() = Some(grace);
+        let nanos =
+            u64::try_from(grace.as_nanos()).map_or(NOT_DRAINING - 1, |n| n.min(NOT_DRAINING - 1));
+        self.drain.store(nanos, Ordering::Release);
         self.head.touch();
         for tx in self.triggers.lock().by_value.values() {
             tx.touch();
@@ -297,14 +303,17 @@ impl Store {
     /// drained.
     pub fn cancel_drain(&self) {
         if !self.is_retired() {
-            *self.drain.lock() = None;
+            self.drain.store(NOT_DRAINING, Ordering::Release);
         }
     }
 
     /// `Some(grace)` once open watches must end ([`Store::drain_watches`]); a watch reads it
     /// when its cursor wakes.
     pub fn draining(&self) -> Option<Duration> {
-        *self.drain.lock()
+        match self.drain.load(Ordering::Acquire) {
+            NOT_DRAINING => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
     }
 
     /// Stops serving this resource: new requests see it as unknown (404) and open watches

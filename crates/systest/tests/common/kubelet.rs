@@ -623,6 +623,11 @@ impl SpdyConnection {
         if let Some(id) = error_id {
             let _ = self.tx.send(spdy::data(id, true, status.as_bytes())).await;
         }
+        self.close().await;
+    }
+
+    /// Closes the connection once the writer has sent everything queued.
+    async fn close(self) {
         drop(self.session);
         drop(self.tx);
         let _ = self.writer.await;
@@ -701,9 +706,7 @@ async fn spdy_attach(mut conn: SpdyConnection, query: &[(String, String)]) {
 /// WebSocket tunnel ([`portforward`]), frames read straight from the socket.
 async fn spdy_portforward(mut conn: SpdyConnection) {
     while conn.step().await {}
-    drop(conn.session);
-    drop(conn.tx);
-    let _ = conn.writer.await;
+    conn.close().await;
 }
 
 /// The attach line `i` (1-based).
