@@ -3,10 +3,13 @@
 //! by item once the list's length is known (as kube-apiserver 1.33+ streams it). The bytes
 //! of each piece are the [`ObjectWriter`]'s; this drives the page.
 
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+
 use bytes::Bytes;
 use listwatch_core::ContinueToken;
 use listwatch_protobuf::ProtoError;
-use listwatch_store::SnapshotReader;
+use listwatch_store::{Record, SnapshotReader};
 
 use crate::ChunkWriter;
 use crate::render::{ListHead, ObjectWriter};
@@ -25,6 +28,9 @@ pub struct ListEncoder {
     out: ChunkWriter,
     phase: Phase,
     first: bool,
+    /// A record taken from the reader whose protobuf item another response is transcoding
+    /// now: written first when woken.
+    waiting: Option<Arc<Record>>,
     continue_prefix: String,
     page_limited: bool,
 }
@@ -49,6 +55,7 @@ impl ListEncoder {
             out: ChunkWriter::new(chunk),
             phase: Phase::Header,
             first: true,
+            waiting: None,
             continue_prefix,
             page_limited,
         }
@@ -128,9 +135,19 @@ impl ListEncoder {
 
     /// The next chunk of the body, or `None` when the body is complete.
     pub fn next_chunk(&mut self) -> Option<Bytes> {
+        match self.poll_chunk(None) {
+            Poll::Ready(c) => c,
+            Poll::Pending => unreachable!("nothing is waited for without a waker"),
+        }
+    }
+
+    /// [`Self::next_chunk`], waiting (`Pending`, `waker` woken later) rather than
+    /// transcoding a protobuf item that a concurrent response is transcoding now.
+    pub fn poll_chunk(&mut self, waker: Option<&Waker>) -> Poll<Option<Bytes>> {
         loop {
             if let Some(c) = self.out.pop() {
-                return Some(c);
+                self.writer.wake_waiters();
+                return Poll::Ready(Some(c));
             }
             match self.phase {
                 Phase::Header => match self.header() {
@@ -140,16 +157,35 @@ impl ListEncoder {
                 Phase::Items => {
                     let (out, first, writer) = (&mut self.out, &mut self.first, &mut self.writer);
                     let mut failed = None;
-                    let more = self.reader.next_batch(SCAN_PER_STEP, |r| {
-                        if let Err(e) = writer.list_item(out, r, *first) {
-                            failed = Some(e);
-                            return false;
+                    let mut waiting = None;
+                    let mut write = |r: &Arc<Record>| match writer.list_item(out, r, *first, waker)
+                    {
+                        Ok(true) => {
+                            *first = false;
+                            !out.is_full()
                         }
-                        *first = false;
-                        !out.is_full()
-                    });
+                        Ok(false) => {
+                            waiting = Some(r.clone());
+                            false
+                        }
+                        Err(e) => {
+                            failed = Some(e);
+                            false
+                        }
+                    };
+                    let go_on = match self.waiting.take() {
+                        Some(r) => write(&r),
+                        None => true,
+                    };
+                    let more = !go_on || self.reader.next_batch(SCAN_PER_STEP, write);
                     if let Some(e) = failed {
                         self.fail(&e);
+                    } else if waiting.is_some() {
+                        // Not flushed: the wait lasts one item's transcoding, and a chunk
+                        // cut short at every wait would go out in small writes.
+                        self.waiting = waiting;
+                        self.writer.wake_waiters();
+                        return Poll::Pending;
                     } else if !more {
                         self.writer.list_tail(&mut self.out);
                         self.writer.stop_sharing();
@@ -157,7 +193,7 @@ impl ListEncoder {
                         self.phase = Phase::Done;
                     }
                 }
-                Phase::Done => return None,
+                Phase::Done => return Poll::Ready(None),
             }
         }
     }

@@ -4,6 +4,7 @@
 //! its `metadata`, in both encodings.
 
 use std::sync::Arc;
+use std::task::Waker;
 
 use bytes::Bytes;
 use listwatch_core::{ApiError, ResourceInfo};
@@ -53,6 +54,26 @@ pub struct ProtoObjects {
     group: u64,
     /// Present while this response shares items.
     sharing: Option<shared::Reader>,
+    /// Responses waiting for items this one kept, woken by [`Self::wake_waiters`].
+    waiters: Vec<Waker>,
+}
+
+impl Drop for ProtoObjects {
+    fn drop(&mut self) {
+        // A response dropped between two chunks (its client went away) must not leave the
+        // responses that waited for its items asleep.
+        self.wake_waiters();
+    }
+}
+
+/// A list item or initial event's message, from [`ProtoObjects::item`].
+pub enum Item {
+    /// Another response's encoding, or this one's kept for the others.
+    Shared(Bytes),
+    /// Transcoded into the scratch buffer given.
+    InScratch,
+    /// Another response is transcoding it: the waker given is woken when it is kept.
+    Wait,
 }
 
 impl ProtoObjects {
@@ -95,6 +116,7 @@ impl ProtoObjects {
                 metadata_only,
             ),
             sharing: None,
+            waiters: Vec::new(),
         })
     }
 
@@ -145,33 +167,49 @@ impl ProtoObjects {
 
     /// Leaves the sharing readers (a watch-list's initial events are over).
     pub fn stop_sharing(&mut self) {
+        self.wake_waiters();
         self.sharing = None;
+    }
+
+    /// Wakes the responses that waited for items this one kept: called when it hands out
+    /// a chunk or waits itself, so they copy a chunk's worth of items per wake-up.
+    pub fn wake_waiters(&mut self) {
+        self.waiters.drain(..).for_each(Waker::wake);
     }
 
     /// `r`'s message as it is stored (no stamp): another response's encoding while
     /// protobuf responses share items, else transcoded into `scratch` (and kept for the
-    /// others while they share). `None` means the message is in `scratch`.
+    /// others while they share). With a `waker`, an item another response is transcoding
+    /// now is waited for ([`Item::Wait`]) rather than transcoded twice.
     pub fn item(
         &mut self,
         r: &Arc<Record>,
         scratch: &mut Vec<u8>,
-    ) -> Result<Option<Bytes>, ProtoError> {
+        waker: Option<&Waker>,
+    ) -> Result<Item, ProtoError> {
         let lookup = match &self.sharing {
-            Some(s) => s.get(r),
+            Some(s) => s.get(r, waker),
             None => Lookup::Alone,
         };
-        if let Lookup::Hit(b) = lookup {
-            return Ok(Some(b));
+        match lookup {
+            Lookup::Hit(b) => return Ok(Item::Shared(b)),
+            Lookup::Wait => return Ok(Item::Wait),
+            Lookup::Alone | Lookup::Miss => {}
         }
         scratch.clear();
-        self.write_item(r, None, scratch)?;
+        let written = self.write_item(r, None, scratch);
         match (lookup, &self.sharing) {
             (Lookup::Miss, Some(s)) => {
+                if let Err(e) = written {
+                    s.give_up(r);
+                    return Err(e);
+                }
                 let b = Bytes::copy_from_slice(scratch);
-                s.keep(r, b.clone());
-                Ok(Some(b))
+                let waiters = s.keep(r, b.clone());
+                self.waiters.extend(waiters);
+                Ok(Item::Shared(b))
             }
-            _ => Ok(None),
+            _ => written.map(|()| Item::InScratch),
         }
     }
 

@@ -6,6 +6,7 @@
 //! is one more writer style here.
 
 use std::sync::Arc;
+use std::task::Waker;
 
 use bytes::Bytes;
 use listwatch_core::json::push_go_string;
@@ -225,6 +226,14 @@ impl ObjectWriter {
         }
     }
 
+    /// Wakes the responses waiting for protobuf items this one kept
+    /// ([`ProtoObjects::wake_waiters`]): called as each chunk is handed out.
+    pub fn wake_waiters(&mut self) {
+        if let Style::Protobuf(p) = &mut self.style {
+            p.wake_waiters();
+        }
+    }
+
     /// The form whose items' encoded size [`Self::list_head`] needs first (protobuf: the
     /// list message is length-prefixed); `None` for JSON.
     pub fn measured_form(&self) -> Option<EncodedForm> {
@@ -292,13 +301,16 @@ impl ObjectWriter {
         Ok(())
     }
 
-    /// One list item (`first`: no separator before it).
+    /// One list item (`first`: no separator before it). With a `waker`, a protobuf item
+    /// another response is transcoding now is waited for: `Ok(false)`, nothing written,
+    /// and `waker` is woken when it can be written.
     pub fn list_item(
         &mut self,
         out: &mut ChunkWriter,
         r: &Arc<Record>,
         first: bool,
-    ) -> Result<(), ProtoError> {
+        waker: Option<&Waker>,
+    ) -> Result<bool, ProtoError> {
         match &mut self.style {
             Style::Json => {
                 out.put_slice(if first { b"{" } else { b",{" });
@@ -321,7 +333,11 @@ impl ObjectWriter {
             Style::Protobuf(ps) => {
                 let (p, scratch, _) = ps.parts();
                 let expected = p.item_len(r)?;
-                let shared = p.item(r, scratch)?;
+                let shared = match p.item(r, scratch, waker)? {
+                    pb::Item::Wait => return Ok(false),
+                    pb::Item::Shared(b) => Some(b),
+                    pb::Item::InScratch => None,
+                };
                 let item = shared.as_deref().unwrap_or(scratch);
                 if expected != item.len() {
                     return Err(ProtoError::Malformed(
@@ -338,7 +354,7 @@ impl ObjectWriter {
                 }
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// A list's tail: `]}` and a newline (JSON), the envelope's empty `contentEncoding` and
@@ -399,7 +415,12 @@ impl ObjectWriter {
             return self.event(out, EventType::Added, r, None, now);
         };
         let (p, scratch, frame) = ps.parts();
-        let shared = p.item(r, scratch)?;
+        let shared = match p.item(r, scratch, None)? {
+            pb::Item::Shared(b) => Some(b),
+            pb::Item::InScratch => None,
+            // Only an item asked for with a waker is waited for.
+            pb::Item::Wait => return Err(ProtoError::Malformed("an initial event waited")),
+        };
         let message_len = shared.as_ref().map_or(scratch.len(), Bytes::len);
         // The envelope's head, then the frame's (which needs the envelope's length).
         frame.clear();

@@ -223,6 +223,7 @@ impl WatchEncoder {
     pub fn step(&mut self, now: Instant) -> WatchStep {
         loop {
             if let Some(c) = self.out.pop() {
+                self.writer.wake_waiters();
                 return WatchStep::Chunk(c);
             }
             match &mut self.phase {

@@ -131,8 +131,12 @@ pub struct ListPieces {
 }
 
 impl Producer for ListPieces {
-    fn poll_piece(&mut self, _: &mut Context<'_>) -> Poll<Option<Piece>> {
-        let bytes = self.ahead.pop_front().or_else(|| self.encoder.next_chunk());
+    fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Option<Piece>> {
+        let bytes = match self.ahead.pop_front() {
+            Some(b) => Some(b),
+            // Waits while a concurrent LIST transcodes the item this one needs next.
+            None => std::task::ready!(self.encoder.poll_chunk(Some(cx.waker()))),
+        };
         Poll::Ready(bytes.map(|bytes| Piece { bytes, bulk: true }))
     }
 }

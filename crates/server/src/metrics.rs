@@ -72,6 +72,7 @@ pub struct Metrics {
     shared_hits: Counter,
     shared_kept: Counter,
     shared_held: Gauge,
+    shared_waits: Counter,
     request_log: RequestLog,
     log_suppressed: Counter,
 }
@@ -114,8 +115,12 @@ impl Metrics {
         let watchers = Family::<ResourceLabel, Gauge>::default();
         let skipped = Family::<SkipLabel, Gauge>::default();
         let rss = Gauge::default();
-        let (shared_hits, shared_kept, shared_held) =
-            (Counter::default(), Counter::default(), Gauge::default());
+        let (shared_hits, shared_kept, shared_held, shared_waits) = (
+            Counter::default(),
+            Counter::default(),
+            Gauge::default(),
+            Counter::default(),
+        );
         let log_suppressed = Counter::default();
         // One line per metric: name, help, value.
         macro_rules! register {
@@ -143,6 +148,7 @@ impl Metrics {
             "listwatch_shared_protobuf_item_hits", "Protobuf list items and initial events copied from a concurrent response's encoding", shared_hits;
             "listwatch_shared_protobuf_items_kept", "Protobuf items a response transcoded and kept for concurrent ones", shared_kept;
             "listwatch_shared_protobuf_item_bytes", "Bytes of protobuf items held for concurrent responses now", shared_held;
+            "listwatch_shared_protobuf_item_waits", "Times a protobuf LIST waited for an item a concurrent response was transcoding", shared_waits;
         }
         Metrics {
             registry,
@@ -157,6 +163,7 @@ impl Metrics {
             shared_hits,
             shared_kept,
             shared_held,
+            shared_waits,
             request_log: RequestLog::new(log_per_second),
             log_suppressed,
         }
@@ -238,6 +245,8 @@ impl Metrics {
             .inc_by(shared.hits.saturating_sub(self.shared_hits.get()));
         self.shared_kept
             .inc_by(shared.kept.saturating_sub(self.shared_kept.get()));
+        self.shared_waits
+            .inc_by(shared.waits.saturating_sub(self.shared_waits.get()));
         self.shared_held
             .set(i64::try_from(shared.held).unwrap_or(i64::MAX));
         let mut out = String::new();
