@@ -157,40 +157,34 @@ impl ListEncoder {
                 Phase::Items => {
                     let (out, first, writer) = (&mut self.out, &mut self.first, &mut self.writer);
                     let mut failed = None;
-                    let mut waiting = None;
-                    let mut write = |r: &Arc<Record>| match writer.list_item(out, r, *first, waker)
+                    let batch = write_batch(&mut self.reader, &mut self.waiting, |r| match writer
+                        .list_item(out, r, *first, waker)
                     {
                         Ok(true) => {
                             *first = false;
-                            !out.is_full()
+                            Wrote::written(out)
                         }
-                        Ok(false) => {
-                            waiting = Some(r.clone());
-                            false
-                        }
+                        Ok(false) => Wrote::Wait,
                         Err(e) => {
                             failed = Some(e);
-                            false
+                            Wrote::Failed
                         }
-                    };
-                    let go_on = match self.waiting.take() {
-                        Some(r) => write(&r),
-                        None => true,
-                    };
-                    let more = !go_on || self.reader.next_batch(SCAN_PER_STEP, write);
-                    if let Some(e) = failed {
-                        self.fail(&e);
-                    } else if waiting.is_some() {
-                        // Not flushed: the wait lasts one item's transcoding, and a chunk
-                        // cut short at every wait would go out in small writes.
-                        self.waiting = waiting;
-                        self.writer.wake_waiters();
-                        return Poll::Pending;
-                    } else if !more {
-                        self.writer.list_tail(&mut self.out);
-                        self.writer.stop_sharing();
-                        self.out.flush();
-                        self.phase = Phase::Done;
+                    });
+                    match (batch, failed) {
+                        (_, Some(e)) => self.fail(&e),
+                        (Batch::Wait, None) => {
+                            // Not flushed: the wait lasts one item's transcoding, and a
+                            // chunk cut short at every wait would go out in small writes.
+                            self.writer.wake_waiters();
+                            return Poll::Pending;
+                        }
+                        (Batch::Complete, None) => {
+                            self.writer.list_tail(&mut self.out);
+                            self.writer.stop_sharing();
+                            self.out.flush();
+                            self.phase = Phase::Done;
+                        }
+                        (Batch::More | Batch::Failed, None) => {}
                     }
                 }
                 Phase::Done => return Poll::Ready(None),
@@ -205,5 +199,80 @@ impl ListEncoder {
         tracing::error!(error = %e, "LIST ended early: an object could not be encoded");
         self.out.flush();
         self.phase = Phase::Done;
+    }
+}
+
+/// How one record went into a body, for [`write_batch`].
+pub(crate) enum Wrote {
+    /// Written; go on.
+    Written,
+    /// Written, and the chunk is full: hand it out first.
+    Full,
+    /// Another response is transcoding its protobuf item: wait, and write it first later.
+    Wait,
+    /// Could not be written.
+    Failed,
+}
+
+impl Wrote {
+    /// Written, and whether `out` should be handed out before the next record.
+    pub(crate) fn written(out: &ChunkWriter) -> Wrote {
+        if out.is_full() {
+            Wrote::Full
+        } else {
+            Wrote::Written
+        }
+    }
+}
+
+/// How a batch of [`write_batch`] ended.
+pub(crate) enum Batch {
+    /// Records remain (or a chunk is full).
+    More,
+    /// Every record of the page is written.
+    Complete,
+    /// Waiting for a record's item, which is held to be written first.
+    Wait,
+    /// A record could not be written.
+    Failed,
+}
+
+/// Writes the record held back by a wait (if any), then the reader's next records, with
+/// `write` until it asks to stop: the one loop of a LIST's items and a watch-list's initial
+/// events.
+pub(crate) fn write_batch(
+    reader: &mut SnapshotReader,
+    held: &mut Option<Arc<Record>>,
+    mut write: impl FnMut(&Arc<Record>) -> Wrote,
+) -> Batch {
+    if let Some(r) = held.take() {
+        match write(&r) {
+            Wrote::Written => {}
+            Wrote::Full => return Batch::More,
+            Wrote::Wait => {
+                *held = Some(r);
+                return Batch::Wait;
+            }
+            Wrote::Failed => return Batch::Failed,
+        }
+    }
+    let mut stopped = None;
+    let more = reader.next_batch(SCAN_PER_STEP, |r| match write(r) {
+        Wrote::Written => true,
+        Wrote::Full => false,
+        Wrote::Wait => {
+            *held = Some(r.clone());
+            stopped = Some(Batch::Wait);
+            false
+        }
+        Wrote::Failed => {
+            stopped = Some(Batch::Failed);
+            false
+        }
+    });
+    match stopped {
+        Some(b) => b,
+        None if more => Batch::More,
+        None => Batch::Complete,
     }
 }

@@ -405,21 +405,25 @@ impl ObjectWriter {
 
     /// One initial event of a watch-list: `r` ADDED with its own resourceVersion (a
     /// protobuf message shared with concurrent protobuf responses, see [`crate::shared`]).
+    /// With a `waker`, a protobuf item another response is transcoding now is waited for:
+    /// `Ok(false)`, nothing written, and `waker` is woken when it can be written.
     pub fn initial_event(
         &mut self,
         out: &mut ChunkWriter,
         r: &Arc<Record>,
         now: i64,
-    ) -> Result<(), ProtoError> {
+        waker: Option<&Waker>,
+    ) -> Result<bool, ProtoError> {
         let Style::Protobuf(ps) = &mut self.style else {
-            return self.event(out, EventType::Added, r, None, now);
+            return self
+                .event(out, EventType::Added, r, None, now)
+                .map(|()| true);
         };
         let (p, scratch, frame) = ps.parts();
-        let shared = match p.item(r, scratch, None)? {
+        let shared = match p.item(r, scratch, waker)? {
             pb::Item::Shared(b) => Some(b),
             pb::Item::InScratch => None,
-            // Only an item asked for with a waker is waited for.
-            pb::Item::Wait => return Err(ProtoError::Malformed("an initial event waited")),
+            pb::Item::Wait => return Ok(false),
         };
         let message_len = shared.as_ref().map_or(scratch.len(), Bytes::len);
         // The envelope's head, then the frame's (which needs the envelope's length).
@@ -435,7 +439,7 @@ impl ObjectWriter {
             None => out.put_slice(scratch),
         }
         out.put_slice(&pb::ENVELOPE_TAIL);
-        Ok(())
+        Ok(true)
     }
 
     /// One logged event `e` as a watcher's filter sees it (`v`). A protobuf form frames

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -11,6 +12,7 @@ use listwatch_core::json::push_go_string;
 use listwatch_store::{Event, EventType, Filter, Record, SnapshotReader, WatchCursor};
 
 use crate::ChunkWriter;
+use crate::list::{Batch, Wrote, write_batch};
 use crate::protobuf::PARTIAL_HEAD;
 use crate::render::ObjectWriter;
 
@@ -132,6 +134,9 @@ pub enum WatchStep {
         /// The next moment something is due without new events.
         until: Instant,
     },
+    /// Another response is transcoding the next initial event's protobuf item: the waker
+    /// given to [`WatchEncoder::step_waiting`] is woken when it is kept.
+    Wait,
     /// The watch is over.
     End,
 }
@@ -139,22 +144,27 @@ pub enum WatchStep {
 enum Phase {
     /// Initial events; a protobuf watch-list shares items with concurrent responses (boxed:
     /// an idle watch would carry the reader's size for life).
-    Initial(Box<SnapshotReader>),
+    Initial(Box<Initial>),
     InitialEnd,
     Live,
     Done,
 }
 
+/// A watch-list's initial events: the snapshot being read and, while another response
+/// transcodes its protobuf item, the record waited for.
+struct Initial {
+    reader: SnapshotReader,
+    waiting: Option<Arc<Record>>,
+}
+
 /// Events fetched from the log per step.
 const EVENTS_PER_STEP: usize = 256;
-/// Records examined per step of the initial phase.
-const SCAN_PER_STEP: usize = 4096;
 
 /// A watch (or watch-list) response being encoded: initial events from a snapshot, the
 /// `initial-events-end` bookmark, then the event log through a cursor, with periodic
 /// bookmarks and an ERROR event if the cursor falls out of the log. Pure: it never waits;
-/// the caller waits when told [`WatchStep::Idle`]. Holds at most about one chunk of copied
-/// bytes plus the events of one step.
+/// the caller waits when told [`WatchStep::Idle`] or [`WatchStep::Wait`]. Holds at most
+/// about one chunk of copied bytes plus the events of one step.
 pub struct WatchEncoder {
     cursor: WatchCursor,
     filter: Arc<Filter>,
@@ -179,7 +189,10 @@ impl WatchEncoder {
         let phase = match spec.initial.take() {
             Some(r) => {
                 writer.start_sharing();
-                Phase::Initial(r)
+                Phase::Initial(Box::new(Initial {
+                    reader: *r,
+                    waiting: None,
+                }))
             }
             None => Phase::InitialEnd,
         };
@@ -221,6 +234,13 @@ impl WatchEncoder {
 
     /// What to send next at time `now`.
     pub fn step(&mut self, now: Instant) -> WatchStep {
+        self.step_waiting(now, None)
+    }
+
+    /// [`Self::step`], waiting ([`WatchStep::Wait`], `waker` woken later) rather than
+    /// transcoding an initial event's protobuf item that a concurrent response is
+    /// transcoding now.
+    pub fn step_waiting(&mut self, now: Instant, waker: Option<&Waker>) -> WatchStep {
         loop {
             if let Some(c) = self.out.pop() {
                 self.writer.wake_waiters();
@@ -232,20 +252,29 @@ impl WatchEncoder {
                     self.out.flush();
                     self.phase = Phase::Done;
                 }
-                Phase::Initial(reader) => {
+                Phase::Initial(initial) => {
                     let out = &mut self.out;
                     let writer = &mut self.writer;
                     let wall = listwatch_core::time::unix_now();
-                    let mut ok = true;
-                    let more = reader.next_batch(SCAN_PER_STEP, |r| {
-                        ok = encoded(writer.initial_event(out, r, wall));
-                        ok && !out.is_full()
+                    let Initial { reader, waiting } = &mut **initial;
+                    let batch = write_batch(reader, waiting, |r| {
+                        match encoded(writer.initial_event(out, r, wall, waker)) {
+                            Some(true) => Wrote::written(out),
+                            Some(false) => Wrote::Wait,
+                            None => Wrote::Failed,
+                        }
                     });
-                    if !ok {
-                        self.end_with_internal_error();
-                    } else if !more {
-                        self.writer.stop_sharing();
-                        self.phase = Phase::InitialEnd;
+                    match batch {
+                        Batch::Failed => self.end_with_internal_error(),
+                        Batch::Wait => {
+                            self.writer.wake_waiters();
+                            return WatchStep::Wait;
+                        }
+                        Batch::Complete => {
+                            self.writer.stop_sharing();
+                            self.phase = Phase::InitialEnd;
+                        }
+                        Batch::More => {}
                     }
                 }
                 Phase::InitialEnd if now >= self.spec.deadline => {
@@ -255,12 +284,14 @@ impl WatchEncoder {
                 Phase::InitialEnd => {
                     if self.spec.initial_events_end {
                         let info = self.cursor.store().info();
-                        if !encoded(self.writer.bookmark(
+                        if encoded(self.writer.bookmark(
                             &mut self.out,
                             info,
                             self.spec.initial_rv,
                             true,
-                        )) {
+                        ))
+                        .is_none()
+                        {
                             self.end_with_internal_error();
                             continue;
                         }
@@ -282,7 +313,8 @@ impl WatchEncoder {
                     let mut ok = true;
                     while let Some(e) = self.pending.pop_front() {
                         if let Some(v) = self.filter.view(&e) {
-                            ok = encoded(self.writer.logged_event(&mut self.out, &e, &v, wall));
+                            ok = encoded(self.writer.logged_event(&mut self.out, &e, &v, wall))
+                                .is_some();
                         }
                         if !ok || self.out.is_full() {
                             break;
@@ -320,7 +352,7 @@ impl WatchEncoder {
                     {
                         let info = self.cursor.store().info();
                         let rv = self.cursor.rv();
-                        if !encoded(self.writer.bookmark(&mut self.out, info, rv, false)) {
+                        if encoded(self.writer.bookmark(&mut self.out, info, rv, false)).is_none() {
                             self.end_with_internal_error();
                             continue;
                         }
@@ -395,12 +427,12 @@ impl WatchEncoder {
 
 /// Whether a piece was written; an object that cannot be encoded is logged here, and the
 /// watch then ends with an ERROR (a watcher must relist rather than miss it).
-fn encoded(written: Result<(), listwatch_protobuf::ProtoError>) -> bool {
+fn encoded<T>(written: Result<T, listwatch_protobuf::ProtoError>) -> Option<T> {
     match written {
-        Ok(()) => true,
+        Ok(t) => Some(t),
         Err(e) => {
             tracing::error!(error = %e, "watch event could not be encoded in the requested media type");
-            false
+            None
         }
     }
 }

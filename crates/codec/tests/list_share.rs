@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use listwatch_codec::shared::{self, SharedStats};
 use listwatch_codec::{ListEncoder, Rendering, WatchEncoder, WatchSpec, WatchStep};
 use listwatch_core::builtin_resource;
@@ -132,7 +133,7 @@ fn delta(before: SharedStats, after: SharedStats) -> (u64, u64) {
 fn protobuf_lists_share_items_and_sum_lengths_once_per_snapshot() {
     initial_events_are_the_bytes_of_added_events();
     concurrent_protobuf_responses_share_items_and_send_the_same_bytes();
-    lists_on_parallel_threads_transcode_each_object_once();
+    responses_on_parallel_threads_transcode_each_object_once();
     a_whole_collection_s_summed_length_is_the_snapshot_s_own();
     measuring_ahead_sets_what_a_list_states();
 }
@@ -168,7 +169,10 @@ fn initial_events_are_the_bytes_of_added_events() {
             let mut bodies = Vec::new();
             for w in [&mut first, &mut second] {
                 let mut out = ChunkWriter::new(1 << 20);
-                w.initial_event(&mut out, r, 0).expect("initial event");
+                assert!(
+                    w.initial_event(&mut out, r, 0, None)
+                        .expect("initial event")
+                );
                 bodies.push(out.into_vec());
             }
             let mut out = ChunkWriter::new(1 << 20);
@@ -256,29 +260,25 @@ impl std::task::Wake for Unpark {
     }
 }
 
-/// LISTs running at once on threads of their own (workers of a runtime): one that reaches
-/// an item another is transcoding waits for it, so each object is transcoded exactly once
-/// (without the claims two level LISTs both transcoded it: 1.43 transcodes a pod for 8
-/// LISTs of 40,000 pods on 2 workers).
-fn lists_on_parallel_threads_transcode_each_object_once() {
-    const THREADS: usize = 4;
-    let store = store();
-    let lone = list_bodies(&store, false, 1).remove(0);
-    let s0 = shared::stats();
-    let encoders: Vec<_> = (0..THREADS).map(|_| list(&store, false)).collect();
-    // Started together, so that they are level at the first items.
-    let start = std::sync::Barrier::new(THREADS);
-    let bodies: Vec<Vec<u8>> = std::thread::scope(|scope| {
+/// Bodies of encoders each driven on a thread of its own (as a runtime's workers run
+/// responses), started together so that they are level at the first items; `step` gives a
+/// chunk, `Ready(None)` at the end, `Pending` to park until the waker is woken.
+fn on_threads<E: Send>(
+    encoders: Vec<E>,
+    step: impl Fn(&mut E, &std::task::Waker) -> std::task::Poll<Option<Bytes>> + Sync,
+) -> Vec<Vec<u8>> {
+    let start = std::sync::Barrier::new(encoders.len());
+    std::thread::scope(|scope| {
         let running: Vec<_> = encoders
             .into_iter()
             .map(|mut e| {
-                let start = &start;
+                let (start, step) = (&start, &step);
                 scope.spawn(move || {
                     start.wait();
                     let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
                     let mut body = Vec::new();
                     loop {
-                        match e.poll_chunk(Some(&waker)) {
+                        match step(&mut e, &waker) {
                             std::task::Poll::Ready(Some(c)) => body.extend_from_slice(&c),
                             std::task::Poll::Ready(None) => return body,
                             // A lost wake-up would hang here: the test's timeout catches it.
@@ -290,15 +290,56 @@ fn lists_on_parallel_threads_transcode_each_object_once() {
             .collect();
         running
             .into_iter()
-            .map(|t| t.join().expect("LIST thread"))
+            .map(|t| t.join().expect("response thread"))
             .collect()
+    })
+}
+
+/// LISTs and watch-lists running at once on threads of their own: one that reaches an item
+/// another is transcoding waits for it, so each object is transcoded exactly once (without
+/// the claims two level LISTs both transcoded it: 1.43 transcodes a pod for 8 LISTs of
+/// 40,000 pods on 2 workers).
+fn responses_on_parallel_threads_transcode_each_object_once() {
+    const THREADS: usize = 4;
+    let store = store();
+    let check = |bodies: Vec<Vec<u8>>, lone: &[u8], s0: SharedStats, what: &str| {
+        let after = shared::stats();
+        assert!(
+            bodies.iter().all(|b| *b == lone),
+            "a waiting {what} differs"
+        );
+        assert_eq!(
+            after.kept - s0.kept,
+            OBJECTS,
+            "{what}: each object transcoded once"
+        );
+        assert_eq!(
+            after.hits - s0.hits,
+            (THREADS as u64 - 1) * OBJECTS,
+            "{what}"
+        );
+        assert_eq!(after.held, 0);
+        println!("{what}: {} waits", after.waits - s0.waits);
+    };
+    let lone = list_bodies(&store, false, 1).remove(0);
+    let s0 = shared::stats();
+    let encoders: Vec<_> = (0..THREADS).map(|_| list(&store, false)).collect();
+    let bodies = on_threads(encoders, |e: &mut ListEncoder, w| e.poll_chunk(Some(w)));
+    check(bodies, &lone, s0, "LIST");
+
+    let lone = watch_bodies(&store, false, 1).remove(0);
+    let s0 = shared::stats();
+    let encoders: Vec<_> = (0..THREADS).map(|_| watch_list(&store, false)).collect();
+    let now = Instant::now();
+    let bodies = on_threads(encoders, |e: &mut WatchEncoder, w| {
+        match e.step_waiting(now, Some(w)) {
+            WatchStep::Chunk(c) => std::task::Poll::Ready(Some(c)),
+            WatchStep::Wait => std::task::Poll::Pending,
+            // Up to the initial-events-end bookmark: the watch then idles.
+            WatchStep::Idle { .. } | WatchStep::End => std::task::Poll::Ready(None),
+        }
     });
-    let after = shared::stats();
-    assert!(bodies.iter().all(|b| *b == lone), "a waiting LIST differs");
-    assert_eq!(after.kept - s0.kept, OBJECTS, "each object transcoded once");
-    assert_eq!(after.hits - s0.hits, (THREADS as u64 - 1) * OBJECTS);
-    assert_eq!(after.held, 0);
-    println!("{} waits", after.waits - s0.waits);
+    check(bodies, &lone, s0, "watch-list");
 }
 
 fn a_whole_collection_s_summed_length_is_the_snapshot_s_own() {

@@ -61,6 +61,7 @@ fn a_synced_watch_list_keeps_no_buffers_while_it_waits() {
                 WatchStep::Chunk(c) => sent += c.len(),
                 WatchStep::Idle { .. } => break,
                 WatchStep::End => panic!("the watch ended"),
+                WatchStep::Wait => panic!("waited without a waker"),
             }
         }
         let waiting = dhat::HeapStats::get();

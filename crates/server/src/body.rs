@@ -270,7 +270,12 @@ impl Producer for WatchDriver {
                 let spread = grace.mul_f64(rand::random::<f64>());
                 self.encoder.end_by((Instant::now() + spread).into_std());
             }
-            let until = match self.encoder.step(Instant::now().into_std()) {
+            // A watch-list waits while a concurrent response transcodes its next initial
+            // event's protobuf item.
+            let step = self
+                .encoder
+                .step_waiting(Instant::now().into_std(), Some(cx.waker()));
+            let until = match step {
                 WatchStep::Chunk(bytes) => {
                     let bulk = self.encoder.in_initial_phase();
                     if !bulk {
@@ -279,6 +284,7 @@ impl Producer for WatchDriver {
                     return Poll::Ready(Some(Piece { bytes, bulk }));
                 }
                 WatchStep::End => return Poll::Ready(None),
+                WatchStep::Wait => return Poll::Pending,
                 WatchStep::Idle { until } => Instant::from_std(until),
             };
             // `step` marked the cursor's wake-up seen: a drain that came after the check
