@@ -197,6 +197,8 @@ impl ListEncoder {
     /// silently missing.
     fn fail(&mut self, e: &ProtoError) {
         tracing::error!(error = %e, "LIST ended early: an object could not be encoded");
+        // Wakes the responses waiting for what this one kept, and leaves the readers.
+        self.writer.stop_sharing();
         self.out.flush();
         self.phase = Phase::Done;
     }

@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -111,6 +111,9 @@ pub fn group_of(api_version: &str, kind: &str, resource: &str, metadata_only: bo
 pub struct Reader {
     group: u64,
     id: u64,
+    /// A claim of this reader's is in the window (set when it claims, cleared when it keeps
+    /// or gives up): only then does dropping the reader look for one left behind.
+    claiming: AtomicBool,
 }
 
 impl Reader {
@@ -122,7 +125,11 @@ impl Reader {
             at: Instant::now(),
         };
         lock().entry(group).or_default().readers.insert(id, start);
-        Reader { group, id }
+        Reader {
+            group,
+            id,
+            claiming: AtomicBool::new(false),
+        }
     }
 
     /// `r`'s item, if another reader kept it; notes that this reader is at `r`.
@@ -179,6 +186,7 @@ impl Reader {
             by: self.id,
             waiters: Vec::new(),
         };
+        self.claiming.store(true, Ordering::Relaxed);
         let old = g.items.insert(r.key().clone(), (Arc::downgrade(r), claim));
         let wake = old.map(|(_, s)| release(s)).unwrap_or_default();
         drop(groups);
@@ -192,6 +200,7 @@ impl Reader {
     /// reader level with this one was woken for each item it waited for (a task poll each).
     #[must_use = "the waiters must be woken"]
     pub(crate) fn keep(&self, r: &Arc<Record>, item: Bytes) -> Vec<Waker> {
+        self.claiming.store(false, Ordering::Relaxed);
         let mut groups = lock();
         let Some(g) = groups.get_mut(&self.group) else {
             return Vec::new();
@@ -202,7 +211,12 @@ impl Reader {
             wake = g.drop_passed();
         }
         if over() {
+            // Not kept: its waiters have nothing to copy, and would wait for this reader's
+            // next chunk for nothing; woken now, they transcode it themselves.
             wake.extend(g.remove_claim(r));
+            drop(groups);
+            wake.into_iter().for_each(Waker::wake);
+            return Vec::new();
         } else {
             SHARED.held.fetch_add(item.len(), Ordering::Relaxed);
             SHARED.kept.fetch_add(1, Ordering::Relaxed);
@@ -217,6 +231,7 @@ impl Reader {
     /// Gives up this reader's claim on `r` (its transcoding failed); its waiters are woken
     /// to transcode it themselves.
     pub(crate) fn give_up(&self, r: &Arc<Record>) {
+        self.claiming.store(false, Ordering::Relaxed);
         let mut groups = lock();
         let wake = match groups.get_mut(&self.group) {
             Some(g) => g.remove_claim(r),
@@ -255,17 +270,19 @@ impl Drop for Reader {
             }
         } else {
             // Claims are given up where they are made; one left here means a transcode
-            // that unwound.
-            let id = self.id;
-            let mine: Vec<Arc<str>> = g
-                .items
-                .iter()
-                .filter(|(_, (_, s))| matches!(s, Slot::Claimed { by, .. } if *by == id))
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in mine {
-                if let Some((_, slot)) = g.items.remove(&k) {
-                    wake.extend(release(slot));
+            // that unwound (only then is the window searched).
+            if self.claiming.load(Ordering::Relaxed) {
+                let id = self.id;
+                let mine: Vec<Arc<str>> = g
+                    .items
+                    .iter()
+                    .filter(|(_, (_, s))| matches!(s, Slot::Claimed { by, .. } if *by == id))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in mine {
+                    if let Some((_, slot)) = g.items.remove(&k) {
+                        wake.extend(release(slot));
+                    }
                 }
             }
             wake.extend(g.drop_passed());

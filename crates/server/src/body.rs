@@ -192,7 +192,13 @@ impl<P: Producer> Body for StreamedBody<P> {
             None => this.turn_started = Some(now),
         }
         let next = match this.producer.as_mut().map(|p| p.poll_piece(cx)) {
-            Some(Poll::Pending) => return Poll::Pending,
+            Some(Poll::Pending) => {
+                // Waiting (for another response's item, an event, a timer) ends the turn:
+                // woken, the body produces at once instead of first yielding for a turn
+                // that began before it waited.
+                this.turn_started = None;
+                return Poll::Pending;
+            }
             Some(Poll::Ready(Some(p))) => Some(p),
             Some(Poll::Ready(None)) | None => {
                 this.producer = None;

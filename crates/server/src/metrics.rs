@@ -148,7 +148,7 @@ impl Metrics {
             "listwatch_shared_protobuf_item_hits", "Protobuf list items and initial events copied from a concurrent response's encoding", shared_hits;
             "listwatch_shared_protobuf_items_kept", "Protobuf items a response transcoded and kept for concurrent ones", shared_kept;
             "listwatch_shared_protobuf_item_bytes", "Bytes of protobuf items held for concurrent responses now", shared_held;
-            "listwatch_shared_protobuf_item_waits", "Times a protobuf LIST waited for an item a concurrent response was transcoding", shared_waits;
+            "listwatch_shared_protobuf_item_waits", "Times a protobuf LIST or watch-list waited for an item a concurrent response was transcoding", shared_waits;
         }
         Metrics {
             registry,
