@@ -14,12 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use listwatch_core::scan::{self, Span};
 use listwatch_store::{Change, Record, Store};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use tracing::{debug, info, warn};
 
 use crate::UpstreamError;
@@ -50,12 +50,14 @@ impl From<UpstreamError> for Ended {
     }
 }
 
-#[derive(Deserialize)]
-struct WatchEvent<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    #[serde(borrow)]
-    object: &'a RawValue,
+/// A watch event line's type and the span of its object, found by scanning (the object
+/// is validated when it is ingested): parsed with serde_json, a 1 MB object was read
+/// through twice more than it needs (event and metadata) before its ingest.
+fn watch_event(line: &[u8]) -> Option<(&str, Span)> {
+    let start = scan::skip_ws(line, 0);
+    let kind = scan::find_member(line, start, "type").and_then(|v| scan::plain_string(line, v))?;
+    let object = scan::find_member(line, start, "object")?;
+    Some((std::str::from_utf8(&line[kind.0..kind.1]).ok()?, object))
 }
 
 #[derive(Deserialize)]
@@ -77,9 +79,31 @@ struct Meta {
     resource_version: String,
 }
 
-/// An object's store key and RV.
-pub(crate) fn key_and_rv(store: &Store, json: &str) -> Result<(String, u64), UpstreamError> {
-    let o: Object = serde_json::from_str(json).map_err(|e| UpstreamError::Json(e.to_string()))?;
+/// An object's store key and RV: read from `metadata` by scanning, which stops there (the
+/// members after it, `data` or `spec`, are not read); with serde_json when a value is not
+/// a plain string (escaped, or not a string, which is then refused as before).
+pub(crate) fn key_and_rv(store: &Store, json: &[u8]) -> Result<(String, u64), UpstreamError> {
+    let scanned = || {
+        let md = scan::find_member(json, scan::skip_ws(json, 0), "metadata")?;
+        if json.get(md.0) != Some(&b'{') {
+            return None;
+        }
+        let field = |key: &str| match scan::find_member(json, md.0, key) {
+            None => Some(""),
+            Some(v) => {
+                scan::plain_string(json, v).and_then(|s| std::str::from_utf8(&json[s.0..s.1]).ok())
+            }
+        };
+        Some((
+            field("namespace")?,
+            field("name")?,
+            field("resourceVersion")?,
+        ))
+    };
+    if let Some((namespace, name, rv)) = scanned() {
+        return Ok((store.info().key(namespace, name), parse_rv(rv)?));
+    }
+    let o: Object = serde_json::from_slice(json).map_err(|e| UpstreamError::Json(e.to_string()))?;
     Ok((
         store.info().key(&o.metadata.namespace, &o.metadata.name),
         parse_rv(&o.metadata.resource_version)?,
@@ -88,17 +112,16 @@ pub(crate) fn key_and_rv(store: &Store, json: &str) -> Result<(String, u64), Ups
 
 /// Ingests `items` listed at `rv` and replaces the store's content with them (ending every
 /// open watch with 410 when it is a relist).
-pub(crate) fn install(
+pub(crate) fn install<'a>(
     store: &Store,
     rv: u64,
-    items: &[Box<RawValue>],
+    items: impl ExactSizeIterator<Item = &'a [u8]>,
 ) -> Result<(), UpstreamError> {
     let mut records = Vec::with_capacity(items.len());
     for o in items {
-        let (_, orv) = key_and_rv(store, o.get())?;
+        let (_, orv) = key_and_rv(store, o)?;
         records.push(
-            Record::ingest(o.get().as_bytes(), store.info(), orv)
-                .map_err(|e| UpstreamError::Json(e.to_string()))?,
+            Record::ingest(o, store.info(), orv).map_err(|e| UpstreamError::Json(e.to_string()))?,
         );
     }
     store.replace(rv, records);
@@ -200,17 +223,21 @@ async fn sync_and_follow(
                 }
                 Err(e) => return Ended::Disconnected(e),
             };
-            let Ok(ev) = serde_json::from_slice::<WatchEvent<'_>>(&line) else {
+            let Some((kind, object)) = watch_event(&line) else {
                 return Ended::Disconnected("bad watch event".into());
             };
-            match ev.kind {
-                "ADDED" => initial.push(ev.object.to_owned()),
-                "BOOKMARK" if ev.object.get().contains("\"k8s.io/initial-events-end\"") => {
-                    let rv = match key_and_rv(store, ev.object.get()) {
+            let json = &line[object.0..object.1];
+            match kind {
+                // A slice of the line: shared, not copied.
+                "ADDED" => initial.push(line.slice(object.0..object.1)),
+                "BOOKMARK"
+                    if memchr::memmem::find(json, b"\"k8s.io/initial-events-end\"").is_some() =>
+                {
+                    let rv = match key_and_rv(store, json) {
                         Ok((_, rv)) => rv,
                         Err(e) => return Ended::Disconnected(e.to_string()),
                     };
-                    if let Err(e) = install(store, rv, &initial) {
+                    if let Err(e) = install(store, rv, initial.iter().map(|o| &o[..])) {
                         return Ended::Relist(e.to_string());
                     }
                     info!(resource = %info.resource, objects = initial.len(), rv, "synced from the upstream (watch-list)");
@@ -219,7 +246,7 @@ async fn sync_and_follow(
                     return stream(store, lines, last).await;
                 }
                 "BOOKMARK" => {}
-                "ERROR" => return error_event(ev.object.get()),
+                "ERROR" => return error_event(json),
                 other => {
                     return Ended::Relist(format!(
                         "{other} event among a watch-list's initial events"
@@ -236,7 +263,7 @@ async fn sync_and_follow(
         Ok(l) => l,
         Err(e) => return e.into(),
     };
-    if let Err(e) = install(store, rv, &items) {
+    if let Err(e) = install(store, rv, items.iter().map(|o| o.get().as_bytes())) {
         return Ended::Relist(e.to_string());
     }
     info!(resource = %info.resource, objects = items.len(), rv, "synced from the upstream (LIST)");
@@ -278,17 +305,18 @@ async fn stream(store: &Store, mut lines: Lines, last: &mut u64) -> Ended {
             Ok(None) => return Ended::Disconnected("watch ended".into()),
             Err(e) => return Ended::Disconnected(e),
         };
-        let Ok(ev) = serde_json::from_slice::<WatchEvent<'_>>(&line) else {
+        let Some((kind, object)) = watch_event(&line) else {
             return Ended::Disconnected("bad watch event".into());
         };
-        if ev.kind == "ERROR" {
-            return error_event(ev.object.get());
+        let json = &line[object.0..object.1];
+        if kind == "ERROR" {
+            return error_event(json);
         }
-        let (key, rv) = match key_and_rv(store, ev.object.get()) {
+        let (key, rv) = match key_and_rv(store, json) {
             Ok(k) => k,
             Err(e) => return Ended::Relist(e.to_string()),
         };
-        if let Err(why) = apply(store, ev.kind, ev.object.get(), key, rv) {
+        if let Err(why) = apply(store, kind, json, key, rv) {
             return Ended::Relist(why);
         }
         *last = (*last).max(rv);
@@ -298,7 +326,7 @@ async fn stream(store: &Store, mut lines: Lines, last: &mut u64) -> Ended {
 /// Applies one event. An event at or below the store's RV (the store was declared current
 /// past it by a consistent read's proof, `consistent`) is only a repeat when the cache
 /// holds exactly that object version; anything else means watchers missed it: relist.
-fn apply(store: &Store, kind: &str, json: &str, key: String, rv: u64) -> Result<(), String> {
+fn apply(store: &Store, kind: &str, json: &[u8], key: String, rv: u64) -> Result<(), String> {
     if kind == "BOOKMARK" {
         store.progress(rv);
         return Ok(());
@@ -315,9 +343,9 @@ fn apply(store: &Store, kind: &str, json: &str, key: String, rv: u64) -> Result<
         };
     }
     let change = match kind {
-        "ADDED" | "MODIFIED" => Change::Put(
-            Record::ingest(json.as_bytes(), store.info(), rv).map_err(|e| e.to_string())?,
-        ),
+        "ADDED" | "MODIFIED" => {
+            Change::Put(Record::ingest(json, store.info(), rv).map_err(|e| e.to_string())?)
+        }
         "DELETED" => Change::Delete { key, rv },
         other => return Err(format!("unknown watch event type {other}")),
     };
@@ -325,9 +353,12 @@ fn apply(store: &Store, kind: &str, json: &str, key: String, rv: u64) -> Result<
 }
 
 /// An `ERROR` event: 410 (history gone) relists, anything else reconnects.
-fn error_event(json: &str) -> Ended {
-    match serde_json::from_str::<Object>(json) {
+fn error_event(json: &[u8]) -> Ended {
+    match serde_json::from_slice::<Object>(json) {
         Ok(o) if o.code == 410 => Ended::Relist("410 Gone in the watch".into()),
-        _ => Ended::Disconnected(format!("watch error: {}", &json[..json.len().min(300)])),
+        _ => Ended::Disconnected(format!(
+            "watch error: {}",
+            String::from_utf8_lossy(&json[..json.len().min(300)])
+        )),
     }
 }

@@ -292,7 +292,7 @@ impl UpstreamSource {
             let mut same = items.len() == snap.len();
             let mut newest = 0;
             for o in &items {
-                let (key, rv) = follower::key_and_rv(store, o.get())?;
+                let (key, rv) = follower::key_and_rv(store, o.get().as_bytes())?;
                 newest = newest.max(rv);
                 same &= snap.get(&key).is_some_and(|r| r.rv() == rv);
             }
