@@ -88,17 +88,23 @@ pub(crate) fn key_and_rv(store: &Store, json: &[u8]) -> Result<(String, u64), Up
         if json.get(md.0) != Some(&b'{') {
             return None;
         }
-        let field = |key: &str| match scan::find_member(json, md.0, key) {
-            None => Some(""),
-            Some(v) => {
-                scan::plain_string(json, v).and_then(|s| std::str::from_utf8(&json[s.0..s.1]).ok())
-            }
-        };
-        Some((
-            field("namespace")?,
-            field("name")?,
-            field("resourceVersion")?,
-        ))
+        // One pass over metadata for the three (resourceVersion may follow managedFields);
+        // the first of a repeated key counts, as a search finds it.
+        let mut found: [Option<Option<&str>>; 3] = [None; 3];
+        scan::for_each_member(json, md.0, |m| {
+            let at = match &json[m.key.0..m.key.1] {
+                b"namespace" => 0,
+                b"name" => 1,
+                b"resourceVersion" => 2,
+                _ => return,
+            };
+            found[at].get_or_insert_with(|| {
+                scan::plain_string(json, m.value)
+                    .and_then(|s| std::str::from_utf8(&json[s.0..s.1]).ok())
+            });
+        })?;
+        let [namespace, name, rv] = found.map(|f| f.unwrap_or(Some("")));
+        Some((namespace?, name?, rv?))
     };
     if let Some((namespace, name, rv)) = scanned() {
         return Ok((store.info().key(namespace, name), parse_rv(rv)?));
@@ -360,5 +366,62 @@ fn error_event(json: &[u8]) -> Ended {
             "watch error: {}",
             String::from_utf8_lossy(&json[..json.len().min(300)])
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(resource: &str) -> Arc<Store> {
+        let info =
+            std::sync::Arc::new(listwatch_core::builtin_resource(resource).expect("resource"));
+        Store::new(
+            info,
+            1,
+            Vec::<Record>::new(),
+            listwatch_store::StoreConfig::default(),
+        )
+    }
+
+    #[test]
+    fn key_and_rv_are_read_from_metadata_as_serde_json_would() {
+        let cms = store("configmaps");
+        let key = |json: &str| key_and_rv(&cms, json.as_bytes()).map_err(|e| e.to_string());
+        let want = |ns: &str, name: &str, rv| Ok((cms.info().key(ns, name), rv));
+        assert_eq!(
+            key(
+                r#"{"metadata":{"name":"a","namespace":"ns","managedFields":[{"f":{"f:x":{}}}],"resourceVersion":"7"},"data":{"k":"v"}}"#
+            ),
+            want("ns", "a", 7)
+        );
+        // The first of a repeated key, as a search (and Go's decoder keeps the last: the
+        // object is refused at ingest for it).
+        assert_eq!(
+            key(r#"{"metadata":{"name":"a","name":"b","resourceVersion":"3"}}"#),
+            want("", "a", 3)
+        );
+        // Escaped: decoded by serde_json.
+        assert_eq!(
+            key(r#"{"metadata":{"name":"\u0061b","namespace":"ns","resourceVersion":"9"}}"#),
+            want("ns", "ab", 9)
+        );
+        assert!(key(r#"{"metadata":{"name":"a","resourceVersion":"x"}}"#).is_err());
+        assert!(key(r#"{"metadata":{"name":7,"resourceVersion":"1"}}"#).is_err());
+        assert!(key(r#"{"metadata":"#).is_err());
+    }
+
+    #[test]
+    fn watch_events_are_split_without_parsing_the_object() {
+        let line = br#"{"type":"MODIFIED","object":{"metadata":{"name":"a"},"data":{"k":"v"}}}"#;
+        let (kind, object) = watch_event(line).expect("event");
+        assert_eq!(kind, "MODIFIED");
+        assert_eq!(
+            &line[object.0..object.1],
+            br#"{"metadata":{"name":"a"},"data":{"k":"v"}}"#
+        );
+        assert!(watch_event(br#"{"type":"ADDED"}"#).is_none());
+        assert!(watch_event(br#"{"type":"ADDED","object":{"#).is_none());
+        assert!(watch_event(b"not json").is_none());
     }
 }
