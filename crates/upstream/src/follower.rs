@@ -234,8 +234,9 @@ async fn sync_and_follow(
             };
             let json = &line[object.0..object.1];
             match kind {
-                // A slice of the line: shared, not copied.
-                "ADDED" => initial.push(line.slice(object.0..object.1)),
+                // Copied out (as before): a slice would keep the read buffer it shares
+                // with neighbouring lines alive, slack included, until the install.
+                "ADDED" => initial.push(Bytes::copy_from_slice(json)),
                 "BOOKMARK"
                     if memchr::memmem::find(json, b"\"k8s.io/initial-events-end\"").is_some() =>
                 {
