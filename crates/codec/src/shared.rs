@@ -144,7 +144,8 @@ impl Reader {
             return Lookup::Alone;
         };
         if let Some(p) = g.readers.get_mut(&self.id) {
-            if p.key.as_ref() != Some(r.key()) {
+            // The same record again after a wait: its key is the same `Arc`.
+            if !p.key.as_ref().is_some_and(|k| Arc::ptr_eq(k, r.key())) {
                 p.key = Some(r.key().clone());
             }
             p.at = Instant::now();
@@ -273,17 +274,11 @@ impl Drop for Reader {
             // that unwound (only then is the window searched).
             if self.claiming.load(Ordering::Relaxed) {
                 let id = self.id;
-                let mine: Vec<Arc<str>> = g
-                    .items
-                    .iter()
-                    .filter(|(_, (_, s))| matches!(s, Slot::Claimed { by, .. } if *by == id))
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for k in mine {
-                    if let Some((_, slot)) = g.items.remove(&k) {
-                        wake.extend(release(slot));
-                    }
-                }
+                let mine = g.items.extract_if(
+                    ..,
+                    |_, (_, s)| matches!(s, Slot::Claimed { by, .. } if *by == id),
+                );
+                wake.extend(mine.flat_map(|(_, (_, slot))| release(slot)));
             }
             wake.extend(g.drop_passed());
         }

@@ -160,14 +160,21 @@ impl Record {
         // The top level's member spans in `out`, noted as it is written (not found by
         // scanning the whole object again).
         let mut top: Vec<(Span, Span)> = Vec::with_capacity(16);
-        out.extend_from_slice(b"{\"kind\":");
-        let at = out.len();
-        listwatch_core::json::push_go_string(&mut out, &info.kind);
-        top.push(((2, 6), (at, out.len())));
-        out.extend_from_slice(b",\"apiVersion\":");
-        let at = out.len();
-        listwatch_core::json::push_go_string(&mut out, &info.api_version());
-        top.push(((at - 12, at - 2), (at, out.len())));
+        out.push(b'{');
+        for (key, value) in [
+            ("kind", info.kind.as_str()),
+            ("apiVersion", &info.api_version()),
+        ] {
+            if key == "apiVersion" {
+                out.push(b',');
+            }
+            let key_at = out.len() + 1;
+            listwatch_core::json::push_go_string(&mut out, key);
+            out.push(b':');
+            let value_at = out.len();
+            listwatch_core::json::push_go_string(&mut out, value);
+            top.push(((key_at, key_at + key.len()), (value_at, out.len())));
+        }
         let mut body_off = None;
         let mut saw_metadata = false;
         let mut bad = None;

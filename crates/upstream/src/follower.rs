@@ -54,10 +54,17 @@ impl From<UpstreamError> for Ended {
 /// is validated when it is ingested): parsed with serde_json, a 1 MB object was read
 /// through twice more than it needs (event and metadata) before its ingest.
 fn watch_event(line: &[u8]) -> Option<(&str, Span)> {
-    let start = scan::skip_ws(line, 0);
-    let kind = scan::find_member(line, start, "type").and_then(|v| scan::plain_string(line, v))?;
-    let object = scan::find_member(line, start, "object")?;
-    Some((std::str::from_utf8(&line[kind.0..kind.1]).ok()?, object))
+    // One pass, whichever member comes first (the first of a repeated one counts).
+    let (mut kind, mut object) = (None, None);
+    scan::for_each_member(line, scan::skip_ws(line, 0), |m| {
+        match &line[m.key.0..m.key.1] {
+            b"type" => kind.get_or_insert(m.value),
+            b"object" => object.get_or_insert(m.value),
+            _ => return,
+        };
+    })?;
+    let kind = scan::plain_string(line, kind?)?;
+    Some((std::str::from_utf8(&line[kind.0..kind.1]).ok()?, object?))
 }
 
 #[derive(Deserialize)]
@@ -375,8 +382,7 @@ mod tests {
     use super::*;
 
     fn store(resource: &str) -> Arc<Store> {
-        let info =
-            std::sync::Arc::new(listwatch_core::builtin_resource(resource).expect("resource"));
+        let info = Arc::new(listwatch_core::builtin_resource(resource).expect("resource"));
         Store::new(
             info,
             1,
