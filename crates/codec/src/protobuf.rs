@@ -363,17 +363,24 @@ impl ProtoObjects {
 }
 
 /// Measures the protobuf lengths a LIST states before its items (whole object and
-/// PartialObjectMetadata) of every record of `snap` not measured yet, and the snapshot's
-/// total in each form, so that a protobuf LIST — the first of a storm too — states its
+/// PartialObjectMetadata, the forms `wanted` says) of every record of `snap` not measured
+/// yet, and the snapshot's total in each form, so that a protobuf LIST — the first of a storm too — states its
 /// length without transcoding or summing the collection before its first byte. Returns
 /// how many records it transcoded; `0` for a kind without protobuf.
-pub fn measure_lengths(info: &ResourceInfo, snap: &Snapshot) -> usize {
+pub fn measure_lengths(
+    info: &ResourceInfo,
+    snap: &Snapshot,
+    wanted: impl Fn(EncodedForm) -> bool,
+) -> usize {
     let mut measured = 0;
     for metadata_only in [false, true] {
         let Some(mut w) = ProtoObjects::new(info, metadata_only) else {
             return 0;
         };
         let form = w.form();
+        if !wanted(form) {
+            continue;
+        }
         let mut reader =
             SnapshotReader::new(snap.clone(), Arc::new(Filter::everything()), None, None);
         let (mut total, mut complete) = (0, true);

@@ -191,10 +191,10 @@ fn measuring_ahead_sets_what_a_list_states() {
     let store = store();
     let snap = store.current();
     assert_eq!(snap.encoded_total(EncodedForm::Object), None);
-    let measured = listwatch_codec::protobuf::measure_lengths(store.info(), &snap);
+    let measured = listwatch_codec::protobuf::measure_lengths(store.info(), &snap, |_| true);
     assert_eq!(measured as u64, 2 * OBJECTS, "both forms of every record");
     assert_eq!(
-        listwatch_codec::protobuf::measure_lengths(store.info(), &snap),
+        listwatch_codec::protobuf::measure_lengths(store.info(), &snap, |_| true),
         0
     );
     for (metadata, form) in [(false, EncodedForm::Object), (true, EncodedForm::Metadata)] {

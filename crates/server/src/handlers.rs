@@ -335,6 +335,9 @@ async fn list(
     let filter = Arc::new(Filter::new(&info, ns, &opts));
     let reader = SnapshotReader::new(snap, filter, start.as_deref(), limit);
     let content_type = writer.content_type(false);
+    if let Some(form) = writer.measured_form() {
+        store.note_listed_form(form);
+    }
     let encoder = ListEncoder::new(
         reader,
         writer,

@@ -269,15 +269,21 @@ impl App {
     /// Measures the protobuf lengths of the records of every store with a protobuf form
     /// that changed since `warmed` (store address → RV measured) was last updated, so a
     /// protobuf LIST's first byte does not wait for a transcode of its collection (issue 27
-    /// item 2). A pass over a measured store only reads the memos.
-    pub fn measure_encodings(&self, warmed: &mut HashMap<usize, u64>) {
+    /// item 2). A pass over a measured store only reads the memos. `every_form`: all
+    /// protobuf forms (the pass readiness waits for); otherwise only the forms LISTs have
+    /// asked of each resource since start — on a write-heavy server (a gateway's front)
+    /// measuring every new object in both forms was 10 % of a small create's cost, for
+    /// LISTs that mostly never come (the first one measures for itself).
+    pub fn measure_encodings(&self, warmed: &mut HashMap<usize, u64>, every_form: bool) {
         let mut next = HashMap::new();
         for s in self.service.registry.stores() {
             let key = Arc::as_ptr(&s) as usize;
             let snap = s.current();
             let rv = snap.rv();
             if warmed.get(&key) != Some(&rv) {
-                listwatch_codec::protobuf::measure_lengths(s.info(), &snap);
+                listwatch_codec::protobuf::measure_lengths(s.info(), &snap, |form| {
+                    every_form || s.listed_form(form)
+                });
             }
             next.insert(key, rv);
         }
@@ -314,7 +320,8 @@ impl App {
                         // Only a pass that began with every cache loaded covers what a
                         // storm right after readiness lists.
                         let loaded = app.caches_loaded();
-                        app.measure_encodings(&mut w);
+                        let first = app.service.lengths.get() != Some(true);
+                        app.measure_encodings(&mut w, first);
                         if loaded {
                             app.service.lengths.done();
                         }

@@ -627,6 +627,52 @@ async fn readiness_waits_for_a_lengths_pass_over_loaded_caches() {
     assert!(r.body.contains("[+]protobuf-lengths ok"), "{}", r.body);
 }
 
+/// After start the housekeeping loop keeps measuring only the protobuf forms LISTs have
+/// asked of a resource: objects created later are measured once a protobuf LIST of their
+/// resource has been served, in that LIST's form only (measuring every new object in both
+/// forms was 10 % of a small create on a gateway's front).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lengths_stay_measured_only_in_the_forms_lists_ask() {
+    use listwatch_store::record::EncodedForm::{Metadata, Object};
+    let s = start(10, cfg()).await;
+    listwatch_testkit::poll_until(
+        Duration::from_secs(10),
+        || get(s.addr, "/readyz"),
+        |r| r.status == 200,
+    )
+    .await;
+    let cms = s
+        .source
+        .registry()
+        .get("", "v1", "configmaps")
+        .expect("configmaps")
+        .clone();
+    // Two housekeeping passes (one a second) after each change.
+    let passes = || tokio::time::sleep(Duration::from_millis(2300));
+    create_cm(s.addr, "default", "before-any-list", "1").await;
+    passes().await;
+    let snap = cms.current();
+    assert!(snap.encoded_total(Object).is_none());
+    assert!(snap.encoded_total(Metadata).is_none());
+
+    let r = listwatch_testkit::send(
+        s.addr,
+        "GET",
+        "/api/v1/configmaps",
+        &[("Accept", "application/vnd.kubernetes.protobuf")],
+        None,
+    )
+    .await
+    .expect("connect");
+    assert_eq!(r.status, 200);
+    assert!(r.body.starts_with(b"k8s\0"));
+    create_cm(s.addr, "default", "after-a-list", "2").await;
+    passes().await;
+    let snap = cms.current();
+    assert!(snap.encoded_total(Object).is_some(), "the listed form is measured");
+    assert!(snap.encoded_total(Metadata).is_none(), "no LIST asked for metadata");
+}
+
 fn metric(text: &str, name_and_labels: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(name_and_labels))

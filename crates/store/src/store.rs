@@ -2,7 +2,7 @@
 //! and the clock — and `WatchCursor`, a watcher's position in the log.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use crate::beacon::{Beacon, BeaconReceiver};
 use crate::event_log::{Event, EventLog, EventType, LogLimits};
-use crate::record::Record;
+use crate::record::{EncodedForm, Record};
 use crate::snapshot::{FieldIndex, Filter, RecordMap, Snapshot};
 
 /// Tunables of a store.
@@ -234,6 +234,9 @@ pub struct Store {
     index_field: Option<usize>,
     /// Locked after `inner` when both are held (and a beacon's wakers after both).
     triggers: Mutex<Triggers>,
+    /// The protobuf forms ([`EncodedForm`] bits) LISTs have asked of this resource: the
+    /// housekeeping loop keeps only their lengths measured as objects change.
+    listed_forms: AtomicU8,
 }
 
 impl Store {
@@ -267,6 +270,7 @@ impl Store {
             cursors: Mutex::new(CursorPositions::default()),
             index_field,
             triggers: Mutex::new(Triggers::default()),
+            listed_forms: AtomicU8::new(0),
         })
     }
 
@@ -321,6 +325,17 @@ impl Store {
     pub fn retire(&self, grace: Duration) {
         self.retired.store(true, Ordering::Release);
         self.drain_watches(grace);
+    }
+
+    /// Notes that a LIST asked for this resource's items in protobuf `form`.
+    pub fn note_listed_form(&self, form: EncodedForm) {
+        self.listed_forms
+            .fetch_or(1 << form as u8, Ordering::Relaxed);
+    }
+
+    /// Whether a LIST has asked for this resource's items in protobuf `form` since start.
+    pub fn listed_form(&self, form: EncodedForm) -> bool {
+        self.listed_forms.load(Ordering::Relaxed) & (1 << form as u8) != 0
     }
 
     /// Whether [`Store::retire`] was called.
