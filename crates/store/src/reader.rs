@@ -70,9 +70,12 @@ impl SnapshotReader {
             return false;
         }
         let mut scanned = 0;
-        let mut stop_at = None;
         let mut full = false;
+        // The keys are cloned once a batch, not per record: their reference counts are
+        // shared by every reader of the snapshot, on every thread.
+        let stop_key;
         {
+            let (mut stop_at, mut last_emitted) = (None, None);
             let (key, exclusive) = (&self.at.0, self.at.1);
             // A selector on the indexed field walks that value's records only (the
             // kubelet's `spec.nodeName=` LIST reads its node's pods, not the collection).
@@ -97,17 +100,21 @@ impl SnapshotReader {
                     break;
                 };
                 scanned += 1;
-                stop_at = Some(r.key().clone());
+                stop_at = Some(r);
                 if self.filter.matches(r) {
                     self.emitted += 1;
-                    self.last_emitted = Some(r.key().clone());
+                    last_emitted = Some(r);
                     if !visit(r) {
                         break;
                     }
                 }
             }
+            if let Some(r) = last_emitted {
+                self.last_emitted = Some(r.key().clone());
+            }
+            stop_key = stop_at.map(|r: &Arc<Record>| r.key().clone());
         }
-        if let Some(k) = stop_at {
+        if let Some(k) = stop_key {
             self.at = (k, true);
         }
         if full {

@@ -202,7 +202,7 @@ impl Snapshot {
         };
         self.items
             .range::<_, str>((lower, Bound::Unbounded))
-            .take_while(move |(k, _)| k.starts_with(prefix))
+            .take_while(move |(k, _)| prefix.is_empty() || k.starts_with(prefix))
             .map(|(_, v)| v)
     }
 }
@@ -292,7 +292,9 @@ impl Filter {
 
     /// Whether `r` is selected.
     pub fn matches(&self, r: &Record) -> bool {
-        if !r.key().starts_with(self.prefix.as_str()) {
+        // An empty prefix (every namespace) is not compared: a call to memcmp a record,
+        // per reader, was 1.7 % of a storm of protobuf LISTs.
+        if !self.prefix.is_empty() && !r.key().starts_with(self.prefix.as_str()) {
             return false;
         }
         self.fields.iter().all(|(f, want, negated)| {
