@@ -203,7 +203,11 @@ mod tests {
         }
         let c = w.pop().expect("a full chunk");
         let full = ChunkWriter::full_allocation(DEFAULT_CHUNK);
-        assert!((DEFAULT_CHUNK - 3000..=full).contains(&c.len()), "{}", c.len());
+        assert!(
+            (DEFAULT_CHUNK - 3000..=full).contains(&c.len()),
+            "{}",
+            c.len()
+        );
     }
 
     #[test]

@@ -235,6 +235,43 @@ pub fn for_each_element(b: &[u8], start: usize, mut f: impl FnMut(Span)) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Real JSON (strings with quotes, escapes and brackets; nesting), compact and
+        /// pretty, followed by more: skipped to its exact end.
+        #[test]
+        fn json_values_are_skipped_whole(
+            v in json_value(), pad in 0usize..9, pretty in any::<bool>()
+        ) {
+            let text = if pretty {
+                serde_json::to_vec_pretty(&v)
+            } else {
+                serde_json::to_vec(&v)
+            }
+            .expect("serializes");
+            let mut b = vec![b' '; pad];
+            b.extend_from_slice(&text);
+            b.extend_from_slice(b",{\"next\":[1]}]");
+            prop_assert_eq!(skip_value(&b, pad), Some(pad + text.len()));
+        }
+    }
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let text = "[a-z\"\\\\{}\\[\\]:, é]{0,24}";
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<i64>().prop_map(serde_json::Value::from),
+            text.prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(5, 64, 8, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..8).prop_map(serde_json::Value::from),
+                prop::collection::btree_map(text, inner, 0..8)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
 
     #[test]
     fn quote_or_backslash_finds_the_first_at_every_offset_and_length() {

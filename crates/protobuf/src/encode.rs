@@ -6,8 +6,8 @@
 
 use listwatch_core::scan::{self, Span};
 
-use crate::ProtoError;
 use crate::schema::{Field, Kind, MessageId, Schema, Special, name_hash};
+use crate::{OrMalformed, ProtoError};
 
 /// Deeper JSON than this is refused (Kubernetes objects nest a few dozen levels at most).
 const MAX_DEPTH: usize = 100;
@@ -138,7 +138,7 @@ impl<'s> ProtoEncoder<'s> {
         if b.get(v) != Some(&b'{') {
             // `null` or a value of the wrong type: Go leaves the struct empty.
             self.zero_fields(id, out, depth)?;
-            return scan::skip_value(b, v).ok_or(ProtoError::Malformed("JSON value"));
+            return scan::skip_value(b, v).or_malformed("JSON value");
         }
         let base = self.chunks.len();
         // Fields with a chunk: present members, and absent plain fields written as zero.
@@ -154,7 +154,7 @@ impl<'s> ProtoEncoder<'s> {
                 if b.get(i) != Some(&b'"') {
                     return Err(ProtoError::Malformed("JSON object"));
                 }
-                let kend = scan::skip_string(b, i).ok_or(ProtoError::Malformed("JSON string"))?;
+                let kend = scan::skip_string(b, i).or_malformed("JSON string")?;
                 let key = &b[i + 1..kend - 1];
                 // Compact JSON (what is stored) has `:` right after the key and the value
                 // right after it: whitespace is looked for only when it is not so.
@@ -203,7 +203,7 @@ impl<'s> ProtoEncoder<'s> {
                         // Escaped member names never occur in what kube-apiserver writes.
                         return Err(ProtoError::Malformed("escaped member name"));
                     }
-                    _ => scan::skip_value(b, i).ok_or(ProtoError::Malformed("JSON value"))?,
+                    _ => scan::skip_value(b, i).or_malformed("JSON value")?,
                 };
                 i = match b.get(vend) {
                     Some(b',' | b'}') => vend,
@@ -368,12 +368,12 @@ impl<'s> ProtoEncoder<'s> {
     ) -> Result<usize, ProtoError> {
         if f.map {
             if b.get(v) != Some(&b'{') {
-                return scan::skip_value(b, v).ok_or(ProtoError::Malformed("JSON value"));
+                return scan::skip_value(b, v).or_malformed("JSON value");
             }
             let base = self.keys.len();
             let keys = &mut self.keys;
             let close = scan::for_each_member(b, v, |m| keys.push((m.key, m.value)))
-                .ok_or(ProtoError::Malformed("JSON object"))?;
+                .or_malformed("JSON object")?;
             // Go writes map entries sorted by key (compared as decoded text). The entries
             // stay on the shared stack (nested maps push above them): no allocation.
             let top = self.keys.len();
@@ -431,7 +431,7 @@ impl<'s> ProtoEncoder<'s> {
         out: &mut Vec<u8>,
     ) -> Result<usize, ProtoError> {
         if b.get(v) != Some(&b'[') {
-            return scan::skip_value(b, v).ok_or(ProtoError::Malformed("JSON value"));
+            return scan::skip_value(b, v).or_malformed("JSON value");
         }
         let mut i = scan::skip_ws(b, v + 1);
         if b.get(i) == Some(&b']') {
@@ -463,10 +463,10 @@ impl<'s> ProtoEncoder<'s> {
             Kind::Bytes => {
                 let e = scalar_end(b, v)?;
                 self.text.clear();
-                let inner = string_content(b, (v, e))
-                    .ok_or(ProtoError::Malformed("bytes field is not a string"))?;
+                let inner =
+                    string_content(b, (v, e)).or_malformed("bytes field is not a string")?;
                 base64_into(&b[inner.0..inner.1], &mut self.text)
-                    .ok_or(ProtoError::Malformed("bytes field is not base64"))?;
+                    .or_malformed("bytes field is not base64")?;
                 put_bytes(out, tag, &self.text);
                 Ok(e)
             }
@@ -516,7 +516,7 @@ impl<'s> ProtoEncoder<'s> {
         match string_content(b, (v, e)) {
             Some(_) => {
                 self.text.clear();
-                unescape(&b[v..e], &mut self.text).ok_or(ProtoError::Malformed("JSON string"))?;
+                unescape(&b[v..e], &mut self.text).or_malformed("JSON string")?;
                 put_bytes(out, tag, &self.text);
             }
             None => put_bytes(out, tag, &b[v..e]),
@@ -536,7 +536,7 @@ impl<'s> ProtoEncoder<'s> {
     ) -> Result<usize, ProtoError> {
         let first = b.get(v).copied();
         match special {
-            Special::None => scan::skip_value(b, v).ok_or(ProtoError::Malformed("JSON value")),
+            Special::None => scan::skip_value(b, v).or_malformed("JSON value"),
             Special::Time | Special::MicroTime => {
                 let e = scalar_end(b, v)?;
                 if let Some(inner) = string_content(b, (v, e))
@@ -559,7 +559,7 @@ impl<'s> ProtoEncoder<'s> {
             // The embedded JSON as written: kube-apiserver keeps a RawExtension's bytes as
             // it received them and writes them back unchanged.
             Special::Raw => {
-                let e = scan::skip_value(b, v).ok_or(ProtoError::Malformed("JSON value"))?;
+                let e = scan::skip_value(b, v).or_malformed("JSON value")?;
                 put_bytes(out, 1, &b[v..e]);
                 Ok(e)
             }
@@ -613,7 +613,7 @@ fn scalar_end(b: &[u8], v: usize) -> Result<usize, ProtoError> {
         Some(b'"') => scan::skip_string(b, v),
         _ => scan::skip_value(b, v),
     }
-    .ok_or(ProtoError::Malformed("JSON value"))
+    .or_malformed("JSON value")
 }
 
 /// Appends `k8s\0` + `runtime.Unknown{typeMeta{api_version, kind}, raw, "", ""}` with

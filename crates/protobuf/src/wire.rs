@@ -1,7 +1,7 @@
 //! The protobuf wire format, read without copying: field numbers with varint, fixed and
 //! length-delimited values given as positions into one input buffer.
 
-use crate::ProtoError;
+use crate::{OrMalformed, ProtoError};
 
 /// One field value as it sits on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,7 +51,7 @@ impl<'a> FieldReader<'a> {
                 let end = start
                     .checked_add(len)
                     .filter(|e| *e <= self.end)
-                    .ok_or(ProtoError::Malformed("length past the end"))?;
+                    .or_malformed("length past the end")?;
                 self.pos = end;
                 let s = u32::try_from(start).map_err(|_| ProtoError::Malformed("too large"))?;
                 let e = u32::try_from(end).map_err(|_| ProtoError::Malformed("too large"))?;
@@ -72,7 +72,7 @@ impl<'a> FieldReader<'a> {
             .input
             .get(self.pos..self.pos + N)
             .filter(|_| self.pos + N <= self.end)
-            .ok_or(ProtoError::Malformed("truncated fixed value"))?;
+            .or_malformed("truncated fixed value")?;
         self.pos += N;
         let mut out = [0u8; N];
         out.copy_from_slice(bytes);
@@ -87,7 +87,7 @@ impl<'a> FieldReader<'a> {
                 .input
                 .get(self.pos)
                 .filter(|_| self.pos < self.end)
-                .ok_or(ProtoError::Malformed("truncated varint"))?;
+                .or_malformed("truncated varint")?;
             self.pos += 1;
             v |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {

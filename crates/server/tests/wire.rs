@@ -669,8 +669,14 @@ async fn lengths_stay_measured_only_in_the_forms_lists_ask() {
     create_cm(s.addr, "default", "after-a-list", "2").await;
     passes().await;
     let snap = cms.current();
-    assert!(snap.encoded_total(Object).is_some(), "the listed form is measured");
-    assert!(snap.encoded_total(Metadata).is_none(), "no LIST asked for metadata");
+    assert!(
+        snap.encoded_total(Object).is_some(),
+        "the listed form is measured"
+    );
+    assert!(
+        snap.encoded_total(Metadata).is_none(),
+        "no LIST asked for metadata"
+    );
 }
 
 fn metric(text: &str, name_and_labels: &str) -> Option<f64> {
