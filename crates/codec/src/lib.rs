@@ -189,25 +189,34 @@ mod tests {
             }
             let c = w.pop().expect("a full chunk");
             assert!(c.len() > DEFAULT_CHUNK - 1000, "{}", c.len());
-            // At most the piece that did not fit has started the next chunk.
-            assert!(w.buf.len() <= 1000, "{}", w.buf.len());
         }
         w.flush();
         while w.pop().is_some() {}
         assert!(w.next >= DEFAULT_CHUNK);
         // Pieces that do not fit the rest of a full chunk's allocation start the next
-        // chunk rather than growing (and copying) this one.
-        for _ in 0..40 {
-            w.put_slice(&[b'p'; 3000]);
-            assert!(w.buf.capacity() <= ChunkWriter::full_allocation(DEFAULT_CHUNK));
-        }
-        let c = w.pop().expect("a full chunk");
+        // chunk rather than growing (and copying) this one; the bytes are the same.
         let full = ChunkWriter::full_allocation(DEFAULT_CHUNK);
-        assert!(
-            (DEFAULT_CHUNK - 3000..=full).contains(&c.len()),
-            "{}",
-            c.len()
-        );
+        let (mut written, mut sent) = (Vec::new(), Vec::new());
+        for i in 0..100u8 {
+            let piece = vec![i; 2900 + usize::from(i)];
+            w.put_slice(&piece);
+            written.extend_from_slice(&piece);
+            assert!(w.buf.capacity() <= full);
+            while let Some(c) = w.pop() {
+                assert!(
+                    (DEFAULT_CHUNK - 3000..=full).contains(&c.len()),
+                    "{}",
+                    c.len()
+                );
+                sent.extend_from_slice(&c);
+            }
+        }
+        w.flush();
+        while let Some(c) = w.pop() {
+            assert!(!c.is_empty());
+            sent.extend_from_slice(&c);
+        }
+        assert!(sent == written, "chunks joined are the bytes written");
     }
 
     #[test]

@@ -267,25 +267,33 @@ impl App {
     }
 
     /// Measures the protobuf lengths of the records of every store with a protobuf form
-    /// that changed since `warmed` (store address → RV measured) was last updated, so a
-    /// protobuf LIST's first byte does not wait for a transcode of its collection (issue 27
-    /// item 2). A pass over a measured store only reads the memos. `every_form`: all
-    /// protobuf forms (the pass readiness waits for); otherwise only the forms LISTs have
-    /// asked of each resource since start — on a write-heavy server (a gateway's front)
-    /// measuring every new object in both forms was 10 % of a small create's cost, for
-    /// LISTs that mostly never come (the first one measures for itself).
-    pub fn measure_encodings(&self, warmed: &mut HashMap<usize, u64>, every_form: bool) {
+    /// that changed since `warmed` (store address → RV and forms measured) was last
+    /// updated, so a protobuf LIST's first byte does not wait for a transcode of its
+    /// collection (issue 27 item 2). A pass over a measured store only reads the memos.
+    /// `every_form`: all protobuf forms (the pass readiness waits for); otherwise only the
+    /// forms LISTs have asked of each resource since start — on a write-heavy server (a
+    /// gateway's front) measuring every new object in both forms was 10 % of a small
+    /// create's cost, for LISTs that mostly never come (the first one measures for itself).
+    pub fn measure_encodings(
+        &self,
+        warmed: &mut HashMap<usize, (u64, [bool; 2])>,
+        every_form: bool,
+    ) {
+        use listwatch_store::record::EncodedForm;
         let mut next = HashMap::new();
         for s in self.service.registry.stores() {
             let key = Arc::as_ptr(&s) as usize;
             let snap = s.current();
-            let rv = snap.rv();
-            if warmed.get(&key) != Some(&rv) {
+            // Measured again when a form is first LISTed, not only at the next write.
+            let forms = [EncodedForm::Object, EncodedForm::Metadata]
+                .map(|form| every_form || s.listed_form(form));
+            let state = (snap.rv(), forms);
+            if warmed.get(&key) != Some(&state) {
                 listwatch_codec::protobuf::measure_lengths(s.info(), &snap, |form| {
-                    every_form || s.listed_form(form)
+                    forms[form as usize]
                 });
             }
-            next.insert(key, rv);
+            next.insert(key, state);
         }
         *warmed = next;
     }

@@ -647,18 +647,26 @@ async fn lengths_stay_measured_only_in_the_forms_lists_ask() {
         .get("", "v1", "configmaps")
         .expect("configmaps")
         .clone();
-    // Two housekeeping passes (one a second) after each change.
-    let passes = || tokio::time::sleep(Duration::from_millis(2300));
+    let measured_in = |form| {
+        let cms = cms.clone();
+        listwatch_testkit::poll_until(
+            Duration::from_secs(10),
+            move || {
+                let cms = cms.clone();
+                async move { cms.current() }
+            },
+            move |snap| snap.encoded_total(form).is_some(),
+        )
+    };
     create_cm(s.addr, "default", "before-any-list", "1").await;
-    passes().await;
-    let snap = cms.current();
-    assert!(snap.encoded_total(Object).is_none());
-    assert!(snap.encoded_total(Metadata).is_none());
-
+    // A housekeeping pass (one a second) sees the write with no form asked for.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    // A namespace's protobuf LIST sums only its own items: the whole snapshot's total comes
+    // from the next pass, which measures the newly asked form without waiting for a write.
     let r = listwatch_testkit::send(
         s.addr,
         "GET",
-        "/api/v1/configmaps",
+        "/api/v1/namespaces/default/configmaps",
         &[("Accept", "application/vnd.kubernetes.protobuf")],
         None,
     )
@@ -666,15 +674,16 @@ async fn lengths_stay_measured_only_in_the_forms_lists_ask() {
     .expect("connect");
     assert_eq!(r.status, 200);
     assert!(r.body.starts_with(b"k8s\0"));
-    create_cm(s.addr, "default", "after-a-list", "2").await;
-    passes().await;
-    let snap = cms.current();
     assert!(
-        snap.encoded_total(Object).is_some(),
+        measured_in(Object).await.encoded_total(Object).is_some(),
         "the listed form is measured"
     );
+    // After a write too; and, in the same pass right after it, not the form no LIST asked for.
+    create_cm(s.addr, "default", "after-a-list", "2").await;
+    assert!(measured_in(Object).await.encoded_total(Object).is_some());
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
-        snap.encoded_total(Metadata).is_none(),
+        cms.current().encoded_total(Metadata).is_none(),
         "no LIST asked for metadata"
     );
 }
