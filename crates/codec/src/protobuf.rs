@@ -364,9 +364,9 @@ impl ProtoObjects {
 
 /// Measures the protobuf lengths a LIST states before its items (whole object and
 /// PartialObjectMetadata, the forms `wanted` says) of every record of `snap` not measured
-/// yet, and the snapshot's total in each form, so that a protobuf LIST — the first of a storm too — states its
-/// length without transcoding or summing the collection before its first byte. Returns
-/// how many records it transcoded; `0` for a kind without protobuf.
+/// yet, and the snapshot's total in each form, so that a protobuf LIST — the first of a
+/// storm too — states its length without transcoding or summing the collection before its
+/// first byte. Returns how many records it transcoded; `0` for a kind without protobuf.
 pub fn measure_lengths(
     info: &ResourceInfo,
     snap: &Snapshot,

@@ -635,12 +635,7 @@ async fn readiness_waits_for_a_lengths_pass_over_loaded_caches() {
 async fn lengths_stay_measured_only_in_the_forms_lists_ask() {
     use listwatch_store::record::EncodedForm::{Metadata, Object};
     let s = start(10, cfg()).await;
-    listwatch_testkit::poll_until(
-        Duration::from_secs(10),
-        || get(s.addr, "/readyz"),
-        |r| r.status == 200,
-    )
-    .await;
+    listwatch_testkit::wait_ready(s.addr, Duration::from_secs(10)).await;
     let cms = s
         .source
         .registry()

@@ -161,11 +161,14 @@ impl Record {
         // scanning the whole object again).
         let mut top: Vec<(Span, Span)> = Vec::with_capacity(16);
         out.push(b'{');
-        for (key, value) in [
+        for (i, (key, value)) in [
             ("kind", info.kind.as_str()),
             ("apiVersion", &info.api_version()),
-        ] {
-            if key == "apiVersion" {
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if i > 0 {
                 out.push(b',');
             }
             let key_at = out.len() + 1;

@@ -58,10 +58,10 @@ fn watch_event(line: &[u8]) -> Option<(&str, Span)> {
     let (mut kind, mut object) = (None, None);
     scan::for_each_member(line, scan::skip_ws(line, 0), |m| {
         match &line[m.key.0..m.key.1] {
-            b"type" => kind.get_or_insert(m.value),
-            b"object" => object.get_or_insert(m.value),
-            _ => return,
-        };
+            b"type" if kind.is_none() => kind = Some(m.value),
+            b"object" if object.is_none() => object = Some(m.value),
+            _ => {}
+        }
     })?;
     let kind = scan::plain_string(line, kind?)?;
     Some((std::str::from_utf8(&line[kind.0..kind.1]).ok()?, object?))
