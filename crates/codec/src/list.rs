@@ -12,6 +12,7 @@ use listwatch_protobuf::ProtoError;
 use listwatch_store::{Record, SnapshotReader};
 
 use crate::ChunkWriter;
+use crate::protobuf::Runs;
 use crate::render::{ListHead, ObjectWriter};
 
 enum Phase {
@@ -33,6 +34,8 @@ pub struct ListEncoder {
     waiting: Option<Arc<Record>>,
     continue_prefix: String,
     page_limited: bool,
+    /// A protobuf LIST of a whole snapshot is written in runs shared with its level peers.
+    runs: Option<Runs>,
 }
 
 /// Records examined per step: bounds the work done per poll when a selector skips most.
@@ -48,7 +51,15 @@ impl ListEncoder {
         page_limited: bool,
         chunk: usize,
     ) -> Self {
-        writer.start_sharing();
+        // Runs as long as a chunk, so a LIST in step with another sends its chunks.
+        let runs = if reader.reads_whole_snapshot() {
+            writer.start_sharing_runs(reader.snapshot().rv(), chunk)
+        } else {
+            None
+        };
+        if runs.is_none() {
+            writer.start_sharing();
+        }
         ListEncoder {
             reader,
             writer,
@@ -58,6 +69,7 @@ impl ListEncoder {
             waiting: None,
             continue_prefix,
             page_limited,
+            runs,
         }
     }
 
@@ -156,18 +168,23 @@ impl ListEncoder {
                 },
                 Phase::Items => {
                     let (out, first, writer) = (&mut self.out, &mut self.first, &mut self.writer);
+                    let runs = &mut self.runs;
                     let mut failed = None;
-                    let batch = write_batch(&mut self.reader, &mut self.waiting, |r| match writer
-                        .list_item(out, r, *first, waker)
-                    {
-                        Ok(true) => {
-                            *first = false;
-                            Wrote::written(out)
-                        }
-                        Ok(false) => Wrote::Wait,
-                        Err(e) => {
-                            failed = Some(e);
-                            Wrote::Failed
+                    let batch = write_batch(&mut self.reader, &mut self.waiting, |r| {
+                        let wrote = match runs {
+                            Some(runs) => writer.run_item(runs, out, r, waker),
+                            None => writer.list_item(out, r, *first, waker),
+                        };
+                        match wrote {
+                            Ok(true) => {
+                                *first = false;
+                                Wrote::written(out)
+                            }
+                            Ok(false) => Wrote::Wait,
+                            Err(e) => {
+                                failed = Some(e);
+                                Wrote::Failed
+                            }
                         }
                     });
                     match (batch, failed) {
@@ -179,6 +196,9 @@ impl ListEncoder {
                             return Poll::Pending;
                         }
                         (Batch::Complete, None) => {
+                            if let Some(runs) = &mut self.runs {
+                                self.writer.finish_run(runs, &mut self.out);
+                            }
                             self.writer.list_tail(&mut self.out);
                             self.writer.stop_sharing();
                             self.out.flush();

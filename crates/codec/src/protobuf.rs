@@ -15,6 +15,7 @@ use listwatch_protobuf::{MessageId, ProtoEncoder, ProtoError, Schema};
 use listwatch_store::record::EncodedForm;
 use listwatch_store::{Filter, Record, Snapshot, SnapshotReader};
 
+use crate::ChunkWriter;
 use crate::shared::{self, Lookup};
 
 /// Protobuf responses' `Content-Type`.
@@ -64,6 +65,40 @@ impl Drop for ProtoObjects {
         // responses that waited for its items asleep.
         self.wake_waiters();
     }
+}
+
+/// A protobuf LIST of a whole snapshot, written in runs of framed items: each run is cut
+/// before the item that would take it past `run_bytes`, so every LIST of one snapshot
+/// cuts the same runs, and LISTs level with each other send one response's run instead of
+/// each looking up and copying item by item (issue 27's 8-informer storm).
+pub(crate) struct Runs {
+    run_bytes: usize,
+    /// The run being written by this response.
+    building: Option<Building>,
+    /// Inside a run another response kept: the records it covers still to pass.
+    skip: Option<shared::Run>,
+}
+
+impl Runs {
+    /// Runs cut at `run_bytes`.
+    pub(crate) fn new(run_bytes: usize) -> Runs {
+        Runs {
+            run_bytes,
+            building: None,
+            skip: None,
+        }
+    }
+}
+
+/// A run being written.
+struct Building {
+    first: Arc<Record>,
+    buf: Vec<u8>,
+    items: u32,
+    /// The address of its last record.
+    last: usize,
+    /// Claimed in the shared window: kept for the others when done, or given up.
+    claimed: bool,
 }
 
 /// A list item or initial event's message, from [`ProtoObjects::item`].
@@ -165,6 +200,14 @@ impl ProtoObjects {
         self.sharing = Some(shared::Reader::join(self.group));
     }
 
+    /// Takes part in sharing runs of framed list items with concurrent protobuf LISTs of
+    /// the same whole snapshot (`rv`) cut at `run_bytes` ([`Runs`]), until
+    /// [`Self::stop_sharing`].
+    pub fn start_sharing_runs(&mut self, rv: u64, run_bytes: usize) {
+        let group = shared::group_of_runs(self.group, rv, run_bytes);
+        self.sharing = Some(shared::Reader::join(group));
+    }
+
     /// Leaves the sharing readers (a watch-list's initial events are over).
     pub fn stop_sharing(&mut self) {
         self.wake_waiters();
@@ -192,7 +235,7 @@ impl ProtoObjects {
             None => Lookup::Alone,
         };
         match lookup {
-            Lookup::Hit(b) => return Ok(Item::Shared(b)),
+            Lookup::Hit(b, _) => return Ok(Item::Shared(b)),
             Lookup::Wait => return Ok(Item::Wait),
             Lookup::Alone | Lookup::Miss => {}
         }
@@ -205,12 +248,119 @@ impl ProtoObjects {
                     return Err(e);
                 }
                 let b = Bytes::copy_from_slice(scratch);
-                let waiters = s.keep(r, b.clone());
+                let waiters = s.keep(r, b.clone(), shared::Run::single(r));
                 self.waiters.extend(waiters);
                 Ok(Item::Shared(b))
             }
             _ => written.map(|()| Item::InScratch),
         }
+    }
+
+    /// Writes `r` into a LIST of a whole snapshot as part of a run ([`Runs`]): inside a run
+    /// another response kept, nothing (its bytes went out with the run); at a run's start,
+    /// that run if kept, else a run of its own begun, transcoded and (when others read)
+    /// kept. `Ok(false)`: another response is building the run that starts here; `waker`
+    /// is woken when it is kept.
+    pub(crate) fn run_item(
+        &mut self,
+        runs: &mut Runs,
+        r: &Arc<Record>,
+        out: &mut ChunkWriter,
+        waker: Option<&Waker>,
+    ) -> Result<bool, ProtoError> {
+        if let Some(skip) = &mut runs.skip {
+            skip.items = skip.items.saturating_sub(1);
+            if skip.items > 0 {
+                return Ok(true);
+            }
+            let last = skip.last;
+            runs.skip = None;
+            return if Arc::as_ptr(r) as usize == last {
+                Ok(true)
+            } else {
+                Err(ProtoError::Malformed(
+                    "a shared run of items is out of step",
+                ))
+            };
+        }
+        let len = self.item_len(r)?;
+        let framed = 1 + varint_len(len as u64) + len;
+        if runs
+            .building
+            .as_ref()
+            .is_some_and(|b| b.buf.len() + framed > runs.run_bytes)
+        {
+            self.finish_run(runs, out);
+        }
+        if runs.building.is_none() {
+            let lookup = match &self.sharing {
+                Some(s) => s.get(r, waker),
+                None => Lookup::Alone,
+            };
+            let claimed = match lookup {
+                Lookup::Hit(b, run) => {
+                    out.put_bytes(b);
+                    runs.skip = Some(run);
+                    // The run's first record is this one.
+                    return self.run_item(runs, r, out, waker);
+                }
+                Lookup::Wait => return Ok(false),
+                Lookup::Miss => true,
+                Lookup::Alone => false,
+            };
+            runs.building = Some(Building {
+                first: r.clone(),
+                buf: Vec::with_capacity(runs.run_bytes.max(framed)),
+                items: 0,
+                last: 0,
+                claimed,
+            });
+        }
+        let Some(b) = runs.building.as_mut() else {
+            return Ok(true);
+        };
+        let mut buf = std::mem::take(&mut b.buf);
+        buf.push(0x12);
+        put_varint(&mut buf, len as u64);
+        let at = buf.len();
+        let written = self.write_item(r, None, &mut buf).and_then(|()| {
+            if buf.len() - at == len {
+                Ok(())
+            } else {
+                Err(ProtoError::Malformed(
+                    "an item's length changed between passes",
+                ))
+            }
+        });
+        b.buf = buf;
+        b.items += 1;
+        b.last = Arc::as_ptr(r) as usize;
+        if let Err(e) = written {
+            if let (Some(b), Some(s)) = (runs.building.take(), &self.sharing)
+                && b.claimed
+            {
+                s.give_up(&b.first);
+            }
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// Ends the run being built (the next item would take it past its size, or the page
+    /// is over): hands it to `out` and keeps it for the other LISTs if it was claimed.
+    pub(crate) fn finish_run(&mut self, runs: &mut Runs, out: &mut ChunkWriter) {
+        let Some(b) = runs.building.take() else {
+            return;
+        };
+        let bytes = Bytes::from(b.buf);
+        if let (true, Some(s)) = (b.claimed, &self.sharing) {
+            let run = shared::Run {
+                items: b.items,
+                last: b.last,
+            };
+            self.waiters.extend(s.keep(&b.first, bytes.clone(), run));
+        }
+        out.put_bytes(bytes);
     }
 
     /// Appends the head of a whole protobuf body (`k8s\0`, `typeMeta`, the raw field's key

@@ -219,6 +219,39 @@ impl ObjectWriter {
         }
     }
 
+    /// Shares runs of framed items with concurrent protobuf LISTs of the whole snapshot at
+    /// `rv` ([`pb::Runs`]); `None` for the other forms, which write item by item.
+    pub(crate) fn start_sharing_runs(&mut self, rv: u64, run_bytes: usize) -> Option<pb::Runs> {
+        match &mut self.style {
+            Style::Protobuf(p) => {
+                p.objects.start_sharing_runs(rv, run_bytes);
+                Some(pb::Runs::new(run_bytes))
+            }
+            _ => None,
+        }
+    }
+
+    /// [`Self::list_item`] for a LIST written in runs ([`pb::ProtoObjects::run_item`]).
+    pub(crate) fn run_item(
+        &mut self,
+        runs: &mut pb::Runs,
+        out: &mut ChunkWriter,
+        r: &Arc<Record>,
+        waker: Option<&Waker>,
+    ) -> Result<bool, ProtoError> {
+        match &mut self.style {
+            Style::Protobuf(p) => p.objects.run_item(runs, r, out, waker),
+            _ => self.list_item(out, r, false, waker),
+        }
+    }
+
+    /// Hands out the run being written, at the page's end.
+    pub(crate) fn finish_run(&mut self, runs: &mut pb::Runs, out: &mut ChunkWriter) {
+        if let Style::Protobuf(p) = &mut self.style {
+            p.objects.finish_run(runs, out);
+        }
+    }
+
     /// Stops sharing protobuf items.
     pub fn stop_sharing(&mut self) {
         if let Style::Protobuf(p) = &mut self.style {

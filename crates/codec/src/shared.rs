@@ -41,10 +41,30 @@ struct Position {
     at: Instant,
 }
 
+/// What a kept entry covers: one item, or (a LIST's run of framed items) `items` records
+/// from its key's through the one at address `last`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    /// Records covered, from the entry's own.
+    pub(crate) items: u32,
+    /// The address of the last record covered (the records of one snapshot stay put).
+    pub(crate) last: usize,
+}
+
+impl Run {
+    /// An entry of one record's item.
+    pub(crate) fn single(r: &Arc<Record>) -> Run {
+        Run {
+            items: 1,
+            last: Arc::as_ptr(r) as usize,
+        }
+    }
+}
+
 /// An item's place in the window: its encoding, or a claim while one reader transcodes it.
 enum Slot {
     /// Kept for the other readers.
-    Kept(Bytes),
+    Kept(Bytes, Run),
     /// Being transcoded by reader `by`; `waiters` are woken when it is kept or given up.
     Claimed { by: u64, waiters: Vec<Waker> },
 }
@@ -79,9 +99,9 @@ static SHARED: LazyLock<Shared> = LazyLock::new(|| Shared {
 /// the bytes held now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SharedStats {
-    /// Items copied from the shared set instead of transcoded.
+    /// Items taken from the shared set instead of transcoded (each item of a run counts).
     pub hits: u64,
-    /// Items a response transcoded and kept for the others.
+    /// Items a response transcoded and kept for the others (each item of a run counts).
     pub kept: u64,
     /// Times a response waited for an item another was transcoding.
     pub waits: u64,
@@ -104,6 +124,14 @@ pub fn stats() -> SharedStats {
 pub fn group_of(api_version: &str, kind: &str, resource: &str, metadata_only: bool) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (api_version, kind, resource, metadata_only).hash(&mut h);
+    h.finish()
+}
+
+/// Which LISTs can share runs of framed items: those of one resource and form (`group`),
+/// reading the whole snapshot at `rv` in runs cut at `run_bytes`.
+pub fn group_of_runs(group: u64, rv: u64, run_bytes: usize) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (group, rv, run_bytes, "runs").hash(&mut h);
     h.finish()
 }
 
@@ -156,16 +184,18 @@ impl Reader {
         }
         let same = |w: &Weak<Record>| std::ptr::eq(w.as_ptr(), Arc::as_ptr(r));
         match g.items.get_mut(r.key()) {
-            Some((w, Slot::Kept(b))) if same(w) => {
-                SHARED.hits.fetch_add(1, Ordering::Relaxed);
-                let b = b.clone();
+            Some((w, Slot::Kept(b, run))) if same(w) => {
+                let (b, run) = (b.clone(), *run);
+                SHARED
+                    .hits
+                    .fetch_add(u64::from(run.items), Ordering::Relaxed);
                 if alone {
                     // The last reader behind the others: what it passes is nobody's now.
                     if let Some((_, slot)) = g.items.remove(r.key()) {
                         let _ = release(slot);
                     }
                 }
-                return Lookup::Hit(b);
+                return Lookup::Hit(b, run);
             }
             Some((w, Slot::Claimed { by, waiters })) if same(w) && *by != self.id => {
                 if let Some(waker) = waker {
@@ -200,7 +230,7 @@ impl Reader {
     /// the caller to wake once it hands out what it has written: woken at every item, a
     /// reader level with this one was woken for each item it waited for (a task poll each).
     #[must_use = "the waiters must be woken"]
-    pub(crate) fn keep(&self, r: &Arc<Record>, item: Bytes) -> Vec<Waker> {
+    pub(crate) fn keep(&self, r: &Arc<Record>, item: Bytes, run: Run) -> Vec<Waker> {
         self.claiming.store(false, Ordering::Relaxed);
         let mut groups = lock();
         let Some(g) = groups.get_mut(&self.group) else {
@@ -220,8 +250,10 @@ impl Reader {
             return Vec::new();
         } else {
             SHARED.held.fetch_add(item.len(), Ordering::Relaxed);
-            SHARED.kept.fetch_add(1, Ordering::Relaxed);
-            let slot = (Arc::downgrade(r), Slot::Kept(item));
+            SHARED
+                .kept
+                .fetch_add(u64::from(run.items), Ordering::Relaxed);
+            let slot = (Arc::downgrade(r), Slot::Kept(item, run));
             if let Some((_, old)) = g.items.insert(r.key().clone(), slot) {
                 wake.extend(release(old));
             }
@@ -247,7 +279,7 @@ impl Reader {
 /// held; a claim's waiters are returned to be woken (outside the lock).
 fn release(slot: Slot) -> Vec<Waker> {
     match slot {
-        Slot::Kept(b) => {
+        Slot::Kept(b, _) => {
             SHARED.held.fetch_sub(b.len(), Ordering::Relaxed);
             Vec::new()
         }
@@ -291,8 +323,8 @@ impl Drop for Reader {
 pub(crate) enum Lookup {
     /// No other reader: transcode and do not keep.
     Alone,
-    /// Another reader's encoding.
-    Hit(Bytes),
+    /// Another reader's encoding, and what it covers.
+    Hit(Bytes, Run),
     /// Not kept: claimed for this reader, which transcodes and keeps it.
     Miss,
     /// Another reader is transcoding it: the waker given is woken when it is kept.
@@ -370,12 +402,15 @@ mod tests {
         let slow = Reader::join(group);
         for r in &rs {
             assert!(matches!(fast.get(r, None), Lookup::Miss));
-            assert!(fast.keep(r, Bytes::from_static(b"x")).is_empty());
+            assert!(
+                fast.keep(r, Bytes::from_static(b"x"), Run::single(r))
+                    .is_empty()
+            );
         }
         assert_eq!(held(group), 4);
         // The slow reader finds the fast one's items; what both readers passed goes.
-        assert!(matches!(slow.get(&rs[0], None), Lookup::Hit(_)));
-        assert!(matches!(slow.get(&rs[2], None), Lookup::Hit(_)));
+        assert!(matches!(slow.get(&rs[0], None), Lookup::Hit(..)));
+        assert!(matches!(slow.get(&rs[2], None), Lookup::Hit(..)));
         lock().get_mut(&group).expect("group").drop_passed();
         assert_eq!(held(group), 2, "a and b are behind both readers");
         // Another version of c (same key) is not c's item.
@@ -392,7 +427,7 @@ mod tests {
         drop(fast);
         // One reader left: it finds what the other left ahead of it, dropping it as it
         // passes, then keeps and looks up nothing; the group goes with it.
-        assert!(matches!(slow.get(&rs[3], None), Lookup::Hit(_)));
+        assert!(matches!(slow.get(&rs[3], None), Lookup::Hit(..)));
         assert_eq!(held(group), 0);
         assert!(matches!(slow.get(&rs[3], None), Lookup::Alone));
         drop(slow);
@@ -422,7 +457,7 @@ mod tests {
         assert!(matches!(second.get(&rs[0], Some(&waker)), Lookup::Wait));
         assert!(matches!(second.get(&rs[0], Some(&waker)), Lookup::Wait));
         assert_eq!(wakes(), 0);
-        let waiters = first.keep(&rs[0], Bytes::from_static(b"a"));
+        let waiters = first.keep(&rs[0], Bytes::from_static(b"a"), Run::single(&rs[0]));
         assert_eq!(waiters.len(), 1, "one wake-up for a waker registered twice");
         assert_eq!(
             wakes(),
@@ -431,7 +466,7 @@ mod tests {
         );
         waiters.into_iter().for_each(Waker::wake);
         assert_eq!(wakes(), 1);
-        assert!(matches!(second.get(&rs[0], Some(&waker)), Lookup::Hit(b) if b == "a"));
+        assert!(matches!(second.get(&rs[0], Some(&waker)), Lookup::Hit(b, _) if b == "a"));
         // Without a waker the other reader transcodes as well (and keeping wakes nobody).
         assert!(matches!(first.get(&rs[1], None), Lookup::Miss));
         assert!(matches!(second.get(&rs[1], None), Lookup::Miss));

@@ -136,6 +136,69 @@ fn protobuf_lists_share_items_and_sum_lengths_once_per_snapshot() {
     responses_on_parallel_threads_transcode_each_object_once();
     a_whole_collection_s_summed_length_is_the_snapshot_s_own();
     measuring_ahead_sets_what_a_list_states();
+    level_lists_send_one_response_s_runs_and_other_snapshots_do_not_mix();
+}
+
+/// Chunks of `n` LISTs driven in turn, as they are handed out.
+fn list_chunks(encoders: Vec<ListEncoder>) -> Vec<Vec<Bytes>> {
+    let mut encoders = encoders;
+    let mut chunks = vec![Vec::new(); encoders.len()];
+    let mut open = vec![true; encoders.len()];
+    while open.iter().any(|o| *o) {
+        for (i, e) in encoders.iter_mut().enumerate() {
+            if open[i] {
+                match e.next_chunk() {
+                    Some(c) => chunks[i].push(c),
+                    None => open[i] = false,
+                }
+            }
+        }
+    }
+    chunks
+}
+
+/// Two LISTs of one whole snapshot in step: the second sends the first's runs of items as
+/// they are (the same allocations), not copies; LISTs of two snapshots share nothing, though
+/// most of their records are the same.
+fn level_lists_send_one_response_s_runs_and_other_snapshots_do_not_mix() {
+    let store = store();
+    let lone = list_bodies(&store, false, 1).remove(0);
+    let chunks = list_chunks(vec![list(&store, false), list(&store, false)]);
+    let joined = |cs: &[Bytes]| {
+        cs.iter()
+            .flat_map(|c| c.iter().copied())
+            .collect::<Vec<u8>>()
+    };
+    assert!(chunks.iter().all(|cs| joined(cs) == lone));
+    let shared_bytes: usize = chunks[1]
+        .iter()
+        .filter(|c| chunks[0].iter().any(|l| l.as_ptr() == c.as_ptr()))
+        .map(Bytes::len)
+        .sum();
+    assert!(
+        shared_bytes > lone.len() * 9 / 10,
+        "{shared_bytes} of {} bytes sent from the other LIST's runs",
+        lone.len()
+    );
+
+    // An older snapshot's LIST beside a newer one's: each is its own snapshot's body (the
+    // lone bodies taken while no other LIST reads, so that they share nothing).
+    let old_lone = list_bodies(&store, false, 1).remove(0);
+    let old = list(&store, false);
+    let info = store.info().clone();
+    let json = r#"{"metadata":{"name":"cm-00001","namespace":"ns1"},"data":{"k":"changed"}}"#;
+    let rv = store.rv() + 1;
+    store
+        .apply([listwatch_store::Change::Put(
+            Record::ingest(json.as_bytes(), &info, rv).expect("ingest"),
+        )])
+        .expect("apply");
+    let chunks = list_chunks(vec![old, list(&store, false)]);
+    let new_lone = list_bodies(&store, false, 1).remove(0);
+    assert_ne!(old_lone, new_lone);
+    assert!(joined(&chunks[0]) == old_lone, "the older snapshot's LIST");
+    assert!(joined(&chunks[1]) == new_lone, "the newer snapshot's LIST");
+    assert_eq!(shared::stats().held, 0);
 }
 
 /// A watch-list's initial event (framed around a shared message) is byte for byte the
