@@ -238,7 +238,10 @@ impl Reader {
         };
         let over = || SHARED.held.load(Ordering::Relaxed) + item.len() > SHARED_BUDGET;
         let mut wake = Vec::new();
-        if over() {
+        // Runs are dropped as soon as every reader has passed them: held only by the
+        // responses still sending them, they are freed and reused at the pace they are
+        // made (kept to the budget, 64 LISTs' RSS grew by 110 MiB with the window's ≤ 32).
+        if over() || run.items > 1 {
             wake = g.drop_passed();
         }
         if over() {
