@@ -201,7 +201,7 @@ impl ProtoObjects {
     }
 
     /// Takes part in sharing runs of framed list items with concurrent protobuf LISTs of
-    /// the same whole snapshot (`rv`) cut at `run_bytes` ([`Runs`]), until
+    /// the same whole snapshot (`rv`) cut at `run_bytes` (`Runs`), until
     /// [`Self::stop_sharing`].
     pub fn start_sharing_runs(&mut self, rv: u64, run_bytes: usize) {
         let group = shared::group_of_runs(self.group, rv, run_bytes);
