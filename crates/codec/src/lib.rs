@@ -110,6 +110,17 @@ impl ChunkWriter {
         }
     }
 
+    /// Adds bytes other responses send too (a LIST's run of items): queued by reference
+    /// unless smaller than an eighth of a chunk, so that each response does not copy them.
+    pub fn put_shared(&mut self, b: Bytes) {
+        if b.len() >= self.chunk / 8 {
+            self.flush();
+            self.ready.push_back(b);
+        } else {
+            self.put_slice(&b);
+        }
+    }
+
     /// Closes the current chunk (if any) so it can be taken; the writer keeps no allocation.
     pub fn flush(&mut self) {
         if !self.buf.is_empty() {

@@ -12,7 +12,7 @@ use listwatch_protobuf::ProtoError;
 use listwatch_store::{Record, SnapshotReader};
 
 use crate::ChunkWriter;
-use crate::protobuf::Runs;
+use crate::protobuf::{RunStep, Runs};
 use crate::render::{ListHead, ObjectWriter};
 
 enum Phase {
@@ -53,7 +53,7 @@ impl ListEncoder {
     ) -> Self {
         // Runs as long as a chunk, so a LIST in step with another sends its chunks.
         let runs = if reader.reads_whole_snapshot() {
-            writer.start_sharing_runs(reader.snapshot().rv(), chunk)
+            writer.start_sharing_runs(chunk)
         } else {
             None
         };
@@ -163,7 +163,15 @@ impl ListEncoder {
             }
             match self.phase {
                 Phase::Header => match self.header() {
-                    Ok(()) => self.phase = Phase::Items,
+                    Ok(()) => {
+                        if self.runs.is_some() {
+                            // The head goes out now, not with the first run, which may be
+                            // waited for (64 LISTs' first bytes: 43-54 ms, over issue 27's
+                            // 50 ms, with the head held back).
+                            self.out.flush();
+                        }
+                        self.phase = Phase::Items;
+                    }
                     Err(e) => self.fail(&e),
                 },
                 Phase::Items => {
@@ -173,14 +181,17 @@ impl ListEncoder {
                     let batch = write_batch(&mut self.reader, &mut self.waiting, |r| {
                         let wrote = match runs {
                             Some(runs) => writer.run_item(runs, out, r, waker),
-                            None => writer.list_item(out, r, *first, waker),
+                            None => writer
+                                .list_item(out, r, *first, waker)
+                                .map(RunStep::from_written),
                         };
                         match wrote {
-                            Ok(true) => {
+                            Ok(RunStep::Written) => {
                                 *first = false;
                                 Wrote::written(out)
                             }
-                            Ok(false) => Wrote::Wait,
+                            Ok(RunStep::Wait) => Wrote::Wait,
+                            Ok(RunStep::Later) => Wrote::Later,
                             Err(e) => {
                                 failed = Some(e);
                                 Wrote::Failed
@@ -196,8 +207,11 @@ impl ListEncoder {
                             return Poll::Pending;
                         }
                         (Batch::Complete, None) => {
-                            if let Some(runs) = &mut self.runs {
-                                self.writer.finish_run(runs, &mut self.out);
+                            if let Some(runs) = &mut self.runs
+                                && let Err(e) = self.writer.finish_runs(runs, &mut self.out)
+                            {
+                                self.fail(&e);
+                                continue;
                             }
                             self.writer.list_tail(&mut self.out);
                             self.writer.stop_sharing();
@@ -232,6 +246,8 @@ pub(crate) enum Wrote {
     Full,
     /// Another response is transcoding its protobuf item: wait, and write it first later.
     Wait,
+    /// Not written: hand out what is written first, then write it.
+    Later,
     /// Could not be written.
     Failed,
 }
@@ -275,6 +291,10 @@ pub(crate) fn write_batch(
                 *held = Some(r);
                 return Batch::Wait;
             }
+            Wrote::Later => {
+                *held = Some(r);
+                return Batch::More;
+            }
             Wrote::Failed => return Batch::Failed,
         }
     }
@@ -285,6 +305,11 @@ pub(crate) fn write_batch(
         Wrote::Wait => {
             *held = Some(r.clone());
             stopped = Some(Batch::Wait);
+            false
+        }
+        Wrote::Later => {
+            *held = Some(r.clone());
+            stopped = Some(Batch::More);
             false
         }
         Wrote::Failed => {

@@ -3,7 +3,7 @@
 //! (docs/memory.md says why). Also PartialObjectMetadata, the projection of an object to
 //! its `metadata`, in both encodings.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::Waker;
 
 use bytes::Bytes;
@@ -67,38 +67,119 @@ impl Drop for ProtoObjects {
     }
 }
 
-/// A protobuf LIST of a whole snapshot, written in runs of framed items: each run is cut
-/// before the item that would take it past `run_bytes`, so every LIST of one snapshot
-/// cuts the same runs, and LISTs level with each other send one response's run instead of
-/// each looking up and copying item by item (issue 27's 8-informer storm).
+/// A protobuf LIST of a whole snapshot, written in runs of framed items (`0x12`, length,
+/// message) so that concurrent LISTs send one response's run by reference instead of each
+/// looking up and copying item by item (issue 27's 8-informer storm). A run ends after a
+/// boundary record ([`Runs::ends_after`]) or before the item that would take it past
+/// [`MAX_RUN_CHUNKS`] chunks: the cut depends on the records, so LISTs of one snapshot cut
+/// the same runs, and LISTs of another RV the same runs wherever the records are the same.
+/// A run kept by another response is sent only once this response's next records are
+/// found to be the ones it covers; otherwise they are transcoded here.
 pub(crate) struct Runs {
+    /// The chunk size runs are cut around.
     run_bytes: usize,
     /// The run being written by this response.
     building: Option<Building>,
-    /// Inside a run another response kept: the records it covers still to pass.
-    skip: Option<shared::Run>,
+    /// A run another response kept, being checked against this response's records.
+    pending: Option<Pending>,
+    /// The run being written (reused).
+    buf: Vec<u8>,
 }
 
 impl Runs {
-    /// Runs cut at `run_bytes`.
+    /// Runs cut around `run_bytes`.
     pub(crate) fn new(run_bytes: usize) -> Runs {
         Runs {
             run_bytes,
             building: None,
-            skip: None,
+            pending: None,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Whether the run being built ends after `r` (its framed item `framed` bytes): past
+    /// three quarters of a chunk, at a boundary record ([`is_boundary`], one in a quarter
+    /// chunk's bytes); runs are about a chunk long on average, and sent by reference
+    /// ([`ChunkWriter::put_shared`]).
+    fn ends_after(&self, r: &Record, framed: usize) -> bool {
+        self.buf.len() >= self.run_bytes * 3 / 4 && is_boundary(r, framed, self.run_bytes / 4)
+    }
+
+    /// Begins a run at `first`.
+    fn start(&mut self, first: &Arc<Record>, claimed: bool, keep: bool) {
+        self.buf.clear();
+        // The records are named only in a run kept for others (a lone LIST's are not).
+        let records = if claimed || keep {
+            Vec::with_capacity(32)
+        } else {
+            Vec::new()
+        };
+        self.building = Some(Building {
+            first: first.clone(),
+            records,
+            claimed,
+            keep,
+        });
+    }
+}
+
+/// A run never takes more than this many chunks: ended before an item that would (about
+/// once in 150 runs: the cut then depends on where the run began).
+const MAX_RUN_CHUNKS: usize = 2;
+
+/// A run being written into [`Runs::buf`].
+struct Building {
+    /// Its first record: the key it is kept under.
+    first: Arc<Record>,
+    records: Vec<Weak<Record>>,
+    /// Claimed in the shared window: others wait for it, and it is kept when done.
+    claimed: bool,
+    /// Kept when done though not claimed (it replaces a kept run whose records differ).
+    keep: bool,
+}
+
+/// Another response's run, sent once the records it covers are found to be this one's.
+struct Pending {
+    bytes: Bytes,
+    records: shared::RunRecords,
+    /// How many of them are this response's next records so far.
+    matched: usize,
+}
+
+/// What [`ProtoObjects::run_item`] did with a record.
+pub(crate) enum RunStep {
+    /// Written (or covered by a run being sent).
+    Written,
+    /// Another response is writing the run that starts here: wait, then try it again.
+    Wait,
+    /// A run was ended before it: hand it out, then try this record again (a claim is
+    /// never left open between two polls, where a stalled client would hold its waiters).
+    Later,
+}
+
+impl RunStep {
+    /// From an item writer's answer: written (`true`) or to wait for.
+    pub(crate) fn from_written(written: bool) -> RunStep {
+        if written {
+            RunStep::Written
+        } else {
+            RunStep::Wait
         }
     }
 }
 
-/// A run being written.
-struct Building {
-    first: Arc<Record>,
-    buf: Vec<u8>,
-    items: u32,
-    /// The address of its last record.
-    last: usize,
-    /// Claimed in the shared window: kept for the others when done, or given up.
-    claimed: bool,
+/// Whether a run may end after `r`, whose framed item takes `framed` of a run of about
+/// `run_bytes`: as if each byte ended one with a chance of one in `run_bytes`, drawn from
+/// the record's key, so the same records end runs whatever their version and wherever a
+/// run began (runs cut after another snapshot's changed record line up again at the next).
+fn is_boundary(r: &Record, framed: usize, run_bytes: usize) -> bool {
+    // FNV-1a, then a multiply to spread the low bits.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in r.key().as_bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let h = h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+    h % (run_bytes.max(1) as u64) < framed as u64
 }
 
 /// A list item or initial event's message, from [`ProtoObjects::item`].
@@ -201,11 +282,10 @@ impl ProtoObjects {
     }
 
     /// Takes part in sharing runs of framed list items with concurrent protobuf LISTs of
-    /// the same whole snapshot (`rv`) cut at `run_bytes` (`Runs`), until
-    /// [`Self::stop_sharing`].
-    pub fn start_sharing_runs(&mut self, rv: u64, run_bytes: usize) {
-        let group = shared::group_of_runs(self.group, rv, run_bytes);
-        self.sharing = Some(shared::Reader::join(group));
+    /// whole snapshots cut around `run_bytes` (`Runs`), until [`Self::stop_sharing`].
+    pub(crate) fn start_sharing_runs(&mut self, run_bytes: usize) {
+        let group = shared::group_of_runs(self.group, run_bytes);
+        self.sharing = Some(shared::Reader::join_runs(group));
     }
 
     /// Leaves the sharing readers (a watch-list's initial events are over).
@@ -248,7 +328,7 @@ impl ProtoObjects {
                     return Err(e);
                 }
                 let b = Bytes::copy_from_slice(scratch);
-                let waiters = s.keep(r, b.clone(), shared::Run::single(r));
+                let waiters = s.keep(r, b.clone(), None);
                 self.waiters.extend(waiters);
                 Ok(Item::Shared(b))
             }
@@ -256,41 +336,37 @@ impl ProtoObjects {
         }
     }
 
-    /// Writes `r` into a LIST of a whole snapshot as part of a run ([`Runs`]): inside a run
-    /// another response kept, nothing (its bytes went out with the run); at a run's start,
-    /// that run if kept, else a run of its own begun, transcoded and (when others read)
-    /// kept. `Ok(false)`: another response is building the run that starts here; `waker`
-    /// is woken when it is kept.
+    /// Writes `r` into a LIST of a whole snapshot in runs ([`Runs`]).
     pub(crate) fn run_item(
         &mut self,
         runs: &mut Runs,
         r: &Arc<Record>,
         out: &mut ChunkWriter,
         waker: Option<&Waker>,
-    ) -> Result<bool, ProtoError> {
-        if let Some(skip) = &mut runs.skip {
-            skip.items = skip.items.saturating_sub(1);
-            if skip.items > 0 {
-                return Ok(true);
+    ) -> Result<RunStep, ProtoError> {
+        if let Some(p) = &mut runs.pending {
+            let next = p.records.get(p.matched);
+            if next.is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(r))) {
+                p.matched += 1;
+                if p.matched == p.records.len() {
+                    shared::count_hits(p.matched);
+                    if let Some(p) = runs.pending.take() {
+                        out.put_shared(p.bytes);
+                    }
+                }
+                return Ok(RunStep::Written);
             }
-            let last = skip.last;
-            runs.skip = None;
-            return if Arc::as_ptr(r) as usize == last {
-                Ok(true)
-            } else {
-                Err(ProtoError::Malformed(
-                    "a shared run of items is out of step",
-                ))
-            };
+            // Not this response's records (another snapshot): write them here, and keep
+            // the run this snapshot has in its place.
+            self.write_pending(runs, out)?;
         }
         let len = self.item_len(r)?;
         let framed = 1 + varint_len(len as u64) + len;
-        if runs
-            .building
-            .as_ref()
-            .is_some_and(|b| b.buf.len() + framed > runs.run_bytes)
-        {
+        if runs.building.is_some() && runs.buf.len() + framed > MAX_RUN_CHUNKS * runs.run_bytes {
             self.finish_run(runs, out);
+            if out.is_full() {
+                return Ok(RunStep::Later);
+            }
         }
         if runs.building.is_none() {
             let lookup = match &self.sharing {
@@ -298,28 +374,45 @@ impl ProtoObjects {
                 None => Lookup::Alone,
             };
             let claimed = match lookup {
-                Lookup::Hit(b, run) => {
-                    out.put_bytes(b);
-                    runs.skip = Some(run);
-                    // The run's first record is this one.
+                Lookup::Hit(bytes, Some(records)) => {
+                    runs.pending = Some(Pending {
+                        bytes,
+                        records,
+                        matched: 0,
+                    });
                     return self.run_item(runs, r, out, waker);
                 }
-                Lookup::Wait => return Ok(false),
+                Lookup::Hit(bytes, None) => {
+                    // One item kept (not by a LIST in runs): framed around it.
+                    let mut head = [0u8; 10];
+                    let k = listwatch_protobuf::encode::varint_bytes(len as u64, &mut head);
+                    out.put_slice(&[0x12]);
+                    out.put_slice(&head[..k]);
+                    out.put_bytes(bytes);
+                    return Ok(RunStep::Written);
+                }
+                Lookup::Wait => return Ok(RunStep::Wait),
                 Lookup::Miss => true,
                 Lookup::Alone => false,
             };
-            runs.building = Some(Building {
-                first: r.clone(),
-                buf: Vec::with_capacity(runs.run_bytes.max(framed)),
-                items: 0,
-                last: 0,
-                claimed,
-            });
+            runs.start(r, claimed, false);
         }
-        let Some(b) = runs.building.as_mut() else {
-            return Ok(true);
-        };
-        let mut buf = std::mem::take(&mut b.buf);
+        self.append_to_run(runs, r, len)?;
+        if runs.ends_after(r, framed) {
+            self.finish_run(runs, out);
+        }
+        Ok(RunStep::Written)
+    }
+
+    /// Appends `r`'s framed item (its message `len` bytes) to the run being built; on a
+    /// failure the run is dropped and its claim given up.
+    fn append_to_run(
+        &mut self,
+        runs: &mut Runs,
+        r: &Arc<Record>,
+        len: usize,
+    ) -> Result<(), ProtoError> {
+        let mut buf = std::mem::take(&mut runs.buf);
         buf.push(0x12);
         put_varint(&mut buf, len as u64);
         let at = buf.len();
@@ -332,35 +425,76 @@ impl ProtoObjects {
                 ))
             }
         });
-        b.buf = buf;
-        b.items += 1;
-        b.last = Arc::as_ptr(r) as usize;
-        if let Err(e) = written {
-            if let (Some(b), Some(s)) = (runs.building.take(), &self.sharing)
-                && b.claimed
-            {
-                s.give_up(&b.first);
+        runs.buf = buf;
+        match (written, runs.building.as_mut()) {
+            (Ok(()), Some(b)) => {
+                if b.claimed || b.keep {
+                    b.records.push(Arc::downgrade(r));
+                }
+                Ok(())
             }
-            return Err(e);
+            (Ok(()), None) => Ok(()),
+            (Err(e), _) => {
+                if let (Some(b), Some(s)) = (runs.building.take(), &self.sharing)
+                    && b.claimed
+                {
+                    s.give_up(&b.first);
+                }
+                Err(e)
+            }
         }
-        Ok(true)
     }
 
-    /// Ends the run being built (the next item would take it past its size, or the page
-    /// is over): hands it to `out` and keeps it for the other LISTs if it was claimed.
+    /// Writes here the records matched against another response's run that turned out
+    /// not to be this response's, as a run of its own kept in that one's place.
+    fn write_pending(&mut self, runs: &mut Runs, out: &mut ChunkWriter) -> Result<(), ProtoError> {
+        let Some(p) = runs.pending.take() else {
+            return Ok(());
+        };
+        // The records matched are alive: this response's snapshot holds them.
+        for r in p.records[..p.matched].iter().filter_map(Weak::upgrade) {
+            let r = &r;
+            if runs.building.is_none() {
+                runs.start(r, false, true);
+            }
+            let len = self.item_len(r)?;
+            self.append_to_run(runs, r, len)?;
+            if runs.ends_after(r, 1 + varint_len(len as u64) + len) {
+                self.finish_run(runs, out);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the run being built: hands it to `out`, and keeps it for the other LISTs
+    /// when it was claimed (or replaces another snapshot's).
     pub(crate) fn finish_run(&mut self, runs: &mut Runs, out: &mut ChunkWriter) {
         let Some(b) = runs.building.take() else {
             return;
         };
-        let bytes = Bytes::from(b.buf);
-        if let (true, Some(s)) = (b.claimed, &self.sharing) {
-            let run = shared::Run {
-                items: b.items,
-                last: b.last,
-            };
-            self.waiters.extend(s.keep(&b.first, bytes.clone(), run));
+        // Copied out of the reused buffer: a kept run holds only its own bytes, which the
+        // window's budget counts (runs handed over in chunk-sized buffers half full held
+        // twice what was counted: 64 LISTs' peak 63-73 MiB against 26-48).
+        let bytes = Bytes::copy_from_slice(&runs.buf);
+        runs.buf.clear();
+        if let (true, Some(s)) = (b.claimed || b.keep, &self.sharing) {
+            let records: shared::RunRecords = b.records.into();
+            self.waiters
+                .extend(s.keep(&b.first, bytes.clone(), Some(records)));
         }
-        out.put_bytes(bytes);
+        out.put_shared(bytes);
+    }
+
+    /// Ends a LIST's runs at its last record: what is still being checked against a kept
+    /// run (the snapshot ended first) is written here, and the open run handed out.
+    pub(crate) fn finish_runs(
+        &mut self,
+        runs: &mut Runs,
+        out: &mut ChunkWriter,
+    ) -> Result<(), ProtoError> {
+        self.write_pending(runs, out)?;
+        self.finish_run(runs, out);
+        Ok(())
     }
 
     /// Appends the head of a whole protobuf body (`k8s\0`, `typeMeta`, the raw field's key

@@ -221,10 +221,10 @@ impl ObjectWriter {
 
     /// Shares runs of framed items with concurrent protobuf LISTs of the whole snapshot at
     /// `rv` ([`pb::Runs`]); `None` for the other forms, which write item by item.
-    pub(crate) fn start_sharing_runs(&mut self, rv: u64, run_bytes: usize) -> Option<pb::Runs> {
+    pub(crate) fn start_sharing_runs(&mut self, run_bytes: usize) -> Option<pb::Runs> {
         match &mut self.style {
             Style::Protobuf(p) => {
-                p.objects.start_sharing_runs(rv, run_bytes);
+                p.objects.start_sharing_runs(run_bytes);
                 Some(pb::Runs::new(run_bytes))
             }
             _ => None,
@@ -238,17 +238,24 @@ impl ObjectWriter {
         out: &mut ChunkWriter,
         r: &Arc<Record>,
         waker: Option<&Waker>,
-    ) -> Result<bool, ProtoError> {
+    ) -> Result<pb::RunStep, ProtoError> {
         match &mut self.style {
             Style::Protobuf(p) => p.objects.run_item(runs, r, out, waker),
-            _ => self.list_item(out, r, false, waker),
+            _ => Ok(pb::RunStep::from_written(
+                self.list_item(out, r, false, waker)?,
+            )),
         }
     }
 
-    /// Hands out the run being written, at the page's end.
-    pub(crate) fn finish_run(&mut self, runs: &mut pb::Runs, out: &mut ChunkWriter) {
-        if let Style::Protobuf(p) = &mut self.style {
-            p.objects.finish_run(runs, out);
+    /// Ends the runs at the page's end ([`pb::ProtoObjects::finish_runs`]).
+    pub(crate) fn finish_runs(
+        &mut self,
+        runs: &mut pb::Runs,
+        out: &mut ChunkWriter,
+    ) -> Result<(), ProtoError> {
+        match &mut self.style {
+            Style::Protobuf(p) => p.objects.finish_runs(runs, out),
+            _ => Ok(()),
         }
     }
 

@@ -15,8 +15,8 @@
 //! alternatives.
 //!
 //! LISTs of a whole snapshot share runs of framed items the same way, in a group of their
-//! own per snapshot (`crate::protobuf::Runs`): an entry then covers `Run::items`
-//! records, and is dropped as soon as every reader has passed it.
+//! own (`crate::protobuf::Runs`): an entry then covers the records it names, and is
+//! dropped as soon as every reader has passed it.
 //!
 //! A reader that misses an item claims it while it transcodes. Another reader reaching a
 //! claimed item waits for it (its task is woken when the item is kept) instead of
@@ -45,30 +45,15 @@ struct Position {
     at: Instant,
 }
 
-/// What a kept entry covers: one item, or (a LIST's run of framed items) `items` records
-/// from its key's through the one at address `last`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Run {
-    /// Records covered, from the entry's own.
-    pub(crate) items: u32,
-    /// The address of the last record covered (the records of one snapshot stay put).
-    pub(crate) last: usize,
-}
-
-impl Run {
-    /// An entry of one record's item.
-    pub(crate) fn single(r: &Arc<Record>) -> Run {
-        Run {
-            items: 1,
-            last: Arc::as_ptr(r) as usize,
-        }
-    }
-}
+/// The records a kept run of framed list items covers, its first (the entry's own) first;
+/// the `Weak`s pin their addresses, which identify their versions.
+pub(crate) type RunRecords = Arc<[Weak<Record>]>;
 
 /// An item's place in the window: its encoding, or a claim while one reader transcodes it.
 enum Slot {
-    /// Kept for the other readers.
-    Kept(Bytes, Run),
+    /// Kept for the other readers: one item (`None`), or a run of framed items and the
+    /// records it covers.
+    Kept(Bytes, Option<RunRecords>),
     /// Being transcoded by reader `by`; `waiters` are woken when it is kept or given up.
     Claimed { by: u64, waiters: Vec<Waker> },
 }
@@ -131,11 +116,12 @@ pub fn group_of(api_version: &str, kind: &str, resource: &str, metadata_only: bo
     h.finish()
 }
 
-/// Which LISTs can share runs of framed items: those of one resource and form (`group`),
-/// reading the whole snapshot at `rv` in runs cut at `run_bytes`.
-pub fn group_of_runs(group: u64, rv: u64, run_bytes: usize) -> u64 {
+/// Which LISTs can share runs of framed items: those of one resource and form (`group`)
+/// reading whole snapshots (of any RV: a run is taken only where its records are the
+/// reader's) in runs cut at `run_bytes`.
+pub fn group_of_runs(group: u64, run_bytes: usize) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (group, rv, run_bytes, "runs").hash(&mut h);
+    (group, run_bytes, "runs").hash(&mut h);
     h.finish()
 }
 
@@ -146,9 +132,23 @@ pub struct Reader {
     /// A claim of this reader's is in the window (set when it claims, cleared when it keeps
     /// or gives up): only then does dropping the reader look for one left behind.
     claiming: AtomicBool,
+    /// Shares runs: what every reader passed is dropped at each keep, not at the budget.
+    runs: bool,
+}
+
+/// Counts `n` items taken from the window as a run another reader kept.
+pub(crate) fn count_hits(n: usize) {
+    SHARED.hits.fetch_add(n as u64, Ordering::Relaxed);
 }
 
 impl Reader {
+    /// Joins the readers of `group`, a group of runs ([`group_of_runs`]).
+    pub(crate) fn join_runs(group: u64) -> Reader {
+        let mut reader = Reader::join(group);
+        reader.runs = true;
+        reader
+    }
+
     /// Joins the readers of `group`.
     pub fn join(group: u64) -> Reader {
         let id = SHARED.next_reader.fetch_add(1, Ordering::Relaxed);
@@ -161,6 +161,7 @@ impl Reader {
             group,
             id,
             claiming: AtomicBool::new(false),
+            runs: false,
         }
     }
 
@@ -189,10 +190,11 @@ impl Reader {
         let same = |w: &Weak<Record>| std::ptr::eq(w.as_ptr(), Arc::as_ptr(r));
         match g.items.get_mut(r.key()) {
             Some((w, Slot::Kept(b, run))) if same(w) => {
-                let (b, run) = (b.clone(), *run);
-                SHARED
-                    .hits
-                    .fetch_add(u64::from(run.items), Ordering::Relaxed);
+                let (b, run) = (b.clone(), run.clone());
+                // A run counts as hits once it is found to be this reader's ([`count_hits`]).
+                if run.is_none() {
+                    SHARED.hits.fetch_add(1, Ordering::Relaxed);
+                }
                 if alone {
                     // The last reader behind the others: what it passes is nobody's now.
                     if let Some((_, slot)) = g.items.remove(r.key()) {
@@ -234,7 +236,7 @@ impl Reader {
     /// the caller to wake once it hands out what it has written: woken at every item, a
     /// reader level with this one was woken for each item it waited for (a task poll each).
     #[must_use = "the waiters must be woken"]
-    pub(crate) fn keep(&self, r: &Arc<Record>, item: Bytes, run: Run) -> Vec<Waker> {
+    pub(crate) fn keep(&self, r: &Arc<Record>, item: Bytes, run: Option<RunRecords>) -> Vec<Waker> {
         self.claiming.store(false, Ordering::Relaxed);
         let mut groups = lock();
         let Some(g) = groups.get_mut(&self.group) else {
@@ -245,7 +247,7 @@ impl Reader {
         // Runs are dropped as soon as every reader has passed them: held only by the
         // responses still sending them, they are freed and reused at the pace they are
         // made (kept to the budget, 64 LISTs' RSS grew by 110 MiB with the window's ≤ 32).
-        if over() || run.items > 1 {
+        if over() || self.runs {
             wake = g.drop_passed();
         }
         if over() {
@@ -257,9 +259,8 @@ impl Reader {
             return Vec::new();
         } else {
             SHARED.held.fetch_add(item.len(), Ordering::Relaxed);
-            SHARED
-                .kept
-                .fetch_add(u64::from(run.items), Ordering::Relaxed);
+            let items = run.as_ref().map_or(1, |r| r.len() as u64);
+            SHARED.kept.fetch_add(items, Ordering::Relaxed);
             let slot = (Arc::downgrade(r), Slot::Kept(item, run));
             if let Some((_, old)) = g.items.insert(r.key().clone(), slot) {
                 wake.extend(release(old));
@@ -330,8 +331,9 @@ impl Drop for Reader {
 pub(crate) enum Lookup {
     /// No other reader: transcode and do not keep.
     Alone,
-    /// Another reader's encoding, and what it covers.
-    Hit(Bytes, Run),
+    /// Another reader's encoding: one item, or a run and the records it covers (this
+    /// reader's only if its next records are those).
+    Hit(Bytes, Option<RunRecords>),
     /// Not kept: claimed for this reader, which transcodes and keeps it.
     Miss,
     /// Another reader is transcoding it: the waker given is woken when it is kept.
@@ -409,10 +411,7 @@ mod tests {
         let slow = Reader::join(group);
         for r in &rs {
             assert!(matches!(fast.get(r, None), Lookup::Miss));
-            assert!(
-                fast.keep(r, Bytes::from_static(b"x"), Run::single(r))
-                    .is_empty()
-            );
+            assert!(fast.keep(r, Bytes::from_static(b"x"), None).is_empty());
         }
         assert_eq!(held(group), 4);
         // The slow reader finds the fast one's items; what both readers passed goes.
@@ -464,7 +463,7 @@ mod tests {
         assert!(matches!(second.get(&rs[0], Some(&waker)), Lookup::Wait));
         assert!(matches!(second.get(&rs[0], Some(&waker)), Lookup::Wait));
         assert_eq!(wakes(), 0);
-        let waiters = first.keep(&rs[0], Bytes::from_static(b"a"), Run::single(&rs[0]));
+        let waiters = first.keep(&rs[0], Bytes::from_static(b"a"), None);
         assert_eq!(waiters.len(), 1, "one wake-up for a waker registered twice");
         assert_eq!(
             wakes(),

@@ -137,6 +137,7 @@ fn protobuf_lists_share_items_and_sum_lengths_once_per_snapshot() {
     a_whole_collection_s_summed_length_is_the_snapshot_s_own();
     measuring_ahead_sets_what_a_list_states();
     level_lists_send_one_response_s_runs_and_other_snapshots_do_not_mix();
+    a_stalled_list_holds_up_no_other();
 }
 
 /// Chunks of `n` LISTs driven in turn, as they are handed out.
@@ -157,48 +158,110 @@ fn list_chunks(encoders: Vec<ListEncoder>) -> Vec<Vec<Bytes>> {
     chunks
 }
 
+/// Bytes of `chunks` sent by reference from one of `from` (the same allocation).
+fn shared_bytes(chunks: &[Bytes], from: &[Bytes]) -> usize {
+    chunks
+        .iter()
+        .filter(|c| from.iter().any(|l| l.as_ptr() == c.as_ptr()))
+        .map(Bytes::len)
+        .sum()
+}
+
+fn joined(chunks: &[Bytes]) -> Vec<u8> {
+    chunks.iter().flat_map(|c| c.iter().copied()).collect()
+}
+
 /// Two LISTs of one whole snapshot in step: the second sends the first's runs of items as
-/// they are (the same allocations), not copies; LISTs of two snapshots share nothing, though
-/// most of their records are the same.
+/// they are (the same allocations), not copies. A LIST of a newer snapshot takes the runs
+/// whose records it shares with an older one's and writes the rest itself: each sends its
+/// own snapshot's body.
 fn level_lists_send_one_response_s_runs_and_other_snapshots_do_not_mix() {
     let store = store();
     let lone = list_bodies(&store, false, 1).remove(0);
     let chunks = list_chunks(vec![list(&store, false), list(&store, false)]);
-    let joined = |cs: &[Bytes]| {
-        cs.iter()
-            .flat_map(|c| c.iter().copied())
-            .collect::<Vec<u8>>()
-    };
     assert!(chunks.iter().all(|cs| joined(cs) == lone));
-    let shared_bytes: usize = chunks[1]
-        .iter()
-        .filter(|c| chunks[0].iter().any(|l| l.as_ptr() == c.as_ptr()))
-        .map(Bytes::len)
-        .sum();
+    let shared = shared_bytes(&chunks[1], &chunks[0]);
     assert!(
-        shared_bytes > lone.len() * 9 / 10,
-        "{shared_bytes} of {} bytes sent from the other LIST's runs",
+        shared > lone.len() * 9 / 10,
+        "{shared} of {} bytes sent from the other LIST's runs",
         lone.len()
     );
 
-    // An older snapshot's LIST beside a newer one's: each is its own snapshot's body (the
-    // lone bodies taken while no other LIST reads, so that they share nothing).
+    // An older snapshot's LIST beside a newer one's (the lone bodies taken while no other
+    // LIST reads, so that they share nothing). Two objects change: one near the start,
+    // one (grown) in the middle.
     let old_lone = list_bodies(&store, false, 1).remove(0);
     let old = list(&store, false);
     let info = store.info().clone();
-    let json = r#"{"metadata":{"name":"cm-00001","namespace":"ns1"},"data":{"k":"changed"}}"#;
-    let rv = store.rv() + 1;
-    store
-        .apply([listwatch_store::Change::Put(
-            Record::ingest(json.as_bytes(), &info, rv).expect("ingest"),
-        )])
-        .expect("apply");
+    for (name, ns, value) in [
+        ("cm-00000", 0, "a".to_string()),
+        ("cm-01501", 3, "b".repeat(4000)),
+    ] {
+        let json = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns{ns}"}},"data":{{"k":"{value}"}}}}"#
+        );
+        let rv = store.rv() + 1;
+        store
+            .apply([listwatch_store::Change::Put(
+                Record::ingest(json.as_bytes(), &info, rv).expect("ingest"),
+            )])
+            .expect("apply");
+    }
     let chunks = list_chunks(vec![old, list(&store, false)]);
     let new_lone = list_bodies(&store, false, 1).remove(0);
     assert_ne!(old_lone, new_lone);
     assert!(joined(&chunks[0]) == old_lone, "the older snapshot's LIST");
     assert!(joined(&chunks[1]) == new_lone, "the newer snapshot's LIST");
+    let shared = shared_bytes(&chunks[1], &chunks[0]);
+    assert!(
+        shared > new_lone.len() * 3 / 4,
+        "{shared} of {} bytes of the newer LIST from the older one's runs",
+        new_lone.len()
+    );
     assert_eq!(shared::stats().held, 0);
+}
+
+/// A LIST whose client stops reading leaves nothing claimed between two of its chunks: a
+/// LIST level with it goes on (it would wait for the stalled one's next poll otherwise).
+fn a_stalled_list_holds_up_no_other() {
+    let store = store();
+    let lone = list_bodies(&store, false, 1).remove(0);
+    let woken = Arc::new(Counter(std::sync::atomic::AtomicU64::new(0)));
+    let waker = std::task::Waker::from(woken.clone());
+    let (mut stalled, mut other) = (list(&store, false), list(&store, false));
+    // Both take their head and first run; then the first is never polled again.
+    let mut body = Vec::new();
+    for _ in 0..2 {
+        let c = stalled.poll_chunk(Some(&waker));
+        assert!(matches!(c, std::task::Poll::Ready(Some(_))));
+        match other.poll_chunk(Some(&waker)) {
+            std::task::Poll::Ready(Some(c)) => body.extend_from_slice(&c),
+            _ => panic!("the level LIST has its first chunks"),
+        }
+    }
+    loop {
+        let before = woken.0.load(std::sync::atomic::Ordering::Relaxed);
+        match other.poll_chunk(Some(&waker)) {
+            std::task::Poll::Ready(Some(c)) => body.extend_from_slice(&c),
+            std::task::Poll::Ready(None) => break,
+            std::task::Poll::Pending => assert!(
+                woken.0.load(std::sync::atomic::Ordering::Relaxed) > before,
+                "waits for the stalled LIST"
+            ),
+        }
+    }
+    assert!(body == lone);
+    drop(stalled);
+    assert_eq!(shared::stats().held, 0);
+}
+
+/// Counts its wake-ups.
+struct Counter(std::sync::atomic::AtomicU64);
+
+impl std::task::Wake for Counter {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// A watch-list's initial event (framed around a shared message) is byte for byte the
