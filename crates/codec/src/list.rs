@@ -22,7 +22,8 @@ enum Phase {
 }
 
 /// Produces a LIST response body chunk by chunk from a [`SnapshotReader`]; memory held is
-/// one chunk plus the snapshot handle, whatever the list's size.
+/// one chunk (and, for a protobuf LIST in runs, a run of at most two) plus the snapshot
+/// handle, whatever the list's size.
 pub struct ListEncoder {
     reader: SnapshotReader,
     writer: ObjectWriter,

@@ -382,18 +382,10 @@ impl ProtoObjects {
                     });
                     return self.run_item(runs, r, out, waker);
                 }
-                Lookup::Hit(bytes, None) => {
-                    // One item kept (not by a LIST in runs): framed around it.
-                    let mut head = [0u8; 10];
-                    let k = listwatch_protobuf::encode::varint_bytes(len as u64, &mut head);
-                    out.put_slice(&[0x12]);
-                    out.put_slice(&head[..k]);
-                    out.put_bytes(bytes);
-                    return Ok(RunStep::Written);
-                }
+                // One item (nothing keeps those in a group of runs): transcoded here.
+                Lookup::Hit(_, None) | Lookup::Alone => false,
                 Lookup::Wait => return Ok(RunStep::Wait),
                 Lookup::Miss => true,
-                Lookup::Alone => false,
             };
             runs.start(r, claimed, false);
         }
@@ -477,6 +469,10 @@ impl ProtoObjects {
         // twice what was counted: 64 LISTs' peak 63-73 MiB against 26-48).
         let bytes = Bytes::copy_from_slice(&runs.buf);
         runs.buf.clear();
+        if runs.buf.capacity() > MAX_RUN_CHUNKS * runs.run_bytes {
+            // Grown by an object larger than a run: not kept for the rest of the LIST.
+            runs.buf = Vec::new();
+        }
         if let (true, Some(s)) = (b.claimed || b.keep, &self.sharing) {
             let records: shared::RunRecords = b.records.into();
             self.waiters

@@ -195,6 +195,14 @@ impl Reader {
                 if run.is_none() {
                     SHARED.hits.fetch_add(1, Ordering::Relaxed);
                 }
+                if self.runs && !alone {
+                    // Runs go as soon as every reader passed them, also once the readers
+                    // in front have finished and nobody keeps any more.
+                    let wake = g.drop_passed();
+                    drop(groups);
+                    wake.into_iter().for_each(Waker::wake);
+                    return Lookup::Hit(b, run);
+                }
                 if alone {
                     // The last reader behind the others: what it passes is nobody's now.
                     if let Some((_, slot)) = g.items.remove(r.key()) {
@@ -253,7 +261,7 @@ impl Reader {
         if over() {
             // Not kept: its waiters have nothing to copy, and would wait for this reader's
             // next chunk for nothing; woken now, they transcode it themselves.
-            wake.extend(g.remove_claim(r));
+            wake.extend(g.remove_claim(r, self.id));
             drop(groups);
             wake.into_iter().for_each(Waker::wake);
             return Vec::new();
@@ -275,7 +283,7 @@ impl Reader {
         self.claiming.store(false, Ordering::Relaxed);
         let mut groups = lock();
         let wake = match groups.get_mut(&self.group) {
-            Some(g) => g.remove_claim(r),
+            Some(g) => g.remove_claim(r, self.id),
             None => Vec::new(),
         };
         drop(groups);
@@ -370,10 +378,11 @@ impl Group {
         wake
     }
 
-    /// Takes `r`'s claim out (not kept after all); returns its waiters.
-    fn remove_claim(&mut self, r: &Arc<Record>) -> Vec<Waker> {
+    /// Takes reader `id`'s claim on `r` out (not kept after all); returns its waiters.
+    /// Another reader's claim there stays.
+    fn remove_claim(&mut self, r: &Arc<Record>, id: u64) -> Vec<Waker> {
         match self.items.get(r.key()) {
-            Some((_, Slot::Claimed { .. })) => self
+            Some((_, Slot::Claimed { by, .. })) if *by == id => self
                 .items
                 .remove(r.key())
                 .map(|(_, s)| release(s))
