@@ -443,9 +443,11 @@ impl ProtoObjects {
         let Some(p) = runs.pending.take() else {
             return Ok(());
         };
-        // The records matched are alive: this response's snapshot holds them.
-        for r in p.records[..p.matched].iter().filter_map(Weak::upgrade) {
-            let r = &r;
+        for w in &p.records[..p.matched] {
+            // Alive: each is a record of this response's snapshot, which holds it.
+            let r = &w
+                .upgrade()
+                .ok_or(ProtoError::Malformed("a record of a shared run is gone"))?;
             if runs.building.is_none() {
                 runs.start(r, false, true);
             }
