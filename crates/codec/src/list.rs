@@ -52,7 +52,7 @@ impl ListEncoder {
         page_limited: bool,
         chunk: usize,
     ) -> Self {
-        // Runs as long as a chunk, so a LIST in step with another sends its chunks.
+        // Runs cut around a chunk: a LIST in step with another sends that one's as chunks.
         let runs = if reader.reads_whole_snapshot() {
             writer.start_sharing_runs(chunk)
         } else {

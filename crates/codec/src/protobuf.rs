@@ -105,20 +105,14 @@ impl Runs {
         self.buf.len() >= self.run_bytes * 3 / 4 && is_boundary(r, framed, self.run_bytes / 4)
     }
 
-    /// Begins a run at `first`.
-    fn start(&mut self, first: &Arc<Record>, claimed: bool, keep: bool) {
+    /// Begins a run at `first`, kept for the others when done if `claimed` or `kept`.
+    fn start(&mut self, first: &Arc<Record>, claimed: bool, kept: bool) {
         self.buf.clear();
-        // The records are named only in a run kept for others (a lone LIST's are not).
-        let records = if claimed || keep {
-            Vec::with_capacity(32)
-        } else {
-            Vec::new()
-        };
         self.building = Some(Building {
             first: first.clone(),
-            records,
+            // Named only in a run kept for others (a lone LIST's are not).
+            records: (claimed || kept).then(|| Vec::with_capacity(32)),
             claimed,
-            keep,
         });
     }
 }
@@ -131,11 +125,11 @@ const MAX_RUN_CHUNKS: usize = 2;
 struct Building {
     /// Its first record: the key it is kept under.
     first: Arc<Record>,
-    records: Vec<Weak<Record>>,
-    /// Claimed in the shared window: others wait for it, and it is kept when done.
+    /// The records it covers, when it is kept for the others once done: claimed, or
+    /// replacing a kept run whose records differ.
+    records: Option<Vec<Weak<Record>>>,
+    /// Claimed in the shared window: others wait for it (given up on a failure).
     claimed: bool,
-    /// Kept when done though not claimed (it replaces a kept run whose records differ).
-    keep: bool,
 }
 
 /// Another response's run, sent once the records it covers are found to be this one's.
@@ -361,8 +355,9 @@ impl ProtoObjects {
             self.write_pending(runs, out)?;
         }
         let len = self.item_len(r)?;
-        let framed = 1 + varint_len(len as u64) + len;
-        if runs.building.is_some() && runs.buf.len() + framed > MAX_RUN_CHUNKS * runs.run_bytes {
+        if runs.building.is_some()
+            && runs.buf.len() + field_len(len) > MAX_RUN_CHUNKS * runs.run_bytes
+        {
             self.finish_run(runs, out);
             if out.is_full() {
                 return Ok(RunStep::Later);
@@ -389,20 +384,19 @@ impl ProtoObjects {
             };
             runs.start(r, claimed, false);
         }
-        self.append_to_run(runs, r, len)?;
-        if runs.ends_after(r, framed) {
-            self.finish_run(runs, out);
-        }
+        self.append_to_run(runs, r, len, out)?;
         Ok(RunStep::Written)
     }
 
-    /// Appends `r`'s framed item (its message `len` bytes) to the run being built; on a
-    /// failure the run is dropped and its claim given up.
+    /// Appends `r`'s framed item (its message `len` bytes) to the run being built, and
+    /// ends the run after it at a boundary; on a failure the run is dropped and its claim
+    /// given up.
     fn append_to_run(
         &mut self,
         runs: &mut Runs,
         r: &Arc<Record>,
         len: usize,
+        out: &mut ChunkWriter,
     ) -> Result<(), ProtoError> {
         let mut buf = std::mem::take(&mut runs.buf);
         buf.push(0x12);
@@ -418,23 +412,21 @@ impl ProtoObjects {
             }
         });
         runs.buf = buf;
-        match (written, runs.building.as_mut()) {
-            (Ok(()), Some(b)) => {
-                if b.claimed || b.keep {
-                    b.records.push(Arc::downgrade(r));
-                }
-                Ok(())
+        if let Err(e) = written {
+            if let (Some(b), Some(s)) = (runs.building.take(), &self.sharing)
+                && b.claimed
+            {
+                s.give_up(&b.first);
             }
-            (Ok(()), None) => Ok(()),
-            (Err(e), _) => {
-                if let (Some(b), Some(s)) = (runs.building.take(), &self.sharing)
-                    && b.claimed
-                {
-                    s.give_up(&b.first);
-                }
-                Err(e)
-            }
+            return Err(e);
         }
+        if let Some(records) = runs.building.as_mut().and_then(|b| b.records.as_mut()) {
+            records.push(Arc::downgrade(r));
+        }
+        if runs.ends_after(r, field_len(len)) {
+            self.finish_run(runs, out);
+        }
+        Ok(())
     }
 
     /// Writes here the records matched against another response's run that turned out
@@ -452,10 +444,7 @@ impl ProtoObjects {
                 runs.start(r, false, true);
             }
             let len = self.item_len(r)?;
-            self.append_to_run(runs, r, len)?;
-            if runs.ends_after(r, 1 + varint_len(len as u64) + len) {
-                self.finish_run(runs, out);
-            }
+            self.append_to_run(runs, r, len, out)?;
         }
         Ok(())
     }
@@ -475,10 +464,9 @@ impl ProtoObjects {
             // Grown by an object larger than a run: not kept for the rest of the LIST.
             runs.buf = Vec::new();
         }
-        if let (true, Some(s)) = (b.claimed || b.keep, &self.sharing) {
-            let records: shared::RunRecords = b.records.into();
+        if let (Some(records), Some(s)) = (b.records, &self.sharing) {
             self.waiters
-                .extend(s.keep(&b.first, bytes.clone(), Some(records)));
+                .extend(s.keep(&b.first, bytes.clone(), Some(records.into())));
         }
         out.put_shared(bytes);
     }

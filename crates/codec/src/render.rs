@@ -219,8 +219,8 @@ impl ObjectWriter {
         }
     }
 
-    /// Shares runs of framed items with concurrent protobuf LISTs of the whole snapshot at
-    /// `rv` ([`pb::Runs`]); `None` for the other forms, which write item by item.
+    /// Shares runs of framed items with concurrent protobuf LISTs of whole snapshots
+    /// ([`pb::Runs`]); `None` for the other forms, which write item by item.
     pub(crate) fn start_sharing_runs(&mut self, run_bytes: usize) -> Option<pb::Runs> {
         match &mut self.style {
             Style::Protobuf(p) => {

@@ -132,7 +132,8 @@ pub struct Reader {
     /// A claim of this reader's is in the window (set when it claims, cleared when it keeps
     /// or gives up): only then does dropping the reader look for one left behind.
     claiming: AtomicBool,
-    /// Shares runs: what every reader passed is dropped at each keep, not at the budget.
+    /// Shares runs: what every reader passed is dropped at each keep and hit, not at the
+    /// budget.
     runs: bool,
 }
 
@@ -195,20 +196,19 @@ impl Reader {
                 if run.is_none() {
                     SHARED.hits.fetch_add(1, Ordering::Relaxed);
                 }
-                if self.runs && !alone {
-                    // Runs go as soon as every reader passed them, also once the readers
-                    // in front have finished and nobody keeps any more.
-                    let wake = g.drop_passed();
-                    drop(groups);
-                    wake.into_iter().for_each(Waker::wake);
-                    return Lookup::Hit(b, run);
-                }
+                let mut wake = Vec::new();
                 if alone {
                     // The last reader behind the others: what it passes is nobody's now.
                     if let Some((_, slot)) = g.items.remove(r.key()) {
                         let _ = release(slot);
                     }
+                } else if self.runs {
+                    // Runs go as soon as every reader passed them, also once the readers
+                    // in front have finished and nobody keeps any more.
+                    wake = g.drop_passed();
                 }
+                drop(groups);
+                wake.into_iter().for_each(Waker::wake);
                 return Lookup::Hit(b, run);
             }
             Some((w, Slot::Claimed { by, waiters })) if same(w) && *by != self.id => {
