@@ -291,14 +291,17 @@ pub async fn watch(
     stop: tokio::sync::watch::Receiver<bool>,
     on: impl FnMut(Event<'_>, Instant) -> Result<ControlFlow<()>, String>,
 ) -> Result<u64, String> {
-    watch_retrying(host, path, protobuf, stop, on, 0, &AtomicU64::new(0)).await
+    watch_retrying(host, None, path, protobuf, stop, on, 0, &AtomicU64::new(0)).await
 }
 
 /// [`watch`] opened as client-go opens it: a 429 is asked again after its `Retry-After`
 /// (listwatch and kube-apiserver send 1 s), at most `retries` times (client-go: 10); each
-/// retry is counted in `retried`.
+/// retry is counted in `retried`. On `conn`, an open HTTP/2 connection, when given (retries
+/// too, as client-go's); on a fresh connection otherwise.
+#[allow(clippy::too_many_arguments)]
 pub async fn watch_retrying(
     host: &str,
+    mut conn: Option<&mut http::H2Sender>,
     path: &str,
     protobuf: bool,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -309,7 +312,10 @@ pub async fn watch_retrying(
     let accept = http::accept(protobuf, false, true);
     let mut left = retries;
     let mut body = loop {
-        let (status, body) = http::get(host, path, accept.as_deref(), false).await?;
+        let (status, body) = match conn.as_deref_mut() {
+            Some(send) => http::get_on(send, host, path, accept.as_deref()).await?,
+            None => http::get(host, path, accept.as_deref(), false).await?,
+        };
         match status {
             200 => break body,
             429 if left > 0 => {

@@ -199,6 +199,21 @@ pub async fn get_timed(
     ))
 }
 
+/// A GET as a new stream of an open HTTP/2 connection, returned once the response head has
+/// arrived (as a kubelet's client-go sends every request on its one connection).
+pub async fn get_on(
+    send: &mut H2Sender,
+    host: &str,
+    path: &str,
+    accept: Option<&str>,
+) -> Result<(u16, Body), String> {
+    send.ready().await.map_err(|e| with_causes(&e))?;
+    let req = h2_request(Method::GET, host, path, accept, false)?;
+    let resp = send.send_request(req).await.map_err(|e| with_causes(&e))?;
+    let status = resp.status().as_u16();
+    Ok((status, Body::new(resp.into_body(), false)))
+}
+
 /// A response body as a stream of decoded chunks, counting bytes on the wire and decoded.
 pub struct Body {
     inner: Incoming,

@@ -23,10 +23,10 @@ use serde_json::Value;
 
 use super::churn::delivered;
 use super::list::{WATCH_LIST, with_query};
-use crate::Args;
 use crate::events::{self, Kind};
 use crate::report::{ClientResult, Server, cpu_delta, own_cpu_s, pct};
 use crate::writers::{self, Write};
+use crate::{Args, http};
 
 /// What the kubelet storm reports.
 #[derive(Serialize, Default)]
@@ -46,6 +46,12 @@ pub struct Report {
     /// Watch-lists answered 429 and asked again after `Retry-After`, as client-go does
     /// (at most 10 times each).
     pub retries_after_429: u64,
+    /// With `--h2`: the server's RSS once every node's connection is open (each node's
+    /// watch-list and its retries then go on it, as a kubelet's), before any request.
+    pub connected_rss_kib: Option<u64>,
+    /// With `--h2`: peak RSS from the storm's start until every node synced, less
+    /// `connected_rss_kib`: what the storm itself costs beyond the connections it finds open.
+    pub sync_peak_minus_connected_kib: Option<u64>,
     /// Time from the storm's start until a node's initial-events-end bookmark: median.
     pub sync_s_p50: f64,
     /// The same, slowest node.
@@ -222,6 +228,7 @@ pub async fn run(
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..nodes).map(|_| AtomicU64::new(0)).collect());
     let synced = Arc::new(AtomicUsize::new(0));
     let retried = Arc::new(AtomicU64::new(0));
+    let connected = Arc::new(tokio::sync::Barrier::new(nodes + 1));
     let start = Arc::new(tokio::sync::Barrier::new(nodes + 1));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let watchers: Vec<_> = (0..nodes)
@@ -230,17 +237,22 @@ pub async fn run(
                 "/api/v1/pods",
                 &format!("{WATCH_LIST}&fieldSelector=spec.nodeName%3D{}", node(k)),
             );
-            let (host, stopped, progress, synced, start, protobuf, retried) = (
+            let (host, stopped, progress, synced, protobuf, retried) = (
                 host.clone(),
                 stopped.clone(),
                 progress.clone(),
                 synced.clone(),
-                start.clone(),
                 args.protobuf,
                 retried.clone(),
             );
+            let (connected, start, h2) = (connected.clone(), start.clone(), args.h2);
             tokio::spawn(async move {
                 let mut seen = NodeSeen::default();
+                let conn = match h2 {
+                    true => Some(http::open_h2(&host).await),
+                    false => None,
+                };
+                connected.wait().await;
                 start.wait().await;
                 let on = |ev: events::Event<'_>, at: Instant| {
                     match (ev.kind, seen.synced) {
@@ -259,8 +271,22 @@ pub async fn run(
                     progress[k].store(seen.initial + seen.after, Ordering::Relaxed);
                     Ok(ControlFlow::Continue(()))
                 };
-                let r =
-                    events::watch_retrying(&host, &path, protobuf, stopped, on, 10, &retried).await;
+                let r = match conn.transpose() {
+                    Err(e) => Err(format!("connect: {e}")),
+                    Ok(mut send) => {
+                        events::watch_retrying(
+                            &host,
+                            send.as_mut(),
+                            &path,
+                            protobuf,
+                            stopped,
+                            on,
+                            10,
+                            &retried,
+                        )
+                        .await
+                    }
+                };
                 if r.is_err() {
                     // Count a failed node as done, so the storm's wait ends.
                     synced.fetch_add(usize::from(seen.synced.is_none()), Ordering::Relaxed);
@@ -269,15 +295,26 @@ pub async fn run(
             })
         })
         .collect();
+    connected.wait().await;
+    if args.h2 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        report.connected_rss_kib = server.rss_kib();
+    }
     let (cpu0, own0) = (server.cpu_s(), own_cpu_s());
     start.wait().await;
     let storm = Instant::now();
     // A server that never ends the initial events (no watch-list) fails the nodes at 10 min.
     let give_up = storm + Duration::from_secs(600);
+    let mut sync_peak = server.rss_kib();
     while synced.load(Ordering::Relaxed) < nodes && Instant::now() < give_up {
         tokio::time::sleep(Duration::from_millis(10)).await;
+        sync_peak = sync_peak.max(server.rss_kib());
     }
     let cpu1 = server.cpu_s();
+    report.sync_peak_minus_connected_kib = report
+        .connected_rss_kib
+        .zip(sync_peak)
+        .map(|(c, p)| p.saturating_sub(c));
     report.retries_after_429 = retried.load(Ordering::Relaxed);
     report.storm_server_cpu_s = cpu_delta(cpu0, cpu1);
     report.server_cpu_ms_per_node_list = report.storm_server_cpu_s.map(|s| s * 1e3 / nodes as f64);
