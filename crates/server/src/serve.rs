@@ -97,20 +97,13 @@ pub async fn serve_with(
         tokio::spawn(async move {
             #[cfg(feature = "standalone")]
             if let Some(acceptor) = tls {
-                // A client that never finishes its handshake does not hold a task forever.
-                let accepted =
-                    tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await;
-                let Ok(Ok(tls_stream)) = accepted else {
+                // Boxed: the handshake's state is freed once it is done, not kept in the
+                // connection's task for its life.
+                let Some((tls_stream, identity)) =
+                    Box::pin(accept_tls(acceptor, stream, client_certs.as_deref())).await
+                else {
                     tracing::debug!(%peer, "TLS handshake failed or timed out");
                     return;
-                };
-                let chain = tls_stream.get_ref().1.peer_certificates().unwrap_or(&[]);
-                let identity = match &client_certs {
-                    Some(c) => c.identify(chain),
-                    None => PeerIdentity {
-                        user: chain.first().and_then(listwatch_auth::tls::user_from_cert),
-                        front_proxy: false,
-                    },
                 };
                 let io = TokioIo::new(tls_stream);
                 serve_connection(app, authn, identity, io, watcher, peer).await;
@@ -134,6 +127,30 @@ pub async fn serve_with(
     }
     maintenance.shutdown().await;
     Ok(())
+}
+
+/// Completes a client's TLS handshake (within 10 s, so a client that never finishes it does
+/// not hold a task forever) and names the client by its certificate.
+#[cfg(feature = "standalone")]
+async fn accept_tls(
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    client_certs: Option<&listwatch_auth::tls::ClientCerts>,
+) -> Option<(
+    tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    PeerIdentity,
+)> {
+    let accepted = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await;
+    let tls_stream = accepted.ok()?.ok()?;
+    let chain = tls_stream.get_ref().1.peer_certificates().unwrap_or(&[]);
+    let identity = match client_certs {
+        Some(c) => c.identify(chain),
+        None => PeerIdentity {
+            user: chain.first().and_then(listwatch_auth::tls::user_from_cert),
+            front_proxy: false,
+        },
+    };
+    Some((tls_stream, identity))
 }
 
 /// A process-wide request number for the request span (`id`), to find one request's lines.
@@ -160,14 +177,18 @@ impl Drop for AbandonGuard {
     }
 }
 
-async fn serve_connection<I>(
+/// Serves one client connection until it ends or its watchdog closes it. Not an `async fn`:
+/// what it builds (the service, hyper's builder) stays out of the connection's task, which
+/// holds only the connection and its watchdog for the connection's life.
+fn serve_connection<I>(
     app: Arc<App>,
     authn: Option<Arc<dyn Authenticate>>,
     identity: PeerIdentity,
     io: TokioIo<I>,
     watcher: hyper_util::server::graceful::Watcher,
     peer: std::net::SocketAddr,
-) where
+) -> impl Future<Output = ()> + Send
+where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let chunk = app.config().chunk_bytes;
@@ -247,15 +268,20 @@ async fn serve_connection<I>(
         // limit among them, which a burst of resets a slow server has not yet seen causes):
         // a cap of its own, switched off with the one above.
         .max_local_error_reset_streams((resets != 0).then_some(256));
-    let conn = builder.serve_connection_with_upgrades(io, svc);
-    tokio::select! {
-        r = watcher.watch(conn.into_owned()) => {
-            if let Err(e) = r {
-                tracing::debug!(%peer, error = %e, "connection ended");
+    // Boxed: a future moved into `select!` would be held twice in the task (once captured,
+    // once where it is polled); the connection is ~1.7 KB.
+    let served =
+        Box::pin(watcher.watch(builder.serve_connection_with_upgrades(io, svc).into_owned()));
+    async move {
+        tokio::select! {
+            r = served => {
+                if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "connection ended");
+                }
             }
+            // Dropping the connection closes it: idle ones have nothing in flight, and a
+            // response its client stopped reading ends with it.
+            why = connection.watchdog(timeouts, max_cancelled) => tracing::debug!(%peer, why, "closing connection"),
         }
-        // Dropping the connection closes it: idle ones have nothing in flight, and a
-        // response its client stopped reading ends with it.
-        why = connection.watchdog(timeouts, max_cancelled) => tracing::debug!(%peer, why, "closing connection"),
     }
 }
