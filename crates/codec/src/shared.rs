@@ -213,10 +213,12 @@ impl Reader {
             }
             Some((w, Slot::Claimed { by, waiters })) if same(w) && *by != self.id => {
                 if let Some(waker) = waker {
+                    // Counted once per wait: a task polled again meanwhile (its socket woke
+                    // it) is still the same wait.
                     if !waiters.iter().any(|x| x.will_wake(waker)) {
                         waiters.push(waker.clone());
+                        SHARED.waits.fetch_add(1, Ordering::Relaxed);
                     }
-                    SHARED.waits.fetch_add(1, Ordering::Relaxed);
                     return Lookup::Wait;
                 }
                 // Cannot wait: transcode as well (the first to keep it wakes the waiters).
@@ -469,8 +471,10 @@ mod tests {
 
         // Kept: the waiter is woken and then finds the item.
         assert!(matches!(first.get(&rs[0], None), Lookup::Miss));
+        let waits = stats().waits;
         assert!(matches!(second.get(&rs[0], Some(&waker)), Lookup::Wait));
         assert!(matches!(second.get(&rs[0], Some(&waker)), Lookup::Wait));
+        assert_eq!(stats().waits - waits, 1, "polled again, still one wait");
         assert_eq!(wakes(), 0);
         let waiters = first.keep(&rs[0], Bytes::from_static(b"a"), None);
         assert_eq!(waiters.len(), 1, "one wake-up for a waker registered twice");
