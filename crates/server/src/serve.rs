@@ -178,8 +178,8 @@ impl Drop for AbandonGuard {
 }
 
 /// Serves one client connection until it ends or its watchdog closes it. Not an `async fn`:
-/// what it builds (the service, hyper's builder) stays out of the connection's task, which
-/// holds only the connection and its watchdog for the connection's life.
+/// its arguments and locals are not kept in the connection's task beside the connection
+/// they build (the service and a copy of hyper's builder live in the boxed connection).
 fn serve_connection<I>(
     app: Arc<App>,
     authn: Option<Arc<dyn Authenticate>>,

@@ -2,7 +2,8 @@
 //! a kubelet storm is 5,000 connections, one a node). dhat measures the heap of connections
 //! accepted and waiting for their first bytes: the connection's task and what it holds for
 //! life. The task was once sized for the TLS handshake and a second copy of the connection
-//! (~10 KB on every connection, TLS or not); docs/memory.md has the figures.
+//! (~10 KB on every connection, TLS or not); docs/memory.md has the figures. 3.0 KB now;
+//! the handshake left in the task reads 3.9 KB, a second copy of the connection 7.1 KB.
 
 mod common;
 
@@ -36,7 +37,7 @@ async fn settled_heap() -> dhat::HeapStats {
 }
 
 #[tokio::test]
-async fn an_open_connection_holds_at_most_4_kib_before_its_first_request() {
+async fn an_open_connection_holds_at_most_3_5_kib_before_its_first_request() {
     let _profiler = dhat::Profiler::builder().testing().build();
     let server = common::start(0, ServerConfig::default()).await;
     let before = settled_heap().await;
@@ -47,15 +48,15 @@ async fn an_open_connection_holds_at_most_4_kib_before_its_first_request() {
     let after = settled_heap().await;
     let blocks = after.curr_blocks.saturating_sub(before.curr_blocks);
     let per_connection = after.curr_bytes.saturating_sub(before.curr_bytes) / CONNECTIONS;
-    // Each connection must be accepted and held (at least its task): otherwise the bound
-    // below would hold trivially.
+    // Each connection must be accepted and held (its task, its boxed connection, its
+    // connection place): otherwise the bound below would hold trivially.
     assert!(
-        blocks >= CONNECTIONS,
+        blocks >= 3 * CONNECTIONS,
         "{blocks} heap blocks for {CONNECTIONS} accepted connections"
     );
     assert!(
-        per_connection <= 4096,
-        "an open, idle connection holds {per_connection} B of heap (limit 4 KiB)"
+        per_connection <= 3584,
+        "an open, idle connection holds {per_connection} B of heap (limit 3.5 KiB)"
     );
     eprintln!("{per_connection} B a connection ({blocks} blocks for {CONNECTIONS})");
     drop(open);
