@@ -54,6 +54,9 @@ pub struct Report {
     /// With `--h2`: peak RSS from the storm's start until every node synced, less
     /// `connected_rss_kib`: what the storm itself costs beyond the connections it finds open.
     pub sync_peak_minus_connected_kib: Option<u64>,
+    /// Peak RSS from the storm's start until every node synced, less the idle RSS before
+    /// any node connected (sampled every 10 ms; the run's `rss_samples_kib` are 100 ms).
+    pub sync_peak_minus_idle_kib: Option<u64>,
     /// Time from the storm's start until a node's initial-events-end bookmark: median.
     pub sync_s_p50: f64,
     /// The same, slowest node.
@@ -225,6 +228,7 @@ pub async fn run(
     // Let the server settle before taking its idle RSS.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let measured_from = Instant::now();
+    let idle_rss = server.rss_kib();
 
     // The storm: every node's watch-list at once.
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..nodes).map(|_| AtomicU64::new(0)).collect());
@@ -310,11 +314,10 @@ pub async fn run(
     let mut sync_peak = server.rss_kib();
     while synced.load(Ordering::Relaxed) < nodes && Instant::now() < give_up {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        if args.h2 {
-            sync_peak = sync_peak.max(server.rss_kib());
-        }
+        sync_peak = sync_peak.max(server.rss_kib());
     }
     let cpu1 = server.cpu_s();
+    report.sync_peak_minus_idle_kib = idle_rss.zip(sync_peak).map(|(i, p)| p.saturating_sub(i));
     report.sync_peak_minus_connected_kib = report
         .connected_rss_kib
         .zip(sync_peak)
