@@ -254,9 +254,10 @@ pub async fn run(
             let (connected, start, h2) = (connected.clone(), start.clone(), args.h2);
             tokio::spawn(async move {
                 let mut seen = NodeSeen::default();
-                let conn = match h2 {
-                    true => Some(http::open_h2(&host).await),
-                    false => None,
+                let conn = if h2 {
+                    Some(http::open_h2(&host).await)
+                } else {
+                    None
                 };
                 connected.wait().await;
                 start.wait().await;
