@@ -12,7 +12,7 @@ use listwatch_protobuf::ProtoError;
 use listwatch_store::{Record, SnapshotReader};
 
 use crate::ChunkWriter;
-use crate::protobuf::{RunStep, Runs};
+use crate::protobuf::{RunFraming, RunStep, Runs};
 use crate::render::{ListHead, ObjectWriter};
 
 enum Phase {
@@ -54,7 +54,7 @@ impl ListEncoder {
     ) -> Self {
         // Runs cut around a chunk: a LIST in step with another sends that one's as chunks.
         let runs = if reader.reads_whole_snapshot() {
-            writer.start_sharing_runs(chunk)
+            writer.start_sharing_runs(chunk, RunFraming::ListItems)
         } else {
             None
         };
@@ -187,12 +187,12 @@ impl ListEncoder {
                                 .map(RunStep::from_written),
                         };
                         match wrote {
-                            Ok(RunStep::Written) => {
-                                *first = false;
-                                Wrote::written(out)
+                            Ok(step) => {
+                                if matches!(step, RunStep::Written) {
+                                    *first = false;
+                                }
+                                Wrote::of_step(step, out)
                             }
-                            Ok(RunStep::Wait) => Wrote::Wait,
-                            Ok(RunStep::Later) => Wrote::Later,
                             Err(e) => {
                                 failed = Some(e);
                                 Wrote::Failed
@@ -260,6 +260,15 @@ impl Wrote {
             Wrote::Full
         } else {
             Wrote::Written
+        }
+    }
+
+    /// What a record written in runs ([`RunStep`]) means for the batch.
+    pub(crate) fn of_step(step: RunStep, out: &ChunkWriter) -> Wrote {
+        match step {
+            RunStep::Written => Wrote::written(out),
+            RunStep::Wait => Wrote::Wait,
+            RunStep::Later => Wrote::Later,
         }
     }
 }

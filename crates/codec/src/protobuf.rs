@@ -13,7 +13,7 @@ use listwatch_protobuf::encode::{
 };
 use listwatch_protobuf::{MessageId, ProtoEncoder, ProtoError, Schema};
 use listwatch_store::record::EncodedForm;
-use listwatch_store::{Filter, Record, Snapshot, SnapshotReader};
+use listwatch_store::{EventType, Filter, Record, Snapshot, SnapshotReader};
 
 use crate::ChunkWriter;
 use crate::shared::{self, Lookup};
@@ -67,9 +67,10 @@ impl Drop for ProtoObjects {
     }
 }
 
-/// A protobuf LIST of a whole snapshot, written in runs of framed items (`0x12`, length,
-/// message) so that concurrent LISTs send one response's run by reference instead of each
-/// looking up and copying item by item (issue 27's 8-informer storm). A run ends after a
+/// A protobuf LIST (or watch-list's initial events) of a whole snapshot, written in runs of
+/// framed items ([`RunFraming`]) so that concurrent responses send one response's run by
+/// reference instead of each looking up and copying item by item (issue 27's 8-informer
+/// storm). A run ends after a
 /// boundary record ([`Runs::ends_after`]) or before the item that would take it past
 /// [`MAX_RUN_CHUNKS`] chunks: the cut depends on the records, so LISTs of one snapshot cut
 /// the same runs, and LISTs of another RV the same runs wherever the records are the same.
@@ -78,6 +79,10 @@ impl Drop for ProtoObjects {
 pub(crate) struct Runs {
     /// The chunk size runs are cut around.
     run_bytes: usize,
+    /// How the run frames each record's message.
+    framing: RunFraming,
+    /// A watch frame's and envelope's heads for one event (reused).
+    heads: Vec<u8>,
     /// The run being written by this response.
     building: Option<Building>,
     /// A run another response kept, being checked against this response's records.
@@ -86,11 +91,23 @@ pub(crate) struct Runs {
     buf: Vec<u8>,
 }
 
+/// How a run frames a record's message: what the response around it is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum RunFraming {
+    /// A List's `items` fields (`0x12`, length, message).
+    ListItems,
+    /// A watch stream's ADDED events, each a length-prefixed `WatchEvent` around the
+    /// object's whole protobuf body (what [`crate::ObjectWriter::initial_event`] writes).
+    AddedEvents,
+}
+
 impl Runs {
-    /// Runs cut around `run_bytes`.
-    pub(crate) fn new(run_bytes: usize) -> Runs {
+    /// Runs cut around `run_bytes`, framing items as `framing`.
+    pub(crate) fn new(run_bytes: usize, framing: RunFraming) -> Runs {
         Runs {
             run_bytes,
+            framing,
+            heads: Vec::new(),
             building: None,
             pending: None,
             buf: Vec::new(),
@@ -250,9 +267,15 @@ impl ProtoObjects {
 
     /// The length of `r`'s message as a list item, memoized in the record.
     pub fn item_len(&mut self, r: &Record) -> Result<usize, ProtoError> {
+        self.measure(r).map(|(n, _)| n)
+    }
+
+    /// [`Self::item_len`], and whether `r` was measured just now: its message is then in
+    /// the scratch buffer, to be copied rather than transcoded again.
+    fn measure(&mut self, r: &Record) -> Result<(usize, bool), ProtoError> {
         let form = self.form();
         if let Some(n) = r.encoded_len(form) {
-            return Ok(n);
+            return Ok((n, false));
         }
         // Measured into the scratch buffer (taken out so the writers may borrow `self`).
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -265,7 +288,7 @@ impl ProtoObjects {
         self.scratch = scratch;
         written?;
         r.set_encoded_len(form, n);
-        Ok(n)
+        Ok((n, true))
     }
 
     /// Takes part in sharing items with concurrent protobuf responses of the same
@@ -275,10 +298,11 @@ impl ProtoObjects {
         self.sharing = Some(shared::Reader::join(self.group));
     }
 
-    /// Takes part in sharing runs of framed list items with concurrent protobuf LISTs of
-    /// whole snapshots cut around `run_bytes` (`Runs`), until [`Self::stop_sharing`].
-    pub(crate) fn start_sharing_runs(&mut self, run_bytes: usize) {
-        let group = shared::group_of_runs(self.group, run_bytes);
+    /// Takes part in sharing runs of items framed as `framing` with concurrent protobuf
+    /// responses of whole snapshots cut around `run_bytes` (`Runs`), until
+    /// [`Self::stop_sharing`].
+    pub(crate) fn start_sharing_runs(&mut self, run_bytes: usize, framing: RunFraming) {
+        let group = shared::group_of_runs(self.group, run_bytes, framing);
         self.sharing = Some(shared::Reader::join_runs(group));
     }
 
@@ -330,8 +354,34 @@ impl ProtoObjects {
         }
     }
 
-    /// Writes `r` into a LIST of a whole snapshot in runs ([`Runs`]).
+    /// Writes `r` into a LIST (or watch-list) of a whole snapshot in runs ([`Runs`]); on a
+    /// failure the run being built is dropped and its claim given up, so no response
+    /// waits on a run that will not come (whether or not this one is polled again).
     pub(crate) fn run_item(
+        &mut self,
+        runs: &mut Runs,
+        r: &Arc<Record>,
+        out: &mut ChunkWriter,
+        waker: Option<&Waker>,
+    ) -> Result<RunStep, ProtoError> {
+        let step = self.write_run_item(runs, r, out, waker);
+        if step.is_err() {
+            self.drop_run(runs);
+        }
+        step
+    }
+
+    /// Drops the run being built, giving up its claim in the shared window.
+    fn drop_run(&self, runs: &mut Runs) {
+        if let (Some(b), Some(s)) = (runs.building.take(), &self.sharing)
+            && b.claimed
+        {
+            s.give_up(&b.first);
+        }
+    }
+
+    /// [`Self::run_item`]'s work.
+    fn write_run_item(
         &mut self,
         runs: &mut Runs,
         r: &Arc<Record>,
@@ -354,13 +404,17 @@ impl ProtoObjects {
             // the run this snapshot has in its place.
             self.write_pending(runs, out)?;
         }
-        let len = self.item_len(r)?;
-        if runs.building.is_some()
-            && runs.buf.len() + field_len(len) > MAX_RUN_CHUNKS * runs.run_bytes
-        {
-            self.finish_run(runs, out);
-            if out.is_full() {
-                return Ok(RunStep::Later);
+        // Measured only where the length is needed before the lookup: a record another
+        // response is writing is not transcoded here to learn its length.
+        let mut measured = None;
+        if runs.building.is_some() {
+            let (len, in_scratch) = self.measure(r)?;
+            measured = Some((len, in_scratch));
+            if runs.buf.len() + self.framed_len(runs, len) > MAX_RUN_CHUNKS * runs.run_bytes {
+                self.finish_run(runs, out);
+                if out.is_full() {
+                    return Ok(RunStep::Later);
+                }
             }
         }
         if runs.building.is_none() {
@@ -375,7 +429,7 @@ impl ProtoObjects {
                         records,
                         matched: 0,
                     });
-                    return self.run_item(runs, r, out, waker);
+                    return self.write_run_item(runs, r, out, waker);
                 }
                 // One item (nothing keeps those in a group of runs): transcoded here.
                 Lookup::Hit(_, None) | Lookup::Alone => false,
@@ -384,25 +438,57 @@ impl ProtoObjects {
             };
             runs.start(r, claimed, false);
         }
-        self.append_to_run(runs, r, len, out)?;
+        let (len, in_scratch) = match measured {
+            Some(m) => m,
+            None => self.measure(r)?,
+        };
+        self.append_to_run(runs, r, len, in_scratch, out)?;
         Ok(RunStep::Written)
     }
 
-    /// Appends `r`'s framed item (its message `len` bytes) to the run being built, and
-    /// ends the run after it at a boundary; on a failure the run is dropped and its claim
-    /// given up.
+    /// How many bytes `r`'s message of `len` bytes takes framed in `runs` (its heads
+    /// depend only on `len` and the kind: level readers cut the same runs).
+    fn framed_len(&self, runs: &mut Runs, len: usize) -> usize {
+        match runs.framing {
+            RunFraming::ListItems => field_len(len),
+            RunFraming::AddedEvents => {
+                self.added_event_heads(len, &mut runs.heads);
+                runs.heads.len() + len + ENVELOPE_TAIL.len()
+            }
+        }
+    }
+
+    /// Appends `r`'s framed item (its message `len` bytes, in the scratch buffer when
+    /// `in_scratch`) to the run being built, and ends the run after it at a boundary; on a
+    /// failure the run is dropped and its claim given up.
     fn append_to_run(
         &mut self,
         runs: &mut Runs,
         r: &Arc<Record>,
         len: usize,
+        in_scratch: bool,
         out: &mut ChunkWriter,
     ) -> Result<(), ProtoError> {
         let mut buf = std::mem::take(&mut runs.buf);
-        buf.push(0x12);
-        put_varint(&mut buf, len as u64);
+        match runs.framing {
+            RunFraming::ListItems => {
+                buf.push(0x12);
+                put_varint(&mut buf, len as u64);
+            }
+            RunFraming::AddedEvents => {
+                let envelope = self.added_event_heads(len, &mut runs.heads);
+                buf.extend_from_slice(&runs.heads[envelope..]);
+                buf.extend_from_slice(&runs.heads[..envelope]);
+            }
+        }
         let at = buf.len();
-        let written = self.write_item(r, None, &mut buf).and_then(|()| {
+        let written = if in_scratch {
+            buf.extend_from_slice(&self.scratch);
+            Ok(())
+        } else {
+            self.write_item(r, None, &mut buf)
+        };
+        let written = written.and_then(|()| {
             if buf.len() - at == len {
                 Ok(())
             } else {
@@ -411,19 +497,19 @@ impl ProtoObjects {
                 ))
             }
         });
+        if runs.framing == RunFraming::AddedEvents {
+            buf.extend_from_slice(&ENVELOPE_TAIL);
+        }
         runs.buf = buf;
         if let Err(e) = written {
-            if let (Some(b), Some(s)) = (runs.building.take(), &self.sharing)
-                && b.claimed
-            {
-                s.give_up(&b.first);
-            }
+            self.drop_run(runs);
             return Err(e);
         }
         if let Some(records) = runs.building.as_mut().and_then(|b| b.records.as_mut()) {
             records.push(Arc::downgrade(r));
         }
-        if runs.ends_after(r, field_len(len)) {
+        let framed = self.framed_len(runs, len);
+        if runs.ends_after(r, framed) {
             self.finish_run(runs, out);
         }
         Ok(())
@@ -443,8 +529,8 @@ impl ProtoObjects {
             if runs.building.is_none() {
                 runs.start(r, false, true);
             }
-            let len = self.item_len(r)?;
-            self.append_to_run(runs, r, len, out)?;
+            let (len, in_scratch) = self.measure(r)?;
+            self.append_to_run(runs, r, len, in_scratch, out)?;
         }
         Ok(())
     }
@@ -491,6 +577,18 @@ impl ProtoObjects {
         put_type_meta(out, &self.api_version, &self.kind);
         out.push(0x12);
         put_varint(out, message_len as u64);
+    }
+
+    /// Writes into `heads` the whole-body head of a message of `message_len` bytes
+    /// ([`Self::envelope_head`]), then the head of the ADDED watch frame around that body;
+    /// returns where the frame's head begins: it goes on the wire first.
+    pub(crate) fn added_event_heads(&self, message_len: usize, heads: &mut Vec<u8>) -> usize {
+        heads.clear();
+        self.envelope_head(message_len, heads);
+        let envelope = heads.len();
+        let envelope_len = envelope + message_len + ENVELOPE_TAIL.len();
+        write_watch_frame_head(EventType::Added.as_str(), envelope_len, heads);
+        envelope
     }
 
     /// Appends `r`'s message (its resourceVersion replaced by `stamp_rv` if given).

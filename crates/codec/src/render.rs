@@ -219,19 +219,24 @@ impl ObjectWriter {
         }
     }
 
-    /// Shares runs of framed items with concurrent protobuf LISTs of whole snapshots
-    /// ([`pb::Runs`]); `None` for the other forms, which write item by item.
-    pub(crate) fn start_sharing_runs(&mut self, run_bytes: usize) -> Option<pb::Runs> {
+    /// Shares runs of items framed as `framing` with concurrent protobuf responses of
+    /// whole snapshots ([`pb::Runs`]); `None` for the other forms, which write item by item.
+    pub(crate) fn start_sharing_runs(
+        &mut self,
+        run_bytes: usize,
+        framing: pb::RunFraming,
+    ) -> Option<pb::Runs> {
         match &mut self.style {
             Style::Protobuf(p) => {
-                p.objects.start_sharing_runs(run_bytes);
-                Some(pb::Runs::new(run_bytes))
+                p.objects.start_sharing_runs(run_bytes, framing);
+                Some(pb::Runs::new(run_bytes, framing))
             }
             _ => None,
         }
     }
 
-    /// [`Self::list_item`] for a LIST written in runs ([`pb::ProtoObjects::run_item`]).
+    /// [`Self::list_item`] (or [`Self::initial_event`]) for a response written in runs
+    /// ([`pb::ProtoObjects::run_item`]).
     pub(crate) fn run_item(
         &mut self,
         runs: &mut pb::Runs,
@@ -466,12 +471,7 @@ impl ObjectWriter {
             pb::Item::Wait => return Ok(false),
         };
         let message_len = shared.as_ref().map_or(scratch.len(), Bytes::len);
-        // The envelope's head, then the frame's (which needs the envelope's length).
-        frame.clear();
-        p.envelope_head(message_len, frame);
-        let head = frame.len();
-        let envelope_len = head + message_len + pb::ENVELOPE_TAIL.len();
-        write_watch_frame_head(EventType::Added.as_str(), envelope_len, frame);
+        let head = p.added_event_heads(message_len, frame);
         out.put_slice(&frame[head..]);
         out.put_slice(&frame[..head]);
         match shared {

@@ -116,12 +116,16 @@ pub fn group_of(api_version: &str, kind: &str, resource: &str, metadata_only: bo
     h.finish()
 }
 
-/// Which LISTs can share runs of framed items: those of one resource and form (`group`)
-/// reading whole snapshots (of any RV: a run is taken only where its records are the
-/// reader's) in runs cut at `run_bytes`.
-pub fn group_of_runs(group: u64, run_bytes: usize) -> u64 {
+/// Which responses can share runs of framed items: those of one resource and form
+/// (`group`) reading whole snapshots (of any RV: a run is taken only where its records are
+/// the reader's) in runs cut at `run_bytes` and framed alike (LISTs, watch-lists).
+pub(crate) fn group_of_runs(
+    group: u64,
+    run_bytes: usize,
+    framing: crate::protobuf::RunFraming,
+) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (group, run_bytes, "runs").hash(&mut h);
+    (group, run_bytes, framing, "runs").hash(&mut h);
     h.finish()
 }
 

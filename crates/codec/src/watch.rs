@@ -13,7 +13,7 @@ use listwatch_store::{Event, EventType, Filter, Record, SnapshotReader, WatchCur
 
 use crate::ChunkWriter;
 use crate::list::{Batch, Wrote, write_batch};
-use crate::protobuf::PARTIAL_HEAD;
+use crate::protobuf::{PARTIAL_HEAD, RunFraming, RunStep, Runs};
 use crate::render::ObjectWriter;
 
 /// Writes an event line for `object`; with `stamp_rv` the object is sent with that RV in
@@ -150,11 +150,13 @@ enum Phase {
     Done,
 }
 
-/// A watch-list's initial events: the snapshot being read and, while another response
-/// transcodes its protobuf item, the record waited for.
+/// A watch-list's initial events: the snapshot being read, while another response
+/// transcodes its protobuf item the record waited for, and for a whole snapshot in
+/// protobuf the runs of ADDED events shared with concurrent watch-lists.
 struct Initial {
     reader: SnapshotReader,
     waiting: Option<Arc<Record>>,
+    runs: Option<Runs>,
 }
 
 /// Events fetched from the log per step.
@@ -188,10 +190,20 @@ impl WatchEncoder {
     ) -> Self {
         let phase = match spec.initial.take() {
             Some(r) => {
-                writer.start_sharing();
+                // As a LIST's items: a storm of watch-lists of one snapshot sends one
+                // response's runs of events.
+                let runs = if r.reads_whole_snapshot() {
+                    writer.start_sharing_runs(spec.chunk, RunFraming::AddedEvents)
+                } else {
+                    None
+                };
+                if runs.is_none() {
+                    writer.start_sharing();
+                }
                 Phase::Initial(Box::new(Initial {
                     reader: *r,
                     waiting: None,
+                    runs,
                 }))
             }
             None => Phase::InitialEnd,
@@ -249,6 +261,7 @@ impl WatchEncoder {
             match &mut self.phase {
                 Phase::Done => return WatchStep::End,
                 Phase::Initial(_) if now >= self.spec.deadline => {
+                    self.writer.stop_sharing();
                     self.out.flush();
                     self.phase = Phase::Done;
                 }
@@ -256,14 +269,28 @@ impl WatchEncoder {
                     let out = &mut self.out;
                     let writer = &mut self.writer;
                     let wall = listwatch_core::time::unix_now();
-                    let Initial { reader, waiting } = &mut **initial;
-                    let batch = write_batch(reader, waiting, |r| {
-                        match encoded(writer.initial_event(out, r, wall, waker)) {
-                            Some(true) => Wrote::written(out),
-                            Some(false) => Wrote::Wait,
+                    let Initial {
+                        reader,
+                        waiting,
+                        runs,
+                    } = &mut **initial;
+                    let mut batch = write_batch(reader, waiting, |r| {
+                        let wrote = match runs {
+                            Some(runs) => writer.run_item(runs, out, r, waker),
+                            None => writer
+                                .initial_event(out, r, wall, waker)
+                                .map(RunStep::from_written),
+                        };
+                        match encoded(wrote) {
+                            Some(step) => Wrote::of_step(step, out),
                             None => Wrote::Failed,
                         }
                     });
+                    if let (Batch::Complete, Some(runs)) = (&batch, runs)
+                        && encoded(writer.finish_runs(runs, out)).is_none()
+                    {
+                        batch = Batch::Failed;
+                    }
                     match batch {
                         Batch::Failed => self.end_with_internal_error(),
                         Batch::Wait => {
@@ -404,6 +431,10 @@ impl WatchEncoder {
             "an object could not be encoded in the requested media type".into(),
         )
         .to_status();
+        // Leaves the sharing readers (as a failed LIST does): the responses waiting for
+        // what this one kept are woken, and it holds nothing back while its client takes
+        // (or never takes) the ERROR.
+        self.writer.stop_sharing();
         self.writer.error_event(&mut self.out, &status.body);
         self.out.flush();
         self.phase = Phase::Done;

@@ -15,10 +15,17 @@ use listwatch_store::{Filter, Record, SnapshotReader, Store, StoreConfig};
 const OBJECTS: u64 = 3_000;
 
 fn store() -> Arc<Store> {
+    store_with_unencodable(None)
+}
+
+/// The test's objects; object `bad`, if any, has a member the protobuf encoder refuses
+/// (an escaped name).
+fn store_with_unencodable(bad: Option<u64>) -> Arc<Store> {
     let info = builtin_resource("configmaps").expect("configmaps");
     let records = (0..OBJECTS).map(|i| {
+        let extra = if Some(i) == bad { r#","x\u0041":1"# } else { "" };
         let json = format!(
-            r#"{{"metadata":{{"name":"cm-{i:05}","namespace":"ns{}","labels":{{"i":"{i}"}}}},"data":{{"k":"{}"}}}}"#,
+            r#"{{"metadata":{{"name":"cm-{i:05}","namespace":"ns{}","labels":{{"i":"{i}"}}}},"data":{{"k":"{}"}}{extra}}}"#,
             i % 7,
             "v".repeat(100 + (i % 50) as usize)
         );
@@ -137,20 +144,151 @@ fn protobuf_lists_share_items_and_sum_lengths_once_per_snapshot() {
     a_whole_collection_s_summed_length_is_the_snapshot_s_own();
     measuring_ahead_sets_what_a_list_states();
     level_lists_send_one_response_s_runs_and_other_snapshots_do_not_mix();
+    level_watch_lists_send_one_response_s_runs_of_events();
+    a_failed_watch_list_holds_up_no_other();
     a_stalled_list_holds_up_no_other();
+}
+
+/// Counts its wake-ups.
+struct Woken(std::sync::atomic::AtomicU64);
+
+impl std::task::Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A watch-list that fails in the middle of a run it claimed (an object it cannot encode)
+/// and whose client then never reads again gives the claim up: a watch-list level with it
+/// is never left waiting for that run (it hung there, woken by nothing).
+fn a_failed_watch_list_holds_up_no_other() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let store = store_with_unencodable(Some(1_500));
+    let now = Instant::now();
+    let woken = Arc::new(Woken(AtomicU64::new(0)));
+    let waker = std::task::Waker::from(woken.clone());
+    let (mut failing, mut other) = (watch_list(&store, false), watch_list(&store, false));
+    assert!(matches!(
+        other.step_waiting(now, Some(&waker)),
+        WatchStep::Chunk(_)
+    ));
+    loop {
+        match failing.step_waiting(now, Some(&waker)) {
+            WatchStep::Chunk(c) if c.windows(5).any(|w| w == b"ERROR") => break,
+            WatchStep::Chunk(_) => {}
+            s => panic!("the failing watch-list: {s:?}"),
+        }
+    }
+    // `failing` is neither polled nor dropped again: its client stalled.
+    let mut ended_with_error = false;
+    loop {
+        let before = woken.0.load(Ordering::Relaxed);
+        match other.step_waiting(now, Some(&waker)) {
+            WatchStep::Chunk(c) => ended_with_error |= c.windows(5).any(|w| w == b"ERROR"),
+            WatchStep::Wait => assert!(
+                woken.0.load(Ordering::Relaxed) > before,
+                "waits for a run of the failed watch-list, which will never come"
+            ),
+            WatchStep::Idle { .. } | WatchStep::End => break,
+        }
+    }
+    assert!(ended_with_error, "the other meets the object too");
+    drop(failing);
+    assert_eq!(shared::stats().held, 0);
+}
+
+/// Two watch-lists of one whole snapshot in step: the second sends the first's runs of
+/// ADDED events as they are (the same allocations), as LISTs do, and each body is a lone
+/// watch-list's; a watch-list and a LIST in step share no runs (their framing differs).
+fn level_watch_lists_send_one_response_s_runs_of_events() {
+    let store = store();
+    let now = Instant::now();
+    let initial = |e: &mut WatchEncoder| match e.step(now) {
+        WatchStep::Chunk(c) => Some(c),
+        _ => None,
+    };
+    for metadata in [false, true] {
+        let lone = watch_bodies(&store, metadata, 1).remove(0);
+        // A lone watch-list's runs are the ADDED events the general path encodes whole,
+        // in key order, then the initial-events-end bookmark.
+        let mut whole = Rendering::protobuf(metadata)
+            .writer(store.info())
+            .expect("writer");
+        let mut events = listwatch_codec::ChunkWriter::new(1 << 30);
+        let mut reader =
+            SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
+        while reader.next_batch(usize::MAX, |r| {
+            whole
+                .event(&mut events, listwatch_store::EventType::Added, r, None, 0)
+                .expect("event");
+            true
+        }) {}
+        let events = events.into_vec();
+        assert!(
+            lone.len() > events.len() && lone.starts_with(&events),
+            "a watch-list's runs are not its ADDED events (metadata={metadata})"
+        );
+        let s0 = shared::stats();
+        let encoders = vec![watch_list(&store, metadata), watch_list(&store, metadata)];
+        let (chunks, held) = chunks_of(encoders, initial);
+        assert!(
+            chunks.iter().all(|cs| joined(cs) == lone),
+            "metadata={metadata}"
+        );
+        let shared = shared_bytes(&chunks[1], &chunks[0]);
+        assert!(
+            shared > lone.len() * 9 / 10,
+            "{shared} of {} bytes sent from the other watch-list's runs (metadata={metadata})",
+            lone.len()
+        );
+        let (hits, kept) = delta(s0, shared::stats());
+        assert_eq!((hits, kept), (OBJECTS, OBJECTS), "metadata={metadata}");
+        assert!(held < 4 * 32 * 1024, "the window held {held} bytes");
+        assert_eq!(shared::stats().held, 0);
+    }
+    let s0 = shared::stats();
+    let mut watch = watch_list(&store, false);
+    let mut list = list(&store, false);
+    let mut watch_chunks = Vec::new();
+    loop {
+        let l = list.next_chunk();
+        if let Some(c) = initial(&mut watch) {
+            watch_chunks.push(c);
+        }
+        if l.is_none() {
+            break;
+        }
+    }
+    while let Some(c) = initial(&mut watch) {
+        watch_chunks.push(c);
+    }
+    assert_eq!(
+        delta(s0, shared::stats()),
+        (0, 0),
+        "a LIST and a watch-list"
+    );
+    assert!(joined(&watch_chunks) == watch_bodies(&store, false, 1).remove(0));
 }
 
 /// Chunks of `n` LISTs driven in turn, as they are handed out, and the most the shared
 /// window held meanwhile.
 fn list_chunks(encoders: Vec<ListEncoder>) -> (Vec<Vec<Bytes>>, usize) {
-    let mut encoders = encoders;
+    chunks_of(encoders, ListEncoder::next_chunk)
+}
+
+/// Chunks of encoders driven in turn with `next` until it gives `None`, and the most the
+/// shared window held meanwhile.
+fn chunks_of<E>(
+    mut encoders: Vec<E>,
+    mut next: impl FnMut(&mut E) -> Option<Bytes>,
+) -> (Vec<Vec<Bytes>>, usize) {
     let mut chunks = vec![Vec::new(); encoders.len()];
     let mut open = vec![true; encoders.len()];
     let mut held = 0;
     while open.iter().any(|o| *o) {
         for (i, e) in encoders.iter_mut().enumerate() {
             if open[i] {
-                match e.next_chunk() {
+                match next(e) {
                     Some(c) => chunks[i].push(c),
                     None => open[i] = false,
                 }
