@@ -70,10 +70,10 @@ impl Drop for ProtoObjects {
 /// A protobuf LIST (or watch-list's initial events) of a whole snapshot, written in runs of
 /// framed items ([`RunFraming`]) so that concurrent responses send one response's run by
 /// reference instead of each looking up and copying item by item (issue 27's 8-informer
-/// storm). A run ends after a
-/// boundary record ([`Runs::ends_after`]) or before the item that would take it past
-/// [`MAX_RUN_CHUNKS`] chunks: the cut depends on the records, so LISTs of one snapshot cut
-/// the same runs, and LISTs of another RV the same runs wherever the records are the same.
+/// storm). A run ends after a boundary record ([`Runs::ends_after`]) or before the item
+/// that would take it past [`MAX_RUN_CHUNKS`] chunks: the cut depends on the records, so
+/// responses of one snapshot cut the same runs, and those of another RV the same runs
+/// wherever the records are the same.
 /// A run kept by another response is sent only once this response's next records are
 /// found to be the ones it covers; otherwise they are transcoded here.
 pub(crate) struct Runs {

@@ -14,9 +14,9 @@
 //! and the items go with the last reader. docs/memory.md has the measurements and
 //! alternatives.
 //!
-//! LISTs of a whole snapshot share runs of framed items the same way, in a group of their
-//! own (`crate::protobuf::Runs`): an entry then covers the records it names, and is
-//! dropped as soon as every reader has passed it.
+//! LISTs and watch-lists of a whole snapshot share runs of framed items the same way, in a
+//! group of their own for each framing (`crate::protobuf::Runs`): an entry then covers the
+//! records it names, and is dropped as soon as every reader has passed it.
 //!
 //! A reader that misses an item claims it while it transcodes. Another reader reaching a
 //! claimed item waits for it (its task is woken when the item is kept) instead of
