@@ -58,7 +58,9 @@ impl ListEncoder {
         } else {
             None
         };
-        if runs.is_none() {
+        // A node's pods are read by that node: sharing them only copies and holds items
+        // nobody takes (a kubelet storm filled the window's 32 MiB with them).
+        if runs.is_none() && !reader.reads_by_index() {
             writer.start_sharing();
         }
         ListEncoder {

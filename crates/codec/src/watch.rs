@@ -197,7 +197,8 @@ impl WatchEncoder {
                 } else {
                     None
                 };
-                if runs.is_none() {
+                // Not by index: see `ListEncoder::new`.
+                if runs.is_none() && !r.reads_by_index() {
                     writer.start_sharing();
                 }
                 Phase::Initial(Box::new(Initial {

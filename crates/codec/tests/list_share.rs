@@ -147,6 +147,83 @@ fn protobuf_lists_share_items_and_sum_lengths_once_per_snapshot() {
     level_watch_lists_send_one_response_s_runs_of_events();
     a_failed_watch_list_holds_up_no_other();
     a_stalled_list_holds_up_no_other();
+    node_scoped_responses_share_nothing();
+}
+
+/// LISTs and watch-lists of one node's pods (read by the pods' node index) neither look up
+/// nor keep items: a node's pods are read by that node alone, and a kubelet storm filled
+/// the shared window's budget with items nobody took. Two of one namespace still share.
+fn node_scoped_responses_share_nothing() {
+    use listwatch_core::fields::FieldSelector;
+    use listwatch_core::labels::LabelSelector;
+    let info = builtin_resource("pods").expect("pods");
+    let records: Vec<_> = (0..400u64)
+        .map(|i| {
+            let json = format!(
+                r#"{{"metadata":{{"name":"pod-{i:04}","namespace":"ns{}"}},"spec":{{"nodeName":"node-{}","containers":[{{"name":"c","image":"{}"}}]}}}}"#,
+                i % 3,
+                i % 4,
+                "i".repeat(200)
+            );
+            Record::ingest(json.as_bytes(), &info, 2 + i).expect("ingest")
+        })
+        .collect();
+    let store = Store::new(Arc::new(info), 402, records, StoreConfig::default());
+    let info = store.info();
+    let filter = |fields: &str, namespace: Option<&str>| {
+        let fields = FieldSelector::parse(fields).expect("selector");
+        Arc::new(Filter::from_parts(
+            info,
+            namespace,
+            LabelSelector::default(),
+            &fields,
+        ))
+    };
+    let reader = |f: &Arc<Filter>| SnapshotReader::new(store.current(), f.clone(), None, None);
+    let by_node = filter("spec.nodeName=node-1", None);
+    let by_namespace = filter("", Some("ns1"));
+    assert!(reader(&by_node).reads_by_index() && !reader(&by_namespace).reads_by_index());
+    let list_of = |f: &Arc<Filter>| {
+        let writer = Rendering::protobuf(false).writer(info).expect("writer");
+        ListEncoder::new(reader(f), writer, String::new(), false, 16 * 1024)
+    };
+    let watch_list_of = |f: &Arc<Filter>| {
+        let now = Instant::now();
+        let rv = store.rv();
+        let spec = WatchSpec {
+            initial: Some(Box::new(reader(f))),
+            initial_events_end: true,
+            initial_rv: rv,
+            bookmarks: true,
+            bookmark_every: Duration::from_secs(60),
+            deadline: now + Duration::from_secs(3600),
+            chunk: 16 * 1024,
+        };
+        let writer = Rendering::protobuf(false).writer(info).expect("writer");
+        let cursor = store.watch_matching(rv, f).expect("cursor");
+        WatchEncoder::new(cursor, f.clone(), writer, spec, now)
+    };
+    let now = Instant::now();
+    let initial = |e: &mut WatchEncoder| match e.step(now) {
+        WatchStep::Chunk(c) => Some(c),
+        _ => None,
+    };
+    for (f, shares) in [(&by_node, false), (&by_namespace, true)] {
+        let s0 = shared::stats();
+        let (lists, _) = chunks_of(vec![list_of(f), list_of(f)], ListEncoder::next_chunk);
+        let (watches, _) = chunks_of(vec![watch_list_of(f), watch_list_of(f)], initial);
+        let (hits, kept) = delta(s0, shared::stats());
+        assert_eq!(joined(&lists[0]), joined(&lists[1]));
+        assert_eq!(joined(&watches[0]), joined(&watches[1]));
+        assert!(joined(&watches[0]).len() > 100 * 200, "the node's 100 pods");
+        assert_eq!(
+            (hits > 0, kept > 0),
+            (shares, shares),
+            "node-scoped: {}, hits {hits}, kept {kept}",
+            !shares
+        );
+    }
+    assert_eq!(shared::stats().held, 0);
 }
 
 /// Counts its wake-ups.

@@ -53,6 +53,14 @@ impl SnapshotReader {
             && !self.at.1
     }
 
+    /// Whether this page walks one value of the snapshot's field index (a kubelet's
+    /// `spec.nodeName=` read): one node's records, which no other node's reads share.
+    pub fn reads_by_index(&self) -> bool {
+        self.snap
+            .index()
+            .is_some_and(|ix| self.filter.field_equals(ix.field()).is_some())
+    }
+
     /// The snapshot being read.
     pub fn snapshot(&self) -> &Snapshot {
         &self.snap
