@@ -44,13 +44,18 @@ fn list(store: &Store, metadata: bool) -> ListEncoder {
 }
 
 fn watch_list(store: &Arc<Store>, metadata: bool) -> WatchEncoder {
+    watch_list_through(store, metadata, &Arc::new(Filter::everything()))
+}
+
+/// A watch-list of what `filter` selects, from the store's current snapshot.
+fn watch_list_through(store: &Arc<Store>, metadata: bool, filter: &Arc<Filter>) -> WatchEncoder {
     let now = Instant::now();
     let snap = store.current();
     let rv = snap.rv();
     let spec = WatchSpec {
         initial: Some(Box::new(SnapshotReader::new(
             snap,
-            Arc::new(Filter::everything()),
+            filter.clone(),
             None,
             None,
         ))),
@@ -64,8 +69,8 @@ fn watch_list(store: &Arc<Store>, metadata: bool) -> WatchEncoder {
     let writer = Rendering::protobuf(metadata)
         .writer(store.info())
         .expect("writer");
-    let cursor = store.watch_from(rv).expect("cursor");
-    WatchEncoder::new(cursor, Arc::new(Filter::everything()), writer, spec, now)
+    let cursor = store.watch_matching(rv, filter).expect("cursor");
+    WatchEncoder::new(cursor, filter.clone(), writer, spec, now)
 }
 
 /// Bodies of `n` encoders driven chunk by chunk in turn (as a storm's responses go).
@@ -187,22 +192,6 @@ fn node_scoped_responses_share_nothing() {
         let writer = Rendering::protobuf(false).writer(info).expect("writer");
         ListEncoder::new(reader(f), writer, String::new(), false, 16 * 1024)
     };
-    let watch_list_of = |f: &Arc<Filter>| {
-        let now = Instant::now();
-        let rv = store.rv();
-        let spec = WatchSpec {
-            initial: Some(Box::new(reader(f))),
-            initial_events_end: true,
-            initial_rv: rv,
-            bookmarks: true,
-            bookmark_every: Duration::from_secs(60),
-            deadline: now + Duration::from_secs(3600),
-            chunk: 16 * 1024,
-        };
-        let writer = Rendering::protobuf(false).writer(info).expect("writer");
-        let cursor = store.watch_matching(rv, f).expect("cursor");
-        WatchEncoder::new(cursor, f.clone(), writer, spec, now)
-    };
     let now = Instant::now();
     let initial = |e: &mut WatchEncoder| match e.step(now) {
         WatchStep::Chunk(c) => Some(c),
@@ -211,7 +200,8 @@ fn node_scoped_responses_share_nothing() {
     for (f, shares) in [(&by_node, false), (&by_namespace, true)] {
         let s0 = shared::stats();
         let (lists, _) = chunks_of(vec![list_of(f), list_of(f)], ListEncoder::next_chunk);
-        let (watches, _) = chunks_of(vec![watch_list_of(f), watch_list_of(f)], initial);
+        let watch_list_of = || watch_list_through(&store, false, f);
+        let (watches, _) = chunks_of(vec![watch_list_of(), watch_list_of()], initial);
         let (hits, kept) = delta(s0, shared::stats());
         assert_eq!(joined(&lists[0]), joined(&lists[1]));
         assert_eq!(joined(&watches[0]), joined(&watches[1]));
@@ -226,15 +216,6 @@ fn node_scoped_responses_share_nothing() {
     assert_eq!(shared::stats().held, 0);
 }
 
-/// Counts its wake-ups.
-struct Woken(std::sync::atomic::AtomicU64);
-
-impl std::task::Wake for Woken {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// A watch-list that fails in the middle of a run it claimed (an object it cannot encode)
 /// and whose client then never reads again gives the claim up: a watch-list level with it
 /// is never left waiting for that run (it hung there, woken by nothing).
@@ -242,7 +223,7 @@ fn a_failed_watch_list_holds_up_no_other() {
     use std::sync::atomic::{AtomicU64, Ordering};
     let store = store_with_unencodable(Some(1_500));
     let now = Instant::now();
-    let woken = Arc::new(Woken(AtomicU64::new(0)));
+    let woken = Arc::new(Counter(AtomicU64::new(0)));
     let waker = std::task::Waker::from(woken.clone());
     let (mut failing, mut other) = (watch_list(&store, false), watch_list(&store, false));
     assert!(matches!(
