@@ -53,16 +53,7 @@ impl ListEncoder {
         chunk: usize,
     ) -> Self {
         // Runs cut around a chunk: a LIST in step with another sends that one's as chunks.
-        let runs = if reader.reads_whole_snapshot() {
-            writer.start_sharing_runs(chunk, RunFraming::ListItems)
-        } else {
-            None
-        };
-        // A node's pods are read by that node: sharing them only copies and holds items
-        // nobody takes (a kubelet storm filled the window's 32 MiB with them).
-        if runs.is_none() && !reader.reads_by_index() {
-            writer.start_sharing();
-        }
+        let runs = writer.start_sharing_for(&reader, chunk, RunFraming::ListItems);
         ListEncoder {
             reader,
             writer,

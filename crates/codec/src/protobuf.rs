@@ -470,6 +470,7 @@ impl ProtoObjects {
         out: &mut ChunkWriter,
     ) -> Result<(), ProtoError> {
         let mut buf = std::mem::take(&mut runs.buf);
+        let start = buf.len();
         match runs.framing {
             RunFraming::ListItems => {
                 buf.push(0x12);
@@ -508,7 +509,8 @@ impl ProtoObjects {
         if let Some(records) = runs.building.as_mut().and_then(|b| b.records.as_mut()) {
             records.push(Arc::downgrade(r));
         }
-        let framed = self.framed_len(runs, len);
+        // What was appended is the framed item ([`Self::framed_len`]).
+        let framed = runs.buf.len() - start;
         if runs.ends_after(r, framed) {
             self.finish_run(runs, out);
         }

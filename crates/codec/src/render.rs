@@ -14,7 +14,7 @@ use listwatch_core::{ApiError, QueryParams, ResourceInfo, Verb};
 use listwatch_protobuf::encode::{put_type_meta, put_varint, varint_bytes};
 use listwatch_protobuf::{MAGIC, ProtoError};
 use listwatch_store::record::EncodedForm;
-use listwatch_store::{Event, EventForm, EventType, FilteredEvent, Record};
+use listwatch_store::{Event, EventForm, EventType, FilteredEvent, Record, SnapshotReader};
 
 use crate::protobuf::{
     self as pb, META_V1, PARTIAL_HEAD, ProtoObjects, field_len, write_watch_frame,
@@ -219,9 +219,29 @@ impl ObjectWriter {
         }
     }
 
+    /// Shares what `reader`'s page lets this response share with concurrent ones: runs
+    /// framed as `framing` for a whole snapshot (returned; cut around `run_bytes`), items
+    /// otherwise — except for a page read by the field index: a node's pods are read by
+    /// that node, and sharing them only copies and holds items nobody takes (a kubelet
+    /// storm filled the window's 32 MiB with them).
+    pub(crate) fn start_sharing_for(
+        &mut self,
+        reader: &SnapshotReader,
+        run_bytes: usize,
+        framing: pb::RunFraming,
+    ) -> Option<pb::Runs> {
+        if reader.reads_whole_snapshot() {
+            return self.start_sharing_runs(run_bytes, framing);
+        }
+        if !reader.reads_by_index() {
+            self.start_sharing();
+        }
+        None
+    }
+
     /// Shares runs of items framed as `framing` with concurrent protobuf responses of
     /// whole snapshots ([`pb::Runs`]); `None` for the other forms, which write item by item.
-    pub(crate) fn start_sharing_runs(
+    fn start_sharing_runs(
         &mut self,
         run_bytes: usize,
         framing: pb::RunFraming,

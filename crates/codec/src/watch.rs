@@ -192,15 +192,7 @@ impl WatchEncoder {
             Some(r) => {
                 // As a LIST's items: a storm of watch-lists of one snapshot sends one
                 // response's runs of events.
-                let runs = if r.reads_whole_snapshot() {
-                    writer.start_sharing_runs(spec.chunk, RunFraming::AddedEvents)
-                } else {
-                    None
-                };
-                // Not by index: see `ListEncoder::new`.
-                if runs.is_none() && !r.reads_by_index() {
-                    writer.start_sharing();
-                }
+                let runs = writer.start_sharing_for(&r, spec.chunk, RunFraming::AddedEvents);
                 Phase::Initial(Box::new(Initial {
                     reader: *r,
                     waiting: None,
