@@ -213,9 +213,11 @@ impl Snapshot {
     }
 }
 
-enum FieldRef {
+/// Which of a record's texts a field selector compares.
+pub(crate) enum FieldRef {
     Name,
     Namespace,
+    /// The resource's `i`-th selectable field.
     Index(usize),
 }
 
@@ -301,14 +303,10 @@ impl Filter {
         if !in_prefix(r.key(), &self.prefix) {
             return false;
         }
-        self.fields.iter().all(|(f, want, negated)| {
-            let got = match f {
-                FieldRef::Name => r.name(),
-                FieldRef::Namespace => r.namespace(),
-                FieldRef::Index(i) => r.field(*i).unwrap_or(""),
-            };
-            (got == want) != *negated
-        }) && self.labels.matches(|k| r.label(k))
+        self.fields
+            .iter()
+            .all(|(f, want, negated)| (r.selected_bytes(f) == want.as_bytes()) != *negated)
+            && self.labels.matches(|k| r.label(k))
     }
 }
 
