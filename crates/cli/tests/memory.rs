@@ -95,13 +95,23 @@ fn count_items(s: TcpStream) -> usize {
     items.count
 }
 
+/// A server after one full LIST (allocator caches and lazy statics in place), and its
+/// settled RSS.
+fn start_warm() -> (Server, String, u64) {
+    let (server, addr) = start();
+    assert_eq!(count_items(send_list(&addr)), PODS);
+    let idle = settle(
+        server.0.id(),
+        Duration::from_secs(1),
+        Duration::from_secs(10),
+    );
+    (server, addr, idle)
+}
+
 #[test]
 fn stalled_lists_cost_bounded_buffers_not_the_data_size() {
-    let (server, addr) = start();
+    let (server, addr, idle) = start_warm();
     let pid = server.0.id();
-    // Warm up: one full LIST, so allocator caches and lazy statics are in place.
-    assert_eq!(count_items(send_list(&addr)), PODS);
-    let idle = settle(pid, Duration::from_secs(1), Duration::from_secs(10));
 
     let stalled: Vec<TcpStream> = (0..CLIENTS).map(|_| send_list(&addr)).collect();
     // The server writes until each socket's kernel buffers are full, then stops polling.
@@ -133,7 +143,7 @@ fn stalled_lists_cost_bounded_buffers_not_the_data_size() {
 /// LISTs on one HTTP/2 connection (the per-connection LIST limit) from a client that
 /// offers large flow-control windows, as client-go does (4 MiB a stream, 1 GiB the
 /// connection), then stops reading the connection: the server may hold what it holds for a
-/// stalled HTTP/1.1 response, about a chunk queued per stream, not h2's default 400 KiB.
+/// stalled HTTP/1.1 response, about a chunk queued per stream, whatever the windows allow.
 const H2_STREAMS: usize = 100;
 
 #[test]
@@ -142,10 +152,8 @@ fn stalled_http2_streams_cost_bounded_buffers_not_the_window() {
     use std::sync::Arc;
     use tokio::sync::Notify;
 
-    let (server, addr) = start();
+    let (server, addr, idle) = start_warm();
     let pid = server.0.id();
-    assert_eq!(count_items(send_list(&addr)), PODS);
-    let idle = settle(pid, Duration::from_secs(1), Duration::from_secs(10));
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (pause, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
