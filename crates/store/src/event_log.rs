@@ -273,18 +273,34 @@ impl EventLog {
 
     /// Events from `seq` on, at most `max` (but never splitting events that share an RV).
     pub fn read_from(&self, seq: u64, max: usize, out: &mut Vec<Arc<Event>>) -> u64 {
-        let mut i = (seq.saturating_sub(self.base_seq)) as usize;
-        let mut n = 0;
-        while i < self.events.len() {
-            let e = &self.events[i];
-            if n >= max && out.last().is_some_and(|l| l.rv != e.rv) {
-                break;
+        let end = self.end_seq();
+        self.read_positions(seq.max(self.base_seq)..end, out.len(), max, out)
+            .unwrap_or(end)
+    }
+
+    /// Appends the events at the given sequence numbers (ascending, all held), stopping
+    /// when `out` has taken `max` past `counted_from` and the next event's RV differs from
+    /// the last one's: then returns `Some` of the first sequence number not read.
+    pub fn read_positions(
+        &self,
+        seqs: impl IntoIterator<Item = u64>,
+        counted_from: usize,
+        max: usize,
+        out: &mut Vec<Arc<Event>>,
+    ) -> Option<u64> {
+        for seq in seqs {
+            let Some(e) = seq
+                .checked_sub(self.base_seq)
+                .and_then(|i| self.events.get(i as usize))
+            else {
+                continue;
+            };
+            if out.len() - counted_from >= max && out.last().is_some_and(|l| l.rv != e.rv) {
+                return Some(seq);
             }
             out.push(e.clone());
-            n += 1;
-            i += 1;
         }
-        self.base_seq + i as u64
+        None
     }
 
     /// Events with `lo < rv <= hi`, oldest first.

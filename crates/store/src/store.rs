@@ -109,22 +109,49 @@ impl CursorPositions {
 /// cursor knows whether events trimmed before it read them could have concerned it.
 #[derive(Default)]
 struct Triggers {
-    by_value: HashMap<Arc<str>, Arc<Beacon>>,
+    by_value: HashMap<Arc<str>, ValueTrigger>,
     prune_at: usize,
 }
 
+/// One watched value: its wake-up channel and where its events are in the log, so that its
+/// cursors read those events alone instead of every event since they last read (a node's
+/// kubelet woken every few seconds would otherwise match thousands of other nodes' events).
+struct ValueTrigger {
+    beacon: Arc<Beacon>,
+    /// Log sequence numbers of this value's events from `since` on, ascending.
+    seqs: VecDeque<u64>,
+    /// Events before this sequence number were not recorded (no one watched the value).
+    since: u64,
+}
+
 impl Triggers {
-    /// A receiver for `value`; a new channel starts at `end` (events before it may be for
-    /// this value: a cursor behind it is never told otherwise).
-    fn subscribe(&mut self, value: &str, end: u64) -> BeaconReceiver {
+    /// A receiver for `value` and the value's key; a new channel starts at `end` (events
+    /// before it may be for this value: a cursor behind it is never told otherwise).
+    fn subscribe(&mut self, value: &str, end: u64) -> (Arc<str>, BeaconReceiver) {
         if self.by_value.len() >= self.prune_at {
-            self.by_value.retain(|_, tx| tx.receiver_count() > 0);
+            self.by_value.retain(|_, t| t.beacon.receiver_count() > 0);
             self.prune_at = (2 * self.by_value.len()).max(64);
         }
-        self.by_value
-            .entry(value.into())
-            .or_insert_with(|| Beacon::new(end))
-            .subscribe()
+        if let Some((key, t)) = self.by_value.get_key_value(value) {
+            return (key.clone(), t.beacon.subscribe());
+        }
+        let key: Arc<str> = value.into();
+        let t = ValueTrigger {
+            beacon: Beacon::new(end),
+            seqs: VecDeque::new(),
+            since: end,
+        };
+        let rx = t.beacon.subscribe();
+        self.by_value.insert(key.clone(), t);
+        (key, rx)
+    }
+
+    /// Forgets positions of events the log no longer holds.
+    fn forget_before(&mut self, first: u64) {
+        for t in self.by_value.values_mut() {
+            let gone = t.seqs.partition_point(|s| *s < first);
+            t.seqs.drain(..gone);
+        }
     }
 }
 
@@ -297,8 +324,8 @@ impl Store {
             u64::try_from(grace.as_nanos()).map_or(NOT_DRAINING - 1, |n| n.min(NOT_DRAINING - 1));
         self.drain.store(nanos, Ordering::Release);
         self.head.touch();
-        for tx in self.triggers.lock().by_value.values() {
-            tx.touch();
+        for t in self.triggers.lock().by_value.values() {
+            t.beacon.touch();
         }
     }
 
@@ -362,7 +389,7 @@ impl Store {
         let mut items = g.current.items().clone();
         let mut index = g.current.index().cloned();
         // Objects whose field values the batch's events touch (to wake their watchers).
-        let mut touched: Vec<Arc<Record>> = Vec::new();
+        let mut touched: Vec<(u64, Arc<Record>)> = Vec::new();
         let mut n = 0;
         let mut result = Ok(());
         for change in changes {
@@ -426,8 +453,9 @@ impl Store {
             };
             batch_rv = Some(rv);
             if self.index_field.is_some() {
-                touched.push(event.object.clone());
-                touched.extend(event.prev.clone());
+                let seq = g.log.end_seq();
+                touched.push((seq, event.object.clone()));
+                touched.extend(event.prev.clone().map(|p| (seq, p)));
             }
             g.log.push(Arc::new(event));
             n += 1;
@@ -451,18 +479,22 @@ impl Store {
         &self,
         g: parking_lot::MutexGuard<'_, Inner>,
         rv: u64,
-        touched: Option<&[Arc<Record>]>,
+        touched: Option<&[(u64, Arc<Record>)]>,
     ) {
         let end = g.log.end_seq();
         if let Some(f) = self.index_field {
-            let t = self.triggers.lock();
+            let mut t = self.triggers.lock();
             match touched {
                 _ if t.by_value.is_empty() => {}
-                None => t.by_value.values().for_each(|tx| tx.send(end)),
+                None => t.by_value.values().for_each(|t| t.beacon.send(end)),
                 Some(records) => {
-                    for r in records {
-                        if let Some(tx) = t.by_value.get(r.field(f).unwrap_or("")) {
-                            tx.send(end);
+                    for (seq, r) in records {
+                        if let Some(t) = t.by_value.get_mut(r.field(f).unwrap_or("")) {
+                            // An update within one value is both its object and its previous.
+                            if t.seqs.back() != Some(seq) {
+                                t.seqs.push_back(*seq);
+                            }
+                            t.beacon.send(end);
                         }
                     }
                 }
@@ -646,8 +678,13 @@ impl Store {
             });
         }
         let seq = g.log.seq_after(rv);
-        let trigger = trigger_value.map(|v| self.triggers.lock().subscribe(v, g.log.end_seq()));
-        let by_value = trigger.is_some();
+        let (value, trigger) = match trigger_value {
+            Some(v) => {
+                let (key, rx) = self.triggers.lock().subscribe(v, g.log.end_seq());
+                (Some(key), Some(rx))
+            }
+            None => (None, None),
+        };
         drop(g);
         let position = Arc::new(AtomicU64::new(seq));
         self.cursors.lock().add(&position);
@@ -656,7 +693,7 @@ impl Store {
             seq,
             rv,
             signal: trigger.unwrap_or_else(|| self.head.subscribe()),
-            by_value,
+            value,
             position,
             behind: false,
         })
@@ -667,6 +704,7 @@ impl Store {
         let now = Instant::now();
         let mut g = self.inner.lock();
         g.log.trim(now);
+        self.triggers.lock().forget_before(g.log.first_seq());
         self.trim_checkpoints(&mut g, now);
     }
 
@@ -733,8 +771,9 @@ pub struct WatchCursor {
     rv: u64,
     /// What the cursor waits on: its value's trigger (see [`Triggers`]) or the log head.
     signal: BeaconReceiver,
-    /// `signal` is a value trigger (its value: the log end at its value's last event).
-    by_value: bool,
+    /// The indexed field's value whose trigger `signal` is (its value: the log end at the
+    /// value's last event); the cursor reads that value's events alone.
+    value: Option<Arc<str>>,
     /// `seq`, published for the store's watcher-lag figure.
     position: Arc<AtomicU64>,
     /// The last poll stopped short of the log's end (its `max`): there is more to read
@@ -761,7 +800,7 @@ impl WatchCursor {
         // log (read before it, a relist or trim in between was checked against the old
         // value and skipped silently instead of ending with 410).
         let signalled = self.signal.borrow_and_update();
-        let last_relevant = self.by_value.then_some(signalled);
+        let last_relevant = self.value.is_some().then_some(signalled);
         if !g.log.holds(self.seq) {
             // A value-triggered cursor sleeps through other values' events; those trimmed
             // meanwhile are skipped when none of its value's came after its position.
@@ -775,7 +814,10 @@ impl WatchCursor {
             self.rv = self.rv.max(g.log.start_rv());
         }
         let before = out.len();
-        self.seq = g.log.read_from(self.seq, max, out);
+        self.seq = match &self.value {
+            Some(value) => self.read_value(&g.log, value, before, max, out),
+            None => g.log.read_from(self.seq, max, out),
+        };
         self.position.store(self.seq, Ordering::Relaxed);
         let caught_up = self.seq == g.log.end_seq();
         self.behind = !caught_up;
@@ -798,6 +840,34 @@ impl WatchCursor {
             self.rv = self.rv.max(current);
         }
         Ok(())
+    }
+
+    /// Reads from `seq` on the events of the cursor's value only, by the positions its
+    /// trigger recorded (all events before the trigger recorded any); returns where the
+    /// next read starts (the log's end once nothing of the value is left).
+    fn read_value(
+        &self,
+        log: &crate::event_log::EventLog,
+        value: &str,
+        before: usize,
+        max: usize,
+        out: &mut Vec<Arc<Event>>,
+    ) -> u64 {
+        let triggers = self.store.triggers.lock();
+        let Some(t) = triggers.by_value.get(value) else {
+            // Not reachable while this cursor holds the trigger's receiver; read it all.
+            return log.read_from(self.seq, max, out);
+        };
+        let mut seq = self.seq.max(log.first_seq());
+        if seq < t.since {
+            if let Some(stop) = log.read_positions(seq..t.since, before, max, out) {
+                return stop;
+            }
+            seq = t.since;
+        }
+        let from = t.seqs.partition_point(|s| *s < seq);
+        log.read_positions(t.seqs.range(from..).copied(), before, max, out)
+            .unwrap_or(log.end_seq())
     }
 
     /// Whether the log may have news for this cursor since it last polled.

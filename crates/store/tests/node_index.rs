@@ -131,6 +131,7 @@ fn a_node_watcher_wakes_only_for_its_nodes_events() {
     let mut expected = [0usize; NODES];
     let mut woken = [0usize; NODES];
     let mut delivered = [0usize; NODES];
+    let mut read = [0usize; NODES];
     let (mut all_woken, mut rv) = (0, 1);
     let mut out = Vec::new();
     let mut step = |change: Change, concerns: &[usize], expected: &mut [usize; NODES]| {
@@ -143,6 +144,7 @@ fn a_node_watcher_wakes_only_for_its_nodes_events() {
                 woken[n] += 1;
                 out.clear();
                 c.poll(usize::MAX, &mut out).expect("poll");
+                read[n] += out.len();
                 delivered[n] += out
                     .iter()
                     .filter(|e| node_filter(n).view(e).is_some())
@@ -187,6 +189,10 @@ fn a_node_watcher_wakes_only_for_its_nodes_events() {
         "each node's watcher woken once per event of its node"
     );
     assert_eq!(delivered, expected, "and every such event delivered");
+    assert_eq!(
+        read, expected,
+        "reading its node's events alone, not every event since it last read"
+    );
     assert_eq!(
         all_woken,
         (rv - 1) as usize,
@@ -282,5 +288,57 @@ fn a_node_cursor_polling_through_a_relist_ends_with_410() {
             !went_on,
             "round {round}: the node cursor went past the relist without 410"
         );
+    }
+}
+
+/// A node's watch may start from an RV before anyone watched the node: its trigger did
+/// not record those events, so the cursor reads that stretch whole, then its node's events
+/// alone; a small `max` splits the reads without losing or repeating any.
+#[test]
+fn a_node_watch_from_before_its_trigger_misses_nothing() {
+    let info = pods();
+    let store = Store::new(
+        info.clone(),
+        1,
+        Vec::<Record>::new(),
+        StoreConfig::default(),
+    );
+    let node = |n: &str| {
+        let sel = FieldSelector::parse(&format!("spec.nodeName={n}")).expect("selector");
+        Filter::from_parts(&info, None, LabelSelector::default(), &sel)
+    };
+    let mut rv = 1;
+    let mut put = |i: usize, n: &str| {
+        rv += 1;
+        store
+            .apply([Change::Put(pod(i, Some(n), rv))])
+            .expect("apply");
+    };
+    // Before any watch of node "a": 3 of its pods among 6 of node "b".
+    for i in 0..9 {
+        put(i, if i % 3 == 0 { "a" } else { "b" });
+    }
+    let first = store.watch_matching(1, &node("a")).expect("cursor");
+    // After: 4 more of "a" among 8 of "b"; then a second cursor, also from RV 1.
+    for i in 9..21 {
+        put(i, if i % 3 == 0 { "a" } else { "b" });
+    }
+    let second = store.watch_matching(1, &node("a")).expect("cursor");
+    for (name, mut c) in [("first", first), ("second", second)] {
+        let mut names = Vec::new();
+        let mut out = Vec::new();
+        for _ in 0..20 {
+            out.clear();
+            c.poll(2, &mut out).expect("poll");
+            names.extend(
+                out.iter()
+                    .filter(|e| node("a").view(e).is_some())
+                    .map(|e| e.object.name().to_string()),
+            );
+            assert!(out.len() <= 2, "{name}: at most max events a poll");
+        }
+        let want: Vec<String> = (0..21).step_by(3).map(|i| format!("p-{i:04}")).collect();
+        assert_eq!(names, want, "{name}: every event of node a, in order, once");
+        assert_eq!(c.rv(), store.rv(), "{name}: caught up");
     }
 }
