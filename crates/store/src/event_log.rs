@@ -278,9 +278,10 @@ impl EventLog {
             .unwrap_or(end)
     }
 
-    /// Appends the events at the given sequence numbers (ascending, all held), stopping
-    /// when `out` has taken `max` past `counted_from` and the next event's RV differs from
-    /// the last one's: then returns `Some` of the first sequence number not read.
+    /// Appends the events at the given sequence numbers (ascending; those the log no longer
+    /// holds are skipped), stopping when `out` has taken `max` past `counted_from` and the
+    /// next event's RV differs from the last one's: then returns `Some` of the first
+    /// sequence number not read.
     pub fn read_positions(
         &self,
         seqs: impl IntoIterator<Item = u64>,

@@ -488,8 +488,13 @@ impl Store {
                 _ if t.by_value.is_empty() => {}
                 None => t.by_value.values().for_each(|t| t.beacon.send(end)),
                 Some(records) => {
+                    let first = g.log.first_seq();
                     for (seq, r) in records {
                         if let Some(t) = t.by_value.get_mut(r.field(f).unwrap_or("")) {
+                            // Bounded by the log without `maintain`: positions it trimmed go.
+                            while t.seqs.front().is_some_and(|s| *s < first) {
+                                t.seqs.pop_front();
+                            }
                             // An update within one value is both its object and its previous.
                             if t.seqs.back() != Some(seq) {
                                 t.seqs.push_back(*seq);

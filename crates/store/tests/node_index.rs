@@ -342,3 +342,56 @@ fn a_node_watch_from_before_its_trigger_misses_nothing() {
         assert_eq!(c.rv(), store.rv(), "{name}: caught up");
     }
 }
+
+/// A node cursor behind by whole batches (several changes at one RV) when
+/// housekeeping forgets trimmed positions reads every held event of its node, a batch at a
+/// time however small `max`.
+#[test]
+fn a_node_cursor_behind_reads_its_events_of_one_rv_together_after_maintenance() {
+    let info = pods();
+    let config = StoreConfig {
+        log: listwatch_store::LogLimits {
+            min_age: std::time::Duration::ZERO,
+            min_events: 9,
+            max_bytes: usize::MAX,
+        },
+        ..StoreConfig::default()
+    };
+    let store = Store::new(info.clone(), 1, Vec::<Record>::new(), config);
+    let sel = FieldSelector::parse("spec.nodeName=a").expect("selector");
+    let a = Filter::from_parts(&info, None, LabelSelector::default(), &sel);
+    let mut c = store.watch_matching(1, &a).expect("cursor");
+    let batch = |rv: u64| {
+        let i = rv as usize * 10;
+        store
+            .apply([
+                Change::Put(pod(i, Some("a"), rv)),
+                Change::Put(pod(i + 1, Some("b"), rv)),
+                Change::Put(pod(i + 2, Some("a"), rv)),
+            ])
+            .expect("apply");
+    };
+    batch(2);
+    let mut out = Vec::new();
+    c.poll(usize::MAX, &mut out).expect("poll");
+    assert_eq!(out.len(), 2);
+    for rv in 3..=5 {
+        batch(rv);
+    }
+    store.maintain();
+    for rv in 3..=5 {
+        out.clear();
+        c.poll(1, &mut out).expect("poll");
+        let got: Vec<_> = out
+            .iter()
+            .map(|e| (e.rv, e.object.name().to_string()))
+            .collect();
+        let i = rv as usize * 10;
+        assert_eq!(
+            got,
+            [(rv, format!("p-{i:04}")), (rv, format!("p-{:04}", i + 2))],
+            "batch at {rv}: both of node a's events, together"
+        );
+    }
+    assert_eq!(c.rv(), store.rv());
+}
