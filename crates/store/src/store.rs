@@ -483,14 +483,14 @@ impl Store {
     ) {
         let end = g.log.end_seq();
         if let Some(f) = self.index_field {
-            let mut t = self.triggers.lock();
+            let mut triggers = self.triggers.lock();
             match touched {
-                _ if t.by_value.is_empty() => {}
-                None => t.by_value.values().for_each(|t| t.beacon.send(end)),
+                _ if triggers.by_value.is_empty() => {}
+                None => triggers.by_value.values().for_each(|t| t.beacon.send(end)),
                 Some(records) => {
                     let first = g.log.first_seq();
                     for (seq, r) in records {
-                        if let Some(t) = t.by_value.get_mut(r.field(f).unwrap_or("")) {
+                        if let Some(t) = triggers.by_value.get_mut(r.field(f).unwrap_or("")) {
                             // Bounded by the log without `maintain`: positions it trimmed go.
                             while t.seqs.front().is_some_and(|s| *s < first) {
                                 t.seqs.pop_front();

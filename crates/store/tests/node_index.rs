@@ -28,6 +28,25 @@ fn pod(i: usize, node: Option<&str>, rv: u64) -> Record {
     Record::ingest(json.as_bytes(), &info, rv).expect("ingest")
 }
 
+/// The filter of `spec.nodeName=<node>` on pods.
+fn node_filter(node: &str) -> Filter {
+    let sel = FieldSelector::parse(&format!("spec.nodeName={node}")).expect("selector");
+    Filter::from_parts(&pods(), None, LabelSelector::default(), &sel)
+}
+
+/// An empty pods store whose log trims to its last `min_events` events at once.
+fn store_keeping(min_events: usize) -> Arc<Store> {
+    let config = StoreConfig {
+        log: listwatch_store::LogLimits {
+            min_age: std::time::Duration::ZERO,
+            min_events,
+            max_bytes: usize::MAX,
+        },
+        ..StoreConfig::default()
+    };
+    Store::new(pods(), 1, Vec::<Record>::new(), config)
+}
+
 /// Keys of every page of a LIST (pages of `limit`), following continue points.
 fn pages(snap: &Snapshot, filter: &Arc<Filter>, limit: Option<u64>) -> Vec<Vec<String>> {
     let mut out = Vec::new();
@@ -116,10 +135,7 @@ fn a_node_watcher_wakes_only_for_its_nodes_events() {
         Vec::<Record>::new(),
         StoreConfig::default(),
     );
-    let node_filter = |n: usize| {
-        let sel = FieldSelector::parse(&format!("spec.nodeName=node-{n}")).expect("selector");
-        Filter::from_parts(&info, None, LabelSelector::default(), &sel)
-    };
+    let node_filter = |n: usize| node_filter(&format!("node-{n}"));
     let mut cursors: Vec<_> = (0..NODES)
         .map(|n| store.watch_matching(1, &node_filter(n)).expect("cursor"))
         .collect();
@@ -202,18 +218,8 @@ fn a_node_watcher_wakes_only_for_its_nodes_events() {
 
 #[test]
 fn a_sleeping_node_watcher_survives_trimming_of_other_nodes_events_but_not_a_relist() {
-    let info = pods();
-    let config = StoreConfig {
-        log: listwatch_store::LogLimits {
-            min_age: std::time::Duration::ZERO,
-            min_events: 4,
-            max_bytes: usize::MAX,
-        },
-        ..StoreConfig::default()
-    };
-    let store = Store::new(info.clone(), 1, Vec::<Record>::new(), config);
-    let sel = FieldSelector::parse("spec.nodeName=quiet").expect("selector");
-    let quiet = Filter::from_parts(&info, None, LabelSelector::default(), &sel);
+    let store = store_keeping(4);
+    let quiet = node_filter("quiet");
     let mut c = store.watch_matching(1, &quiet).expect("cursor");
     let mut plain = store.watch_from(1).expect("cursor");
     for rv in 2..40 {
@@ -263,8 +269,7 @@ fn a_node_cursor_polling_through_a_relist_ends_with_410() {
             .collect()
     };
     let store = Store::new(info.clone(), 1, records(1), StoreConfig::default());
-    let selector = FieldSelector::parse("spec.nodeName=node-7").expect("selector");
-    let filter = Filter::from_parts(&info, None, LabelSelector::default(), &selector);
+    let filter = node_filter("node-7");
     for round in 0..10u64 {
         let rv = store.rv();
         let relisted = rv + 1;
@@ -303,10 +308,7 @@ fn a_node_watch_from_before_its_trigger_misses_nothing() {
         Vec::<Record>::new(),
         StoreConfig::default(),
     );
-    let node = |n: &str| {
-        let sel = FieldSelector::parse(&format!("spec.nodeName={n}")).expect("selector");
-        Filter::from_parts(&info, None, LabelSelector::default(), &sel)
-    };
+    let node = node_filter;
     let mut rv = 1;
     let mut put = |i: usize, n: &str| {
         rv += 1;
@@ -348,18 +350,8 @@ fn a_node_watch_from_before_its_trigger_misses_nothing() {
 /// time however small `max`.
 #[test]
 fn a_node_cursor_behind_reads_its_events_of_one_rv_together_after_maintenance() {
-    let info = pods();
-    let config = StoreConfig {
-        log: listwatch_store::LogLimits {
-            min_age: std::time::Duration::ZERO,
-            min_events: 9,
-            max_bytes: usize::MAX,
-        },
-        ..StoreConfig::default()
-    };
-    let store = Store::new(info.clone(), 1, Vec::<Record>::new(), config);
-    let sel = FieldSelector::parse("spec.nodeName=a").expect("selector");
-    let a = Filter::from_parts(&info, None, LabelSelector::default(), &sel);
+    let store = store_keeping(9);
+    let a = node_filter("a");
     let mut c = store.watch_matching(1, &a).expect("cursor");
     let batch = |rv: u64| {
         let i = rv as usize * 10;
