@@ -31,7 +31,7 @@ start() { # $1: CPU list for the upstream, $2: for the front ("" = not pinned)
   $(pin "$1") "$LW" serve --load ../shared/data/pods-40k.ndjson.gz --listen $UP --log-level warn &
   UPID=$!
   wait_ready $UP
-  $(pin "$2") "$LW" serve --source apiserver --upstream http://$UP --listen $FRONT --log-level warn &
+  $(pin "$2") "$LW" serve --source apiserver --upstream http://$UP --authorization-mode AlwaysAllow --listen $FRONT --log-level warn &
   FPID=$!
   wait_ready $FRONT
   sleep 3

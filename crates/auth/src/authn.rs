@@ -68,14 +68,17 @@ pub struct PeerIdentity {
 pub struct FrontProxied;
 
 /// The headers a trusted front proxy names the user in: kube-apiserver's
-/// `--requestheader-username-headers` and `--requestheader-group-headers` (extras are not
-/// read: a user here has a name and groups).
+/// `--requestheader-username-headers`, `--requestheader-group-headers` and
+/// `--requestheader-extra-headers-prefix`.
 #[derive(Clone, Debug)]
 pub struct RequestHeaderNames {
     /// The first of these with a value is the user's name.
     pub user: Vec<String>,
     /// Every value of each is a group.
     pub group: Vec<String>,
+    /// A header starting with one of these (case-insensitive) names an extra: the rest of
+    /// its name, percent-decoded and lower-cased, is the key; each value one of its values.
+    pub extra_prefixes: Vec<String>,
 }
 
 impl Default for RequestHeaderNames {
@@ -83,8 +86,33 @@ impl Default for RequestHeaderNames {
         RequestHeaderNames {
             user: vec!["X-Remote-User".into()],
             group: vec!["X-Remote-Group".into()],
+            extra_prefixes: vec!["X-Remote-Extra-".into()],
         }
     }
+}
+
+/// A percent-encoded header-name fragment decoded (an extra's key, as kube-apiserver
+/// writes keys with `/` or upper case into header names); malformed escapes are kept.
+pub fn unescape_header_key(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).copied().and_then(hex),
+                b.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl RequestHeaderNames {
@@ -103,9 +131,24 @@ impl RequestHeaderNames {
             .filter(|v| !v.is_empty())
             .map(str::to_string)
             .collect();
+        let mut extra = std::collections::BTreeMap::<String, Vec<String>>::new();
+        for (h, v) in headers {
+            let Some(key) = self.extra_prefixes.iter().find_map(|p| {
+                let n = h.as_str();
+                (n.len() > p.len() && n[..p.len()].eq_ignore_ascii_case(p))
+                    .then(|| unescape_header_key(&n[p.len()..]).to_lowercase())
+            }) else {
+                continue;
+            };
+            if let Ok(v) = v.to_str() {
+                extra.entry(key).or_default().push(v.to_string());
+            }
+        }
         Some(User {
             name: name.to_string(),
             groups,
+            uid: String::new(),
+            extra,
         })
     }
 }
@@ -182,6 +225,8 @@ impl Authenticator {
                 User {
                     name: rec[1].to_string(),
                     groups,
+                    uid: rec[2].to_string(),
+                    ..User::default()
                 },
             );
         }
@@ -268,7 +313,7 @@ mod tests {
             "t0k3n".into(),
             User {
                 name: "alice".into(),
-                groups: vec![],
+                ..User::default()
             },
         );
         a

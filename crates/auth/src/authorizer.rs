@@ -7,13 +7,20 @@
 use listwatch_core::labels::{LabelSelector, Op, Requirement};
 use listwatch_core::{FieldSelector, ResourceInfo};
 
-/// An authenticated user.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// An authenticated user, as kube-apiserver's `user.Info` describes one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct User {
     /// User name.
     pub name: String,
     /// Group memberships.
     pub groups: Vec<String>,
+    /// The user's UID, when the authenticator knows one (a token file's third column, a
+    /// TokenReview's `uid`); empty otherwise.
+    pub uid: String,
+    /// Extra attributes (a service account token's `authentication.kubernetes.io/*`, an
+    /// OIDC claim mapping): carried across the hop and into access reviews, as
+    /// kube-apiserver's authorizers see them. Keys are as the authenticator gave them.
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl User {
@@ -22,6 +29,7 @@ impl User {
         User {
             name: "system:anonymous".into(),
             groups: vec!["system:unauthenticated".into()],
+            ..User::default()
         }
     }
 
@@ -35,8 +43,28 @@ impl User {
                 .filter(|g| !g.is_empty())
                 .map(str::to_string)
                 .collect(),
+            ..User::default()
         }
     }
+}
+
+/// The strings of a JSON array (anything else: none), as `groups` comes in a review.
+pub fn json_strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
+/// A `user.Info`'s `extra` as reviews write it (`{"key": ["v", …]}`); other shapes: none.
+pub fn json_extra(v: &serde_json::Value) -> std::collections::BTreeMap<String, Vec<String>> {
+    v.as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, vs)| (k.clone(), json_strings(vs)))
+        .collect()
 }
 
 /// What a request asks, as kube-apiserver's `authorizer.Attributes` describes it: a
@@ -148,12 +176,9 @@ impl Attributes {
         let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
         let user = User {
             name: s(&spec["user"]),
-            groups: spec["groups"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(s)
-                .collect(),
+            groups: json_strings(&spec["groups"]),
+            uid: s(&spec["uid"]),
+            extra: json_extra(&spec["extra"]),
         };
         match spec.get("resourceAttributes").filter(|r| r.is_object()) {
             Some(r) => Attributes {
@@ -429,7 +454,7 @@ mod tests {
     fn user(n: &str) -> User {
         User {
             name: n.into(),
-            groups: vec![],
+            ..User::default()
         }
     }
 

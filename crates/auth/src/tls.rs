@@ -162,5 +162,9 @@ pub fn user_from_cert(cert: &CertificateDer<'_>) -> Option<User> {
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_string))
         .collect();
-    Some(User { name, groups })
+    Some(User {
+        name,
+        groups,
+        ..User::default()
+    })
 }

@@ -20,8 +20,9 @@ use x509_parser::prelude::FromDer as _;
 
 pub use crate::authn::TokenAuthenticator;
 use crate::authn::TokenReviewer;
-use crate::authorizer::{AuthFuture, User};
+use crate::authorizer::{AuthFuture, User, json_extra, json_strings};
 use crate::config::{ConfigError, invalid, read};
+use crate::webhook::ReviewSender;
 
 /// Seconds of clock skew tolerated on `exp` / `nbf` / `iat`, as kube-apiserver allows.
 const LEEWAY: u64 = 60;
@@ -358,6 +359,7 @@ fn service_account_user(ns: &str, name: &str) -> User {
             "system:serviceaccounts".into(),
             format!("system:serviceaccounts:{ns}"),
         ],
+        ..User::default()
     }
 }
 
@@ -465,6 +467,7 @@ impl OidcTokens {
         Ok(User {
             name: format!("{}{name}", self.username_prefix),
             groups,
+            ..User::default()
         })
     }
 }
@@ -485,19 +488,15 @@ const WEBHOOK_FAILURE_TTL: Duration = Duration::from_secs(10);
 const WEBHOOK_CACHE_ENTRIES: usize = 10_000;
 /// A webhook that does not answer within this is a 401.
 const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
-/// The largest `TokenReview` answer read.
-const WEBHOOK_MAX_BODY: usize = 1 << 20;
 
-/// A webhook token authenticator (kube-apiserver's `--authentication-token-webhook-*`):
-/// tokens no other authenticator claims are POSTed as a `TokenReview` to a URL; answers are
-/// cached by the token's SHA-256 for `ttl` (refusals for 10 s).
+/// A token authenticator that asks someone else (kube-apiserver's
+/// `--authentication-token-webhook-*`, or in front of a cluster the upstream's own
+/// `tokenreviews`, as a delegating apiserver does): tokens no other authenticator claims
+/// go as a `TokenReview` through a [`ReviewSender`] (the transport, its TLS and credential
+/// are the caller's); answers are cached by the token's SHA-256 for `ttl` (refusals for
+/// 10 s), and the user keeps the UID, groups and extras the review named.
 pub struct WebhookTokens {
-    uri: http::Uri,
-    authority: String,
-    tls: Option<(
-        tokio_rustls::TlsConnector,
-        rustls::pki_types::ServerName<'static>,
-    )>,
+    sender: std::sync::Arc<dyn ReviewSender>,
     audiences: Vec<String>,
     ttl: Duration,
     cache: crate::cache::TtlCache<TokenHash, Option<User>>,
@@ -507,56 +506,22 @@ pub struct WebhookTokens {
 type TokenHash = [u8; 32];
 
 impl WebhookTokens {
-    /// A webhook at `url` (`http://`, or `https://` trusting the CA bundle `ca_file`),
-    /// asking for `audiences`, caching answers for `ttl`.
+    /// Reviews sent through `sender`, asking for `audiences` (none: the reviewer's own),
+    /// answers cached for `ttl`.
     pub fn new(
-        url: &str,
-        ca_file: Option<&Path>,
+        sender: std::sync::Arc<dyn ReviewSender>,
         audiences: Vec<String>,
         ttl: Duration,
-    ) -> Result<Self, ConfigError> {
-        let bad = |why: String| ConfigError::Invalid {
-            path: url.to_string(),
-            why,
-        };
-        let uri: http::Uri = url.parse().map_err(|e| bad(format!("{e}")))?;
-        let host = uri.host().ok_or_else(|| bad("no host".into()))?.to_string();
-        let https = match uri.scheme_str() {
-            Some("https") => true,
-            Some("http") => false,
-            _ => return Err(bad("the URL must be http:// or https://".into())),
-        };
-        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-        let tls = if https {
-            let ca = ca_file
-                .ok_or_else(|| bad("https needs --authentication-token-webhook-ca-file".into()))?;
-            let roots = crate::tls::roots(ca)?;
-            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| invalid(ca, e))?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            let name = rustls::pki_types::ServerName::try_from(host.clone())
-                .map_err(|e| bad(format!("{e}")))?;
-            Some((
-                tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)),
-                name,
-            ))
-        } else {
-            None
-        };
-        Ok(WebhookTokens {
-            uri,
-            authority: format!("{host}:{port}"),
-            tls,
+    ) -> Self {
+        WebhookTokens {
+            sender,
             audiences,
             ttl,
             cache: crate::cache::TtlCache::new(WEBHOOK_CACHE_ENTRIES),
-        })
+        }
     }
 
-    /// The user the webhook says `token` is (cached), or 401.
+    /// The user the reviewer says `token` is (cached), or 401.
     pub async fn review(&self, token: &str) -> Result<User, ApiError> {
         let key: TokenHash = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
             .as_ref()
@@ -568,12 +533,12 @@ impl WebhookTokens {
         let answer = match tokio::time::timeout(WEBHOOK_TIMEOUT, self.ask(token)).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(e)) => {
-                // Not cached: the webhook's trouble is not the token's.
-                tracing::warn!(error = %e, "token webhook failed");
+                // Not cached: the reviewer's trouble is not the token's.
+                tracing::warn!(error = %e, "token review failed");
                 return Err(ApiError::Unauthorized);
             }
             Err(_) => {
-                tracing::warn!("token webhook timed out");
+                tracing::warn!("token review timed out");
                 return Err(ApiError::Unauthorized);
             }
         };
@@ -588,55 +553,34 @@ impl WebhookTokens {
 
     /// One `TokenReview` round trip: `Some(user)` when authenticated.
     async fn ask(&self, token: &str) -> Result<Option<User>, String> {
+        let mut spec = serde_json::json!({"token": token});
+        if !self.audiences.is_empty() {
+            spec["audiences"] = serde_json::json!(self.audiences);
+        }
         let review = serde_json::json!({
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
-            "spec": {"token": token, "audiences": self.audiences},
+            "spec": spec,
         });
-        let body = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
-        let path = self
-            .uri
-            .path_and_query()
-            .map_or("/", http::uri::PathAndQuery::as_str)
-            .to_string();
-        let req = http::Request::post(path)
-            .header(http::header::HOST, &self.authority)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::ACCEPT, "application/json")
-            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-            .map_err(|e| e.to_string())?;
-        let tcp = tokio::net::TcpStream::connect(&self.authority)
-            .await
-            .map_err(|e| e.to_string())?;
-        let response = match &self.tls {
-            Some((connector, name)) => {
-                let tls = connector
-                    .connect(name.clone(), tcp)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                send(hyper_util::rt::TokioIo::new(tls), req).await?
-            }
-            None => send(hyper_util::rt::TokioIo::new(tcp), req).await?,
-        };
-        let v: Value = serde_json::from_slice(&response).map_err(|e| e.to_string())?;
+        let answer = self
+            .sender
+            .send(bytes::Bytes::from(review.to_string()))
+            .await?;
+        let v: Value = serde_json::from_slice(&answer).map_err(|e| e.to_string())?;
         let status = &v["status"];
         if status["authenticated"] != Value::Bool(true) {
             return Ok(None);
         }
-        let name = status["user"]["username"]
+        let user = &status["user"];
+        let name = user["username"]
             .as_str()
             .filter(|n| !n.is_empty())
             .ok_or("authenticated without a username")?;
-        let groups = status["user"]["groups"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect();
         Ok(Some(User {
             name: name.to_string(),
-            groups,
+            groups: json_strings(&user["groups"]),
+            uid: user["uid"].as_str().unwrap_or_default().to_string(),
+            extra: json_extra(&user["extra"]),
         }))
     }
 }
@@ -645,28 +589,4 @@ impl TokenReviewer for WebhookTokens {
     fn review_token<'a>(&'a self, token: &'a str) -> AuthFuture<'a> {
         Box::pin(self.review(token))
     }
-}
-
-/// Sends `req` over `io` (HTTP/1.1) and reads a 2xx answer's body (bounded).
-async fn send<I>(
-    io: I,
-    req: http::Request<http_body_util::Full<bytes::Bytes>>,
-) -> Result<bytes::Bytes, String>
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    use http_body_util::BodyExt;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    let response = sender.send_request(req).await.map_err(|e| e.to_string())?;
-    if !response.status().is_success() {
-        return Err(format!("HTTP {}", response.status()));
-    }
-    let body = http_body_util::Limited::new(response.into_body(), WEBHOOK_MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(body.to_bytes())
 }

@@ -119,6 +119,14 @@ impl Authorizer for WebhookAuthorizer {
 /// The `SubjectAccessReview` kube-apiserver's webhook authorizer sends for `a`.
 pub fn review(a: &Attributes) -> Bytes {
     let mut spec = json!({"user": a.user.name, "groups": a.user.groups});
+    // As kube-apiserver's webhook authorizer: the UID and extras only when there are any
+    // (a service account token's extras name its pod and credential).
+    if !a.user.uid.is_empty() {
+        spec["uid"] = a.user.uid.clone().into();
+    }
+    if !a.user.extra.is_empty() {
+        spec["extra"] = json!(a.user.extra);
+    }
     if a.resource_request {
         spec["resourceAttributes"] = json!({
             "namespace": a.namespace, "verb": a.verb, "group": a.api_group,

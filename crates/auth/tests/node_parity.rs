@@ -186,6 +186,7 @@ fn user(spec: &str) -> User {
         None => User {
             name: format!("system:node:{spec}"),
             groups: vec!["system:nodes".into(), "system:authenticated".into()],
+            ..User::default()
         },
     }
 }

@@ -168,8 +168,8 @@ struct ServeArgs {
     /// Headers naming the user's groups (every value of each).
     #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
     requestheader_group_headers: Vec<String>,
-    /// Prefixes of headers naming user extras (accepted, not used: users have no extras
-    /// here).
+    /// Prefixes of headers naming user extras (carried into access reviews and across
+    /// the hop).
     #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
     requestheader_extra_headers_prefix: Vec<String>,
     /// Static bearer tokens in kube-apiserver's CSV format: token,user,uid,"group1,group2".
@@ -220,13 +220,22 @@ struct ServeArgs {
     /// system:anonymous (off by default).
     #[arg(long)]
     anonymous_auth: bool,
+    /// In front of a cluster, bearer tokens no configured authenticator knows are
+    /// authenticated by the upstream's TokenReview API with listwatch's own credential
+    /// (cached for `--authentication-token-webhook-cache-ttl`), keeping the user's UID,
+    /// groups and extras, as a delegating apiserver does. On by default when the
+    /// `--upstream-kubeconfig` has a credential and no token webhook is named.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    upstream_token_review: bool,
     /// Authorization modes, in kube-apiserver's spelling, asked in the order given: `Node`
     /// and `RBAC` evaluate the cluster's own RBAC objects and pods from the cache (and
     /// answer SubjectAccessReviews); `ABAC` with `--authorization-policy-file`; `Webhook`
     /// asks `--authorization-webhook-config-file`'s webhook, or without one the upstream's
-    /// SubjectAccessReviews; `AlwaysAllow` (default).
-    #[arg(long, value_delimiter = ',', default_value = "AlwaysAllow")]
-    authorization_mode: Vec<String>,
+    /// SubjectAccessReviews; `AlwaysAllow`. Default: the cluster's own rules in front of a
+    /// cluster (`Webhook` when an upstream can be asked with listwatch's own credential,
+    /// else `Node,RBAC`), `AlwaysAllow` only on the embedded store with no upstream.
+    #[arg(long, value_delimiter = ',')]
+    authorization_mode: Option<Vec<String>>,
     /// ABAC policy file (kube-apiserver's JSON-lines format); without it every
     /// authenticated request is allowed.
     #[arg(long)]
@@ -477,7 +486,9 @@ fn authorizer(
     registry: &Registry,
 ) -> anyhow::Result<Option<Arc<dyn listwatch_auth::Authorizer>>> {
     use listwatch_auth::Authorizer;
-    let mut modes: Vec<&str> = args.authorization_mode.iter().map(String::as_str).collect();
+    let (named, why) = authorization_modes(args)?;
+    tracing::info!(mode = %named.join(","), why, "authorizing the requests served here");
+    let mut modes: Vec<&str> = named.iter().map(String::as_str).collect();
     if args.authorization_policy_file.is_some() && !modes.contains(&"ABAC") {
         // A policy file alone means ABAC (as before the mode had to be named): in
         // AlwaysAllow's place, else after the other modes.
@@ -521,6 +532,40 @@ fn authorizer(
         1 => chain.pop(),
         _ => Some(Arc::new(listwatch_auth::AnyOf(chain))),
     })
+}
+
+/// The authorization modes to run and why: those `--authorization-mode` names, else the
+/// cluster's own rules wherever a cluster is behind listwatch (its SubjectAccessReviews when
+/// an upstream can be asked with listwatch's own credential, else Node and RBAC over the
+/// followed objects), and `AlwaysAllow` only for the embedded store with no upstream.
+fn authorization_modes(args: &ServeArgs) -> anyhow::Result<(Vec<String>, &'static str)> {
+    if let Some(named) = &args.authorization_mode {
+        return Ok((named.clone(), "--authorization-mode"));
+    }
+    let modes = |m: &[&str]| m.iter().map(|s| s.to_string()).collect();
+    if own_upstream_credential(args)? {
+        return Ok((
+            modes(&["Webhook"]),
+            "in front of a cluster: the upstream's SubjectAccessReviews (default)",
+        ));
+    }
+    if args.source != SourceKind::Embedded || args.upstream.is_some() {
+        return Ok((
+            modes(&["Node", "RBAC"]),
+            "in front of a cluster with no credential to ask it: Node and RBAC over the followed objects (default)",
+        ));
+    }
+    Ok((
+        modes(&["AlwaysAllow"]),
+        "the embedded store with no upstream (default)",
+    ))
+}
+
+/// Whether an upstream is named and listwatch has its own credential for it (a client
+/// certificate or token in `--upstream-kubeconfig`): what asking it for access and token
+/// reviews needs.
+fn own_upstream_credential(args: &ServeArgs) -> anyhow::Result<bool> {
+    Ok(upstream_target(args)?.is_some_and(|(_, k)| k.client_cert.is_some() || k.token.is_some()))
 }
 
 /// `--authorization-mode Webhook`: the `--authorization-webhook-config-file` webhook, or the
@@ -579,9 +624,10 @@ fn authenticator(
     registry: &Registry,
 ) -> Result<Option<Arc<dyn listwatch_auth::Authenticate>>, anyhow::Error> {
     use listwatch_auth::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens, WebhookTokens};
+    let reviewer = token_reviewer(args)?;
     let jwt = !args.service_account_key_file.is_empty()
         || args.oidc_issuer_url.is_some()
-        || args.authentication_token_webhook_url.is_some();
+        || reviewer.is_some();
     let front_proxy = args.requestheader_client_ca_file.is_some();
     if args.token_auth_file.is_none() && args.client_ca_file.is_none() && !jwt && !front_proxy {
         return Ok(None);
@@ -623,20 +669,65 @@ fn authenticator(
         a.request_headers = Some(listwatch_auth::authn::RequestHeaderNames {
             user: args.requestheader_username_headers.clone(),
             group: args.requestheader_group_headers.clone(),
+            extra_prefixes: args.requestheader_extra_headers_prefix.clone(),
         });
     }
-    if let Some(url) = &args.authentication_token_webhook_url {
-        a = a.with_webhook(Arc::new(
-            WebhookTokens::new(
-                url,
-                args.authentication_token_webhook_ca_file.as_deref(),
-                args.api_audiences.clone(),
-                std::time::Duration::from_secs(args.authentication_token_webhook_cache_ttl),
-            )
-            .map_err(|e| anyhow!("--authentication-token-webhook-url {url}: {e}"))?,
-        ));
+    if let Some(reviewer) = reviewer {
+        a = a.with_webhook(Arc::new(WebhookTokens::new(
+            reviewer,
+            args.api_audiences.clone(),
+            std::time::Duration::from_secs(args.authentication_token_webhook_cache_ttl),
+        )));
     }
     Ok(Some(Arc::new(a)))
+}
+
+/// Where tokens nothing else knows are reviewed: the `--authentication-token-webhook-url`,
+/// else (with `--upstream-token-review`, the default) the upstream's own `tokenreviews`
+/// when listwatch has a credential to ask it with; `None` when neither applies.
+fn token_reviewer(
+    args: &ServeArgs,
+) -> anyhow::Result<Option<Arc<dyn listwatch_auth::webhook::ReviewSender>>> {
+    use listwatch_gateway::{GatewayConfig, Kubeconfig, ReviewClient};
+    let timeout = std::time::Duration::from_secs(10);
+    if let Some(url) = &args.authentication_token_webhook_url {
+        let flag = "--authentication-token-webhook-url";
+        if !url.starts_with("https://") && !url.starts_with("http://") {
+            bail!("{flag} {url}: the URL must be http:// or https://");
+        }
+        let ca_pem = match &args.authentication_token_webhook_ca_file {
+            Some(p) => Some(std::fs::read(p).with_context(|| {
+                format!("--authentication-token-webhook-ca-file {}", p.display())
+            })?),
+            None if url.starts_with("https://") => {
+                bail!("{flag} {url}: https needs --authentication-token-webhook-ca-file")
+            }
+            None => None,
+        };
+        let kubeconfig = Kubeconfig {
+            ca_pem,
+            ..Kubeconfig::default()
+        };
+        let mut config = GatewayConfig::with_own_credential(url.clone(), kubeconfig);
+        config.response_timeout = timeout;
+        let client = ReviewClient::new(&config).map_err(|e| anyhow!("{flag} {url}: {e}"))?;
+        return Ok(Some(Arc::new(client)));
+    }
+    if !args.upstream_token_review || !own_upstream_credential(args)? {
+        return Ok(None);
+    }
+    let Some((base, kubeconfig)) = upstream_target(args)? else {
+        return Ok(None);
+    };
+    let url = format!(
+        "{}/apis/authentication.k8s.io/v1/tokenreviews",
+        base.trim_end_matches('/')
+    );
+    let mut config = GatewayConfig::with_own_credential(url.clone(), kubeconfig);
+    config.response_timeout = timeout;
+    let client = ReviewClient::new(&config).map_err(|e| anyhow!("--upstream {base}: {e}"))?;
+    tracing::info!(url = %url, "bearer tokens not known here are reviewed by the upstream");
+    Ok(Some(Arc::new(client)))
 }
 
 /// The upstream's URL (`--upstream`, else the kubeconfig's server) and the

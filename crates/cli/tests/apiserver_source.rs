@@ -41,6 +41,10 @@ async fn a_front_listwatch_serves_the_upstream_s_objects() {
         "apiserver",
         "--upstream",
         &upstream,
+        // The upstream here lets everyone in; without this the front would authorize
+        // with the cluster's rules (below).
+        "--authorization-mode",
+        "AlwaysAllow",
     ]));
     let _front = Killed(front);
     assert_eq!(wait_ready(addr, Duration::from_secs(20)).await, 200);
@@ -95,4 +99,49 @@ async fn a_front_listwatch_serves_the_upstream_s_objects() {
         line.contains("\"ADDED\"") && line.contains("\"w\""),
         "{line}"
     );
+}
+
+/// In front of a cluster, named no authorization mode and given no credential to ask the
+/// upstream with, listwatch authorizes its reads with the cluster's RBAC objects it follows,
+/// never AlwaysAllow: here there are none, so an anonymous read is refused, while the
+/// public health paths stay open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_front_of_a_cluster_reads_are_not_open_by_default() {
+    let (up, up_addr) = spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--demo-pods",
+        "5",
+    ]));
+    let _up = Killed(up);
+    let upstream = format!("http://{up_addr}");
+    let (front, addr) = spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--source",
+        "apiserver",
+        "--upstream",
+        &upstream,
+    ]));
+    let _front = Killed(front);
+    assert_eq!(wait_ready(addr, Duration::from_secs(20)).await, 200);
+    for path in [
+        "/api/v1/pods",
+        "/api/v1/secrets",
+        "/api/v1/namespaces/default/pods/x",
+    ] {
+        let r = send(addr, "GET", path, &[], None).await.expect("answer");
+        assert_eq!(
+            r.status,
+            403,
+            "{path}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    let up = send(up_addr, "GET", "/api/v1/pods", &[], None)
+        .await
+        .expect("upstream");
+    assert_eq!(up.status, 200, "the upstream itself is open");
 }

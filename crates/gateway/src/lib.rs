@@ -378,14 +378,14 @@ impl Gateway {
             Identity::Forward => {}
             Identity::FrontProxy => {
                 h.remove(header::AUTHORIZATION);
-                put_identity(h, "x-remote-user", "x-remote-group", &user)?;
+                put_identity(h, IdentityHeaders::FRONT_PROXY, &user)?;
             }
             Identity::Impersonate => {
                 h.remove(header::AUTHORIZATION);
                 if let Some(t) = &self.token {
                     h.insert(header::AUTHORIZATION, t.clone());
                 }
-                put_identity(h, "impersonate-user", "impersonate-group", &user)?;
+                put_identity(h, IdentityHeaders::IMPERSONATE, &user)?;
             }
         }
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -445,21 +445,69 @@ impl Gateway {
 }
 
 /// Sets the user and group headers (names `user_h`, `group_h`) to `user`'s.
-fn put_identity(
-    h: &mut HeaderMap,
-    user_h: &'static str,
-    group_h: &'static str,
-    user: &User,
-) -> Result<(), ApiError> {
+fn put_identity(h: &mut HeaderMap, names: IdentityHeaders, user: &User) -> Result<(), ApiError> {
     let value = |s: &str| {
         HeaderValue::from_str(s)
             .map_err(|_| ApiError::BadRequest("user name is not a header value".into()))
     };
-    h.insert(user_h, value(&user.name)?);
+    h.insert(names.user, value(&user.name)?);
     for g in &user.groups {
-        h.append(group_h, value(g)?);
+        h.append(names.group, value(g)?);
+    }
+    if !user.uid.is_empty() {
+        h.insert(names.uid, value(&user.uid)?);
+    }
+    for (key, values) in &user.extra {
+        let name = HeaderName::from_bytes(format!("{}{}", names.extra, escape_key(key)).as_bytes())
+            .map_err(|_| ApiError::BadRequest("user extra is not a header name".into()))?;
+        for v in values {
+            h.append(name.clone(), value(v)?);
+        }
     }
     Ok(())
+}
+
+/// The headers one identity mode names a user in.
+#[derive(Clone, Copy)]
+struct IdentityHeaders {
+    user: &'static str,
+    group: &'static str,
+    uid: &'static str,
+    /// Prefix of one header per extra key.
+    extra: &'static str,
+}
+
+impl IdentityHeaders {
+    /// kube-apiserver's request-header authentication (the defaults of its
+    /// `--requestheader-*` flags; the UID header is read where `--requestheader-uid-headers`
+    /// names it).
+    const FRONT_PROXY: IdentityHeaders = IdentityHeaders {
+        user: "x-remote-user",
+        group: "x-remote-group",
+        uid: "x-remote-uid",
+        extra: "x-remote-extra-",
+    };
+    /// kube-apiserver's impersonation headers.
+    const IMPERSONATE: IdentityHeaders = IdentityHeaders {
+        user: "impersonate-user",
+        group: "impersonate-group",
+        uid: "impersonate-uid",
+        extra: "impersonate-extra-",
+    };
+}
+
+/// An extra's key as a header-name fragment: percent-encoded beyond RFC 3986's unreserved
+/// characters, as kube-apiserver's clients write `authentication.kubernetes.io/pod-name`.
+fn escape_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Whether the request or response asks to switch protocols (SPDY, WebSocket).

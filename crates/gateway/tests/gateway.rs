@@ -284,7 +284,10 @@ async fn forged_front_proxy_headers_never_reach_the_upstream() {
     assert_eq!(uri, CONFIGMAPS);
     assert_eq!(all(h, "x-remote-user"), ["alice"]);
     assert_eq!(all(h, "x-remote-group"), ["dev", "system:authenticated"]);
-    assert!(h.get("x-remote-extra-scopes").is_none() && h.get("x-remote-uid").is_none());
+    // The forged extra is gone; the UID is alice's own (her token file line's), not the
+    // forged one.
+    assert!(h.get("x-remote-extra-scopes").is_none());
+    assert_eq!(all(h, "x-remote-uid"), ["1"]);
     assert!(
         h.get("authorization").is_none(),
         "the client's token stays here"

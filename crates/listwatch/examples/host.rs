@@ -144,7 +144,7 @@ impl Host {
         {
             let user = User {
                 name: user.to_string(),
-                groups: vec![],
+                ..User::default()
             };
             req.extensions_mut().insert(user);
         }

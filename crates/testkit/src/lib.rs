@@ -1,7 +1,11 @@
 //! listwatch-testkit: the HTTP/1.1 client the integration tests share. Tests talk raw HTTP
 //! on purpose (they check framing, chunking and what a server does with odd requests), so
 //! this is small and exact rather than a general client: one request helper, one decoder
-//! of chunked bodies, a line reader for watch streams, and a poll-until-deadline.
+//! of chunked bodies, a line reader for watch streams, and a poll-until-deadline. [`kube`]
+//! starts the real parts (kube-apiserver, etcd over TLS, the listwatch binary) for the
+//! system tests.
+
+pub mod kube;
 
 use std::io::BufRead;
 use std::net::SocketAddr;

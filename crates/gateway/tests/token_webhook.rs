@@ -1,9 +1,10 @@
 //! The token webhook: tokens nothing else knows are asked of a `TokenReview` endpoint (a
-//! real HTTP server in the test), answers are cached for the TTL, refusals briefly, and a
-//! webhook that is down means 401, never a guess.
+//! real HTTP server in the test) through the gateway's review client, the transport the
+//! upstream's own TokenReviews use too; answers are cached for the TTL, refusals briefly, a
+//! webhook that is down means 401, never a guess, and an https webhook is verified against
+//! its CA.
 
-mod common;
-
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -12,6 +13,8 @@ use http_body_util::BodyExt;
 use listwatch_auth::authn::Authenticator;
 use listwatch_auth::tokens::WebhookTokens;
 use listwatch_auth::{Attributes, Authorizer, Decision};
+use listwatch_gateway::{GatewayConfig, Kubeconfig, ReviewClient};
+use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 
 /// Allows the webhook's user, in its group, everything.
 struct WebhookUserOnly;
@@ -19,7 +22,12 @@ struct WebhookUserOnly;
 impl Authorizer for WebhookUserOnly {
     fn authorize(&self, a: &Attributes) -> Decision {
         let u = &a.user;
-        if u.name == "wh-user" && u.groups.iter().any(|g| g == "wh-devs") {
+        // The review's UID and extras come along with its groups.
+        if u.name == "wh-user"
+            && u.groups.iter().any(|g| g == "wh-devs")
+            && u.uid == "wh-uid"
+            && u.extra.get("team") == Some(&vec!["a".to_string()])
+        {
             Decision::allow("")
         } else {
             Decision::no_opinion("")
@@ -29,7 +37,7 @@ impl Authorizer for WebhookUserOnly {
 
 /// A TokenReview endpoint (over TLS with `tls`): `good-token` is wh-user in wh-devs,
 /// anything else is refused. Returns its URL, the count of reviews it answered and a switch
-/// that stops it.
+/// that stops it, its open connections included.
 async fn webhook(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> (String, Arc<AtomicUsize>, tokio::sync::oneshot::Sender<()>) {
@@ -40,13 +48,16 @@ async fn webhook(
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let serve = async {
+            // Dropped with this future when stopped: every open connection goes too (the
+            // review client keeps its connections for reuse).
+            let mut connections = tokio::task::JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
                 let counted = counted.clone();
                 let tls = tls.clone();
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     let svc = hyper::service::service_fn(
                         move |req: http::Request<hyper::body::Incoming>| {
                             let counted = counted.clone();
@@ -58,7 +69,7 @@ async fn webhook(
                                 assert_eq!(review["kind"], "TokenReview");
                                 counted.fetch_add(1, Ordering::SeqCst);
                                 let status = if review["spec"]["token"] == "good-token" {
-                                    serde_json::json!({"authenticated": true, "user": {"username": "wh-user", "groups": ["wh-devs"]}})
+                                    serde_json::json!({"authenticated": true, "user": {"username": "wh-user", "uid": "wh-uid", "groups": ["wh-devs"], "extra": {"team": ["a"]}}})
                                 } else {
                                     serde_json::json!({"authenticated": false})
                                 };
@@ -96,19 +107,47 @@ async fn webhook(
     (format!("{scheme}://{addr}/review"), calls, stop)
 }
 
+/// The token webhook at `url` (trusting the CA bundle `ca_pem`), answers kept for `ttl`.
+fn hook(url: &str, ca_pem: Option<Vec<u8>>, ttl: Duration) -> WebhookTokens {
+    let kubeconfig = Kubeconfig {
+        ca_pem,
+        ..Kubeconfig::default()
+    };
+    let mut config = GatewayConfig::with_own_credential(url, kubeconfig);
+    config.response_timeout = Duration::from_secs(10);
+    let client = ReviewClient::new(&config).expect("review client");
+    WebhookTokens::new(Arc::new(client), vec![], ttl)
+}
+
+/// listwatch on an embedded store of demo pods, authenticating with `authenticator` and
+/// letting the webhook's user read.
+async fn serve(authenticator: Authenticator) -> SocketAddr {
+    let registry = listwatch_sources::Registry::new(
+        listwatch_core::builtin_resources(),
+        1,
+        &Default::default(),
+    );
+    let source = listwatch_sources::EmbeddedSource::new(registry);
+    let app = App::new(
+        source,
+        ServerConfig::default(),
+        Some(Arc::new(WebhookUserOnly)),
+    );
+    let (listener, addr) = listwatch_testkit::listen_local().await;
+    let options = ServeOptions {
+        authenticator: Some(Arc::new(authenticator)),
+        ..ServeOptions::default()
+    };
+    tokio::spawn(serve_with(app, listener, options, std::future::pending()));
+    addr
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_answers_are_cached_and_a_dead_webhook_is_a_401() {
     let (url, calls, stop) = webhook(None).await;
-    let hook =
-        WebhookTokens::new(&url, None, vec![], Duration::from_millis(1500)).expect("webhook");
+    let hook = hook(&url, None, Duration::from_millis(1500));
     let authenticator = Authenticator::certificates_only(false).with_webhook(Arc::new(hook));
-    let s = common::start(3, listwatch_server::ServerConfig::default()).await;
-    let app = listwatch_server::App::new(
-        s.source.clone(),
-        listwatch_server::ServerConfig::default(),
-        Some(Arc::new(WebhookUserOnly)),
-    );
-    let addr = common::serve_authenticated(app, Arc::new(authenticator)).await;
+    let addr = serve(authenticator).await;
     let get = |token: &'static str| async move {
         let auth = format!("Bearer {token}");
         listwatch_testkit::get_with(addr, "/api/v1/pods", &[("Authorization", auth.as_str())])
@@ -140,32 +179,32 @@ async fn webhook_answers_are_cached_and_a_dead_webhook_is_a_401() {
 async fn an_https_webhook_is_verified_against_its_ca() {
     let dir = std::env::temp_dir().join(format!("lw-webhook-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let ca = common::tls::Ca::new("webhook-ca");
-    let leaf = ca.server();
-    let cert = common::tls::write(&dir, "wh.crt", &leaf.cert_pem);
-    let key = common::tls::write(&dir, "wh.key", &leaf.key_pem);
-    let ca_file = common::tls::write(&dir, "ca.crt", &ca.cert_pem);
-    let other_ca = common::tls::write(&dir, "other.crt", &common::tls::Ca::new("other").cert_pem);
-    let config = listwatch_auth::tls::tls_config(&cert, &key, None).expect("tls");
+    let (ca_pem, issuer) = ca("webhook-ca");
+    let (other_ca, _) = ca("other");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("params");
+    let leaf = params.signed_by(&key, &issuer).expect("sign");
+    let cert = dir.join("wh.crt");
+    std::fs::write(&cert, leaf.pem()).expect("cert");
+    let key_file = dir.join("wh.key");
+    std::fs::write(&key_file, key.serialize_pem()).expect("key");
+    let config = listwatch_auth::tls::tls_config(&cert, &key_file, None).expect("tls");
     let (url, calls, _stop) = webhook(Some(tokio_rustls::TlsAcceptor::from(config))).await;
-    let s = common::start(1, listwatch_server::ServerConfig::default()).await;
-    for (trust, want) in [(&ca_file, 200), (&other_ca, 401)] {
-        let hook = WebhookTokens::new(&url, Some(trust), vec![], Duration::from_secs(60))
-            .expect("webhook");
-        let authenticator = Authenticator::certificates_only(false).with_webhook(Arc::new(hook));
-        let app = listwatch_server::App::new(
-            s.source.clone(),
-            listwatch_server::ServerConfig::default(),
-            Some(Arc::new(WebhookUserOnly)),
+    for (trust, want) in [(&ca_pem, 200), (&other_ca, 401)] {
+        let hook = hook(
+            &url,
+            Some(trust.clone().into_bytes()),
+            Duration::from_secs(60),
         );
-        let addr = common::serve_authenticated(app, Arc::new(authenticator)).await;
+        let authenticator = Authenticator::certificates_only(false).with_webhook(Arc::new(hook));
+        let addr = serve(authenticator).await;
         let r = listwatch_testkit::get_with(
             addr,
             "/api/v1/pods",
             &[("Authorization", "Bearer good-token")],
         )
         .await;
-        assert_eq!(r.status, want, "trusting {}", trust.display());
+        assert_eq!(r.status, want, "trusting {trust}");
     }
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -173,4 +212,16 @@ async fn an_https_webhook_is_verified_against_its_ca() {
         "only the verified connection reached it"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A self-signed CA: its certificate (PEM) and issuer.
+fn ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let cert = params.self_signed(&key).expect("ca");
+    (cert.pem(), rcgen::Issuer::new(params, key))
 }

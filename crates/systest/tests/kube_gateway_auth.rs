@@ -1,0 +1,222 @@
+//! listwatch in front of a real kube-apiserver 1.36 (etcd over mutual TLS), started as
+//! docs/gateway.md says and with no `--authorization-mode`: the reads it serves from its
+//! caches are authorized by the cluster's own rules (the upstream's SubjectAccessReviews),
+//! and bearer tokens it cannot verify itself — a service account's, minted by the cluster,
+//! with no key file given — are authenticated by the upstream's TokenReviews. kubectl is
+//! the client, over TLS (it sends a token only over TLS).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use listwatch_testkit::kube::{KubeCluster, listwatch_binary};
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Namespaces `alpha` and `beta` (with the `default` service accounts no controller makes
+/// here), each with pods and a secret; service accounts `reader`
+/// (bound in `alpha` to read pods and secrets) and `nogrant` (nothing), and the token-file
+/// user `bob` bound the same way in `beta`.
+const WORKLOAD: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Namespace, metadata: {name: alpha}}
+- {apiVersion: v1, kind: Namespace, metadata: {name: beta}}
+- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: alpha}}
+- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: beta}}
+- {apiVersion: v1, kind: Pod, metadata: {name: p1, namespace: alpha}, spec: {containers: [{name: c, image: busybox}]}}
+- {apiVersion: v1, kind: Pod, metadata: {name: p2, namespace: alpha}, spec: {containers: [{name: c, image: busybox}]}}
+- {apiVersion: v1, kind: Pod, metadata: {name: q1, namespace: beta}, spec: {containers: [{name: c, image: busybox}]}}
+- {apiVersion: v1, kind: Secret, metadata: {name: s, namespace: alpha}, stringData: {k: alpha-secret}}
+- {apiVersion: v1, kind: Secret, metadata: {name: s, namespace: beta}, stringData: {k: beta-secret}}
+- {apiVersion: v1, kind: ServiceAccount, metadata: {name: reader, namespace: alpha}}
+- {apiVersion: v1, kind: ServiceAccount, metadata: {name: nogrant, namespace: alpha}}
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: Role
+  metadata: {name: read, namespace: alpha}
+  rules: [{apiGroups: [""], resources: [pods, secrets], verbs: [get, list, watch]}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: RoleBinding
+  metadata: {name: read, namespace: alpha}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read}
+  subjects: [{kind: ServiceAccount, name: reader, namespace: alpha}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: Role
+  metadata: {name: read, namespace: beta}
+  rules: [{apiGroups: [""], resources: [pods, secrets], verbs: [get, list, watch]}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: RoleBinding
+  metadata: {name: read, namespace: beta}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read}
+  subjects: [{kind: User, name: bob, apiGroup: rbac.authorization.k8s.io}]
+"#;
+
+/// Starts `listwatch serve ARGS` and waits until its `/readyz` answers 200 over TLS
+/// (trusting `ca`), giving up after `within`.
+fn start_listwatch(args: &[&std::ffi::OsStr], port: u16, ca: &Path, within: Duration) -> Killed {
+    let log = std::env::temp_dir().join(format!("listwatch-kube-{port}.log"));
+    let child = Command::new(listwatch_binary())
+        .arg("serve")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).expect("log file"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("listwatch starts");
+    let server = Killed(child);
+    let deadline = Instant::now() + within;
+    loop {
+        let out = Command::new("curl")
+            .args(["-s", "--max-time", "2", "--cacert"])
+            .arg(ca)
+            .arg(format!("https://127.0.0.1:{port}/readyz"))
+            .output()
+            .expect("curl");
+        if out.stdout == b"ok" {
+            return server;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "listwatch not ready in {within:?}: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `kubectl ARGS` with `kubeconfig`: whether it succeeded, and its stdout or stderr.
+fn kubectl(cluster: &KubeCluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let out = cluster.kubectl_with(kubeconfig, args, None);
+    let text = if out.status.success() {
+        out.stdout
+    } else {
+        out.stderr
+    };
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&text).into_owned(),
+    )
+}
+
+#[test]
+fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
+    let test = "in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens";
+    let Some(cluster) = KubeCluster::start_or_skip(test) else {
+        return;
+    };
+    cluster.kubectl_ok_with(&["apply", "-f", "-"], Some(WORKLOAD));
+    let token = |sa: &str| {
+        cluster
+            .kubectl_ok(&["create", "token", sa, "-n", "alpha", "--duration", "1h"])
+            .trim()
+            .to_string()
+    };
+    let (reader, nogrant) = (token("reader"), token("nogrant"));
+
+    let dir = std::env::temp_dir().join(format!("lw-kube-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (cert, key) = cluster.serving_cert(&dir, "listwatch");
+    let tokens = dir.join("tokens.csv");
+    std::fs::write(
+        &tokens,
+        "alice-token,alice,alice-uid\nbob-token,bob,bob-uid\n",
+    )
+    .expect("tokens");
+    let port = listwatch_testkit::unlisted_port();
+    let listen = format!("127.0.0.1:{port}");
+    let upstream = cluster.url();
+    // docs/gateway.md's way in, with no authorization mode and no service-account key.
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "--listen".as_ref(),
+        listen.as_ref(),
+        "--source".as_ref(),
+        "apiserver".as_ref(),
+        "--upstream".as_ref(),
+        upstream.as_ref(),
+        "--upstream-kubeconfig".as_ref(),
+        cluster.kubeconfig.as_os_str(),
+        "--tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--tls-key".as_ref(),
+        key.as_os_str(),
+        "--token-auth-file".as_ref(),
+        tokens.as_os_str(),
+    ];
+    let _lw = start_listwatch(
+        &args,
+        port,
+        &cluster.file("ca.pem"),
+        Duration::from_secs(60),
+    );
+    let server = format!("https://127.0.0.1:{port}");
+    let kc = |name: &str, token: &str| -> PathBuf {
+        cluster.kubeconfig_for(&dir.join(format!("{name}.kubeconfig")), &server, token)
+    };
+    let (alice, bob) = (kc("alice", "alice-token"), kc("bob", "bob-token"));
+    let (reader, nogrant) = (kc("reader", &reader), kc("nogrant", &nogrant));
+    let admin = kc("admin", &cluster.admin_token);
+    let bogus = kc("bogus", "not-a-token");
+
+    // No grant, whether listwatch knows the user (token file) or the cluster does (a
+    // service account's token): 403 for pods and secrets, in a namespace and across all.
+    for (who, kubeconfig) in [("alice", &alice), ("nogrant", &nogrant)] {
+        for args in [
+            &["get", "pods", "-n", "alpha"][..],
+            &["get", "secrets", "-n", "alpha"],
+            &["get", "pods", "-A"],
+            &["get", "secrets", "-A"],
+            &["get", "secret", "s", "-n", "beta", "-o", "yaml"],
+        ] {
+            let (ok, text) = kubectl(&cluster, kubeconfig, args);
+            assert!(!ok && text.contains("Forbidden"), "{who} {args:?}: {text}");
+        }
+    }
+    // A RoleBinding in one namespace reads that namespace only.
+    for (who, kubeconfig, mine, other) in [
+        ("reader", &reader, "alpha", "beta"),
+        ("bob", &bob, "beta", "alpha"),
+    ] {
+        let (ok, text) = kubectl(
+            &cluster,
+            kubeconfig,
+            &["get", "pods", "-n", mine, "-o", "name"],
+        );
+        assert!(ok, "{who} pods in {mine}: {text}");
+        let want = if mine == "alpha" {
+            "pod/p1\npod/p2\n"
+        } else {
+            "pod/q1\n"
+        };
+        assert_eq!(text, want, "{who} pods in {mine}");
+        let (ok, text) = kubectl(
+            &cluster,
+            kubeconfig,
+            &["get", "secret", "s", "-n", mine, "-o", "jsonpath={.data.k}"],
+        );
+        assert!(ok, "{who} secret in {mine}: {text}");
+        for args in [
+            &["get", "pods", "-n", other][..],
+            &["get", "secrets", "-n", other],
+            &["get", "pods", "-A"],
+        ] {
+            let (ok, text) = kubectl(&cluster, kubeconfig, args);
+            assert!(!ok && text.contains("Forbidden"), "{who} {args:?}: {text}");
+        }
+    }
+    // The cluster's own admin token (unknown to listwatch) is reviewed upstream:
+    // system:masters reads everything.
+    let (ok, text) = kubectl(&cluster, &admin, &["get", "pods", "-A", "-o", "name"]);
+    assert!(ok && text.lines().count() == 3, "admin: {text}");
+    // A token nobody knows is a 401.
+    let (ok, text) = kubectl(&cluster, &bogus, &["get", "pods", "-n", "alpha"]);
+    assert!(!ok && text.contains("Unauthorized"), "bogus: {text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,294 @@
+//! The real parts listwatch stands beside: an unmodified kube-apiserver 1.36 with its etcd
+//! (over mutual TLS, as kubeadm runs it), built and started by `../shared/k8s/` (its README),
+//! and the `listwatch` binary itself, built once per test process with every feature.
+//!
+//! Tests of the real-apiserver tier start with [`KubeCluster::start_or_skip`]: where no
+//! kube-apiserver can be built (no mirror of its source on this machine) they skip with
+//! that one reason; with `LISTWATCH_REQUIRE_KUBE=1` (what `scripts/test` sets when the mirror
+//! is there) the same reason fails the test instead, so a machine that can run the tier
+//! never skips it quietly.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// `../shared/k8s/` beside the repository.
+pub fn k8s_scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/k8s")
+}
+
+/// Where `build.sh` puts its binaries.
+const K8S_BIN: &str = "/tmp/k8s-bin";
+
+/// Builds kube-apiserver and etcd through `build.sh` when they are not there yet (once per
+/// process, serialized across processes by a lock file); why not, when they cannot be.
+fn ensure_built() -> Result<(), String> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = k8s_scripts().join("build.sh");
+            if !script.exists() {
+                return Err(format!("{} is missing", script.display()));
+            }
+            // build.sh exits at once when its binaries are current; flock keeps two test
+            // binaries from building into the same tree at once.
+            let out = Command::new("flock")
+                .arg("/tmp/k8s-build.lock")
+                .arg("bash")
+                .arg(&script)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("running {}: {e}", script.display()))?;
+            if out.status.success() && Path::new(K8S_BIN).join("kube-apiserver").exists() {
+                return Ok(());
+            }
+            let err = String::from_utf8_lossy(&out.stderr);
+            let why = err
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("build.sh:"))
+                .unwrap_or_else(|| err.lines().last().unwrap_or("no output"));
+            Err(format!("no kube-apiserver could be built: {why}"))
+        })
+        .clone()
+}
+
+/// A running etcd (mutual TLS) and kube-apiserver 1.36, stopped when dropped.
+pub struct KubeCluster {
+    /// kube-apiserver's secure port on 127.0.0.1.
+    pub port: u16,
+    /// `/tmp/k8s-run-PORT`: certificates, keys, logs.
+    pub dir: PathBuf,
+    /// The admin kubeconfig (a token in `system:masters`, the cluster CA).
+    pub kubeconfig: PathBuf,
+    /// The admin's bearer token.
+    pub admin_token: String,
+    /// etcd's client URL (`https://127.0.0.1:EPORT`).
+    pub etcd_url: String,
+}
+
+impl KubeCluster {
+    /// Starts a cluster, or says why none can run here.
+    pub fn start() -> Result<KubeCluster, String> {
+        ensure_built()?;
+        let port = crate::unlisted_port();
+        // etcd takes EPORT and EPORT+1 (peer): two adjacent free ports.
+        let etcd_port = loop {
+            let p = crate::unlisted_port();
+            if std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+                break p;
+            }
+        };
+        let out = Command::new("bash")
+            .arg(k8s_scripts().join("run.sh"))
+            .arg(port.to_string())
+            .arg(etcd_port.to_string())
+            .env("ETCD_TLS", "1")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("run.sh: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "run.sh {port} {etcd_port} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let kubeconfig = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let dir = kubeconfig
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let tokens = std::fs::read_to_string(dir.join("tokens.csv"))
+            .map_err(|e| format!("{}: {e}", dir.join("tokens.csv").display()))?;
+        let admin_token = tokens.split(',').next().unwrap_or_default().to_string();
+        Ok(KubeCluster {
+            port,
+            dir,
+            kubeconfig,
+            admin_token,
+            etcd_url: format!("https://127.0.0.1:{etcd_port}"),
+        })
+    }
+
+    /// Starts a cluster; `None` after printing the one reason it cannot run here (the
+    /// caller returns: the test is skipped), unless `LISTWATCH_REQUIRE_KUBE=1`, where that
+    /// reason fails the test.
+    pub fn start_or_skip(test: &str) -> Option<KubeCluster> {
+        match KubeCluster::start() {
+            Ok(c) => Some(c),
+            Err(why) if std::env::var("LISTWATCH_REQUIRE_KUBE").as_deref() == Ok("1") => {
+                panic!("{test}: {why} (LISTWATCH_REQUIRE_KUBE=1)")
+            }
+            Err(why) => {
+                eprintln!("{test}: skipped: {why}");
+                None
+            }
+        }
+    }
+
+    /// kube-apiserver's URL.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// A file of the run's PKI (`ca.pem`, `front-proxy-client.pem`, `etcd-ca.pem`, …).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// `kubectl --kubeconfig <admin> ARGS`: its output, whatever its exit status.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_with(&self.kubeconfig, args, None)
+    }
+
+    /// `kubectl --kubeconfig KC ARGS`, `stdin` fed to it when given.
+    pub fn kubectl_with(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+        use std::io::Write as _;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl runs (scripts/test installs it)");
+        if let Some(mut pipe) = child.stdin.take() {
+            let _ = pipe.write_all(stdin.unwrap_or_default().as_bytes());
+        }
+        child.wait_with_output().expect("kubectl")
+    }
+
+    /// `kubectl` as the admin, which must succeed: its stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        self.kubectl_ok_with(args, None)
+    }
+
+    /// `kubectl -f -` style: `stdin` fed to an admin kubectl that must succeed.
+    pub fn kubectl_ok_with(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl_with(&self.kubeconfig, args, stdin);
+        assert!(
+            out.status.success(),
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A serving certificate for 127.0.0.1 and localhost signed by the cluster CA (the CA
+    /// kubectl and client-go already trust): `(cert, key)` paths under `dir`.
+    pub fn serving_cert(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let (cert, key, csr, ext) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+            dir.join(format!("{name}.csr")),
+            dir.join(format!("{name}.ext")),
+        );
+        std::fs::write(
+            &ext,
+            "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .expect("ext file");
+        let run = |cmd: &mut Command| {
+            let out = cmd.output().expect("openssl");
+            assert!(
+                out.status.success(),
+                "openssl: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(Command::new("openssl")
+            .args(["req", "-newkey", "rsa:2048", "-nodes", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&csr)
+            .args(["-subj", &format!("/CN={name}")]));
+        run(Command::new("openssl")
+            .args(["x509", "-req", "-days", "2", "-CAcreateserial", "-in"])
+            .arg(&csr)
+            .arg("-CA")
+            .arg(self.file("ca.pem"))
+            .arg("-CAkey")
+            .arg(self.file("ca.key"))
+            .arg("-out")
+            .arg(&cert)
+            .arg("-extfile")
+            .arg(&ext));
+        (cert, key)
+    }
+
+    /// A kubeconfig at `path` naming `server` (trusting the cluster CA) with `token`.
+    pub fn kubeconfig_for(&self, path: &Path, server: &str, token: &str) -> PathBuf {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters:\n- name: k\n  cluster:\n    server: {server}\n    certificate-authority: {}\n\
+             users:\n- name: u\n  user:\n    token: {token}\n\
+             contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n",
+            self.file("ca.pem").display()
+        );
+        std::fs::write(path, text).expect("kubeconfig");
+        path.to_path_buf()
+    }
+}
+
+impl Drop for KubeCluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(k8s_scripts().join("run.sh"))
+            .arg("stop")
+            .arg(self.port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// The `listwatch` binary with every feature (`--source etcd` included), built by cargo
+/// once per test process into this workspace's target directory (seconds when current).
+pub fn listwatch_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        // target/<profile>/deps/<test> → target/<profile>
+        let exe = std::env::current_exe().expect("test executable");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>")
+            .to_path_buf();
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let target = profile_dir.parent().expect("target dir");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        // Without what cargo set for this test process (its package's CARGO_* and OUT_DIR):
+        // build scripts that watch such variables would otherwise see a change and rebuild
+        // the binary's whole tree at every run.
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            let ours = k.starts_with("CARGO_")
+                && !matches!(&*k, "CARGO_HOME" | "CARGO_TARGET_DIR" | "CARGO_BUILD_JOBS");
+            if ours || k == "OUT_DIR" {
+                cmd.env_remove(&*k);
+            }
+        }
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "listwatch-cli",
+            "--features",
+            "etcd",
+        ])
+        .arg("--target-dir")
+        .arg(target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if release {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("cargo build runs");
+        assert!(status.success(), "cargo build -p listwatch-cli failed");
+        profile_dir.join("listwatch")
+    })
+    .clone()
+}
