@@ -76,6 +76,7 @@ fn authz(c: &mut Criterion) {
         let user = User {
             name: user.into(),
             groups: vec!["system:authenticated".into()],
+            ..User::default()
         };
         Attributes::resource(user, "list", &pods, Some(ns), "")
     };
@@ -106,6 +107,7 @@ fn authz(c: &mut Criterion) {
         req.extensions_mut().insert(User {
             name: "user-999".into(),
             groups: vec!["system:authenticated".into()],
+            ..User::default()
         });
         req
     };

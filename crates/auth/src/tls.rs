@@ -118,11 +118,8 @@ fn server_config(
     client_roots: Option<rustls::RootCertStore>,
     ca: &Path,
 ) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
-        .collect::<Result<_, _>>()
-        .map_err(|e| invalid(cert, e))?;
-    let key_der = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| invalid(key, e))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let resolver = ReloadingCert::new(cert, key, provider.clone())?;
     let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid(cert, e))?;
@@ -130,11 +127,108 @@ fn server_config(
         None => builder.with_no_client_auth(),
         Some(roots) => builder.with_client_cert_verifier(verifier(roots, ca)?),
     };
-    let mut config = builder
-        .with_single_cert(certs, key_der)
-        .map_err(|e| invalid(key, e))?;
+    let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// How often the serving certificate's files are looked at (a `stat` each, on a handshake).
+const RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The serving certificate, read again from its files when they change (cert-manager and
+/// kubeadm renew them in place): each new handshake gets the current one, connections
+/// already open keep theirs. Files that do not parse keep the previous certificate (a
+/// warning is logged), as a half-written renewal must not take the server down.
+#[derive(Debug)]
+struct ReloadingCert {
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    current: parking_lot::Mutex<LoadedCert>,
+}
+
+#[derive(Debug)]
+struct LoadedCert {
+    key: Arc<rustls::sign::CertifiedKey>,
+    /// The files' modification times when read.
+    stamp: (Option<std::time::SystemTime>, Option<std::time::SystemTime>),
+    checked: std::time::Instant,
+}
+
+impl ReloadingCert {
+    fn new(
+        cert: &Path,
+        key: &Path,
+        provider: Arc<rustls::crypto::CryptoProvider>,
+    ) -> Result<Self, ConfigError> {
+        let loaded = LoadedCert {
+            stamp: stamps(cert, key),
+            key: Arc::new(certified_key(cert, key, &provider)?),
+            checked: std::time::Instant::now(),
+        };
+        Ok(ReloadingCert {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            provider,
+            current: parking_lot::Mutex::new(loaded),
+        })
+    }
+
+    /// The current certificate, read again first when a second has passed since the last
+    /// look and either file changed.
+    fn current(&self) -> Arc<rustls::sign::CertifiedKey> {
+        let mut c = self.current.lock();
+        if c.checked.elapsed() >= RELOAD_CHECK {
+            c.checked = std::time::Instant::now();
+            let stamp = stamps(&self.cert, &self.key);
+            if stamp != c.stamp {
+                match certified_key(&self.cert, &self.key, &self.provider) {
+                    Ok(k) => {
+                        c.key = Arc::new(k);
+                        c.stamp = stamp;
+                        tracing::info!(cert = %self.cert.display(), "serving certificate reloaded");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "serving certificate not reloaded; keeping the previous one")
+                    }
+                }
+            }
+        }
+        c.key.clone()
+    }
+}
+
+impl rustls::server::ResolvesServerCert for ReloadingCert {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+fn stamps(
+    cert: &Path,
+    key: &Path,
+) -> (Option<std::time::SystemTime>, Option<std::time::SystemTime>) {
+    let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    (m(cert), m(key))
+}
+
+/// The certificate chain and key of two PEM files, checked to belong together.
+fn certified_key(
+    cert: &Path,
+    key: &Path,
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<rustls::sign::CertifiedKey, ConfigError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
+        .collect::<Result<_, _>>()
+        .map_err(|e| invalid(cert, e))?;
+    if certs.is_empty() {
+        return Err(invalid(cert, "no certificate in the file"));
+    }
+    let key_der = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| invalid(key, e))?;
+    rustls::sign::CertifiedKey::from_der(certs, key_der, provider).map_err(|e| invalid(key, e))
 }
 
 /// The certificates of the PEM bundle `ca` as trust roots.

@@ -24,10 +24,18 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
 
+/// `listwatch --version`: the crate's version and the commit built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("LISTWATCH_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "listwatch",
-    version,
+    version = VERSION,
     about = "Kubernetes LIST/WATCH/watch-list server with flat memory"
 )]
 struct Cli {
@@ -91,9 +99,18 @@ struct ServeArgs {
     /// by watch).
     #[arg(long, value_enum, default_value = "embedded")]
     source: SourceKind,
-    /// etcd client URLs, comma-separated (with `--source etcd`).
-    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    /// etcd client URLs, comma-separated (with `--source etcd`; kube-apiserver's
+    /// `--etcd-servers`, also spelled `--etcd-endpoints`).
+    #[arg(
+        long = "etcd-servers",
+        alias = "etcd-endpoints",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
     etcd_endpoints: Vec<String>,
+    /// The prefix kube-apiserver keeps its objects under in etcd (its `--etcd-prefix`).
+    #[arg(long, default_value = "/registry")]
+    etcd_prefix: String,
     /// CA bundle (PEM) etcd's serving certificate is verified against, host name included
     /// (kube-apiserver's flag; needed for https:// endpoints).
     #[arg(long)]
@@ -116,9 +133,16 @@ struct ServeArgs {
     /// read values encrypted at rest with aescbc, aesgcm or secretbox (with `--source etcd`).
     #[arg(long)]
     encryption_provider_config: Option<std::path::PathBuf>,
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    /// Address to listen on (HOST:PORT); `--bind-address` and `--secure-port` say the same
+    /// in kube-apiserver's words.
+    #[arg(long, default_value = "127.0.0.1:8080", conflicts_with_all = ["bind_address", "secure_port"])]
     listen: String,
+    /// The address to serve on (kube-apiserver's flag; with `--secure-port`).
+    #[arg(long)]
+    bind_address: Option<String>,
+    /// The port to serve on (kube-apiserver's flag; with `--bind-address`, default 0.0.0.0).
+    #[arg(long)]
+    secure_port: Option<u16>,
     /// Extra resource types (JSON array of {group, version, resource, kind, namespaced,
     /// fieldSelectors}).
     #[arg(long)]
@@ -146,11 +170,17 @@ struct ServeArgs {
     /// Watch bookmark period in seconds.
     #[arg(long, default_value_t = 60)]
     bookmark_interval: u64,
-    /// TLS certificate (PEM); with --tls-key, serves HTTPS with HTTP/2 by ALPN.
-    #[arg(long, requires = "tls_key")]
+    /// TLS certificate (PEM; kube-apiserver's `--tls-cert-file`, also `--tls-cert`); with
+    /// the key, serves HTTPS with HTTP/2 by ALPN. Read again when the file changes (new
+    /// connections get the new certificate; open ones keep theirs).
+    #[arg(long = "tls-cert-file", alias = "tls-cert", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
-    /// TLS private key (PEM).
-    #[arg(long, requires = "tls_cert")]
+    /// TLS private key (PEM; `--tls-private-key-file`, also `--tls-key`).
+    #[arg(
+        long = "tls-private-key-file",
+        alias = "tls-key",
+        requires = "tls_cert"
+    )]
     tls_key: Option<PathBuf>,
     /// CA bundle (PEM) for client certificates: CN is the user, O the groups.
     #[arg(long, requires = "tls_cert")]
@@ -265,6 +295,11 @@ struct ServeArgs {
     /// MiB all in-flight LIST responses may buffer together (429 beyond).
     #[arg(long, default_value_t = 256)]
     response_buffer_mib: usize,
+    /// On SIGTERM/SIGINT, `/readyz` fails for this long while everything is still served
+    /// (so load balancers and Services take this replica out first), then the drain starts
+    /// (kube-apiserver's flag; Go duration).
+    #[arg(long, default_value = "0s", value_parser = go_duration)]
+    shutdown_delay_duration: std::time::Duration,
     /// On SIGTERM/SIGINT, end open watches spread over this many seconds.
     #[arg(long, default_value_t = 10)]
     shutdown_watch_termination_grace_period: u64,
@@ -402,11 +437,30 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
         })?;
         resources.extend(extra.into_iter().map(ResourceInfo::normalized));
     }
+    if args.source == SourceKind::Etcd {
+        resources = resources
+            .into_iter()
+            .map(|r| r.under_etcd_root(&args.etcd_prefix))
+            .collect();
+    }
     let registry = Registry::new(resources, 1, &StoreConfig::default());
-    let listener = listen(&args.listen).await?;
+    let addr = match (&args.bind_address, args.secure_port) {
+        (None, None) => args.listen.clone(),
+        (bind, port) => {
+            let host = bind.as_deref().unwrap_or("0.0.0.0");
+            let port = port.ok_or_else(|| anyhow!("--bind-address {host} needs --secure-port"))?;
+            if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            }
+        }
+    };
+    let listener = listen(&addr).await?;
     let local = listener.local_addr().context("--listen")?;
     let config = ServerConfig {
         advertise: local.to_string(),
+        git_commit: env!("LISTWATCH_GIT_COMMIT").into(),
         bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval.max(1)),
         request_log_per_second: args.request_log_per_second,
         shutdown_list_grace: std::time::Duration::from_secs(args.shutdown_list_grace_period),
@@ -432,15 +486,16 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 let (tls, certs) = tls_config_with_front_proxy(c, k, client_ca, &trust)
                     .map_err(|e| {
                         anyhow!(
-                            "--tls-cert/--tls-key/--client-ca-file/--requestheader-client-ca-file: {e}"
+                            "--tls-cert-file/--tls-private-key-file/--client-ca-file/--requestheader-client-ca-file: {e}"
                         )
                     })?;
                 (Some(tls), Some(Arc::new(certs)))
             }
             None => (
                 Some(
-                    tls_config(c, k, args.client_ca_file.as_deref())
-                        .map_err(|e| anyhow!("--tls-cert/--tls-key/--client-ca-file: {e}"))?,
+                    tls_config(c, k, args.client_ca_file.as_deref()).map_err(|e| {
+                        anyhow!("--tls-cert-file/--tls-private-key-file/--client-ca-file: {e}")
+                    })?,
                 ),
                 None,
             ),
@@ -471,7 +526,22 @@ async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // its own run queue and start at once, while those spawned from outside wait in the
     // global queue, which busy workers look at only now and then (64 concurrent LISTs: the
     // last connection's first poll came 310 ms after its accept).
-    tokio::spawn(serve_with(app, listener, options, shutdown_signal()))
+    let delay = args.shutdown_delay_duration;
+    let shutdown = {
+        let app = app.clone();
+        async move {
+            shutdown_signal().await;
+            if !delay.is_zero() {
+                app.begin_shutdown();
+                tracing::info!(
+                    ?delay,
+                    "shutting down: not ready, still serving until the delay passes"
+                );
+                tokio::time::sleep(delay).await;
+            }
+        }
+    };
+    tokio::spawn(serve_with(app, listener, options, shutdown))
         .await
         .context("the serving task failed")?
         .context("serving")?;
@@ -731,13 +801,23 @@ fn token_reviewer(
 }
 
 /// The upstream's URL (`--upstream`, else the kubeconfig's server) and the
-/// `--upstream-kubeconfig`, when an upstream is named.
+/// `--upstream-kubeconfig`, when an upstream is named; with `--source apiserver` and neither
+/// given, inside a pod, the in-cluster apiserver as client-go finds it (its service
+/// account's token kept current as the kubelet rotates it).
 fn upstream_target(
     args: &ServeArgs,
 ) -> anyhow::Result<Option<(String, listwatch_gateway::Kubeconfig)>> {
     let kubeconfig = match &args.upstream_kubeconfig {
         Some(p) => listwatch_gateway::Kubeconfig::from_file(p)
             .map_err(|e| anyhow!("--upstream-kubeconfig {e}"))?,
+        None if args.upstream.is_none() && args.source == SourceKind::Apiserver => {
+            let dir = std::env::var_os("LISTWATCH_SERVICE_ACCOUNT_DIR").map_or_else(
+                || PathBuf::from(listwatch_gateway::credentials::SERVICE_ACCOUNT_DIR),
+                PathBuf::from,
+            );
+            return listwatch_gateway::credentials::in_cluster(&dir)
+                .map_err(|e| anyhow!("in-cluster configuration (no --upstream): {e}"));
+        }
         None => listwatch_gateway::Kubeconfig::default(),
     };
     Ok(args
@@ -753,7 +833,7 @@ async fn apiserver_source(args: &ServeArgs) -> anyhow::Result<Arc<dyn Source>> {
     use listwatch_gateway::GatewayConfig;
     let Some((url, kubeconfig)) = upstream_target(args)? else {
         bail!(
-            "--source apiserver needs --upstream (or an --upstream-kubeconfig naming the server)"
+            "--source apiserver needs --upstream (or an --upstream-kubeconfig naming the server), or to run in a pod (KUBERNETES_SERVICE_HOST/PORT and its service account's token)"
         );
     };
     let mut config = GatewayConfig::with_own_credential(url.clone(), kubeconfig);
@@ -852,6 +932,7 @@ async fn etcd_source(
             decoder: ValueDecoder::new(decryptor),
             unsafe_direct_writes: args.etcd_unsafe_direct_writes,
             tls: https.then_some(tls),
+            prefix: args.etcd_prefix.clone(),
             ..EtcdConfig::default()
         },
     )

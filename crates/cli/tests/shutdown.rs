@@ -226,3 +226,53 @@ async fn list_read_slowly(addr: std::net::SocketAddr, pause: Duration) -> Vec<u8
     }
     body
 }
+
+/// `--shutdown-delay-duration`: after SIGTERM `/readyz` fails at once (naming the shutdown)
+/// while LISTs and new connections are still served, and only after the delay does the
+/// server drain and exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_fails_first_during_the_shutdown_delay() {
+    let (child, addr) =
+        listwatch_testkit::spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--demo-pods",
+            "10",
+            "--shutdown-delay-duration",
+            "2s",
+        ]));
+    assert_eq!(
+        listwatch_testkit::wait_ready(addr, Duration::from_secs(10)).await,
+        200
+    );
+    let term = sigterm(&child);
+    let readyz = |addr| async move {
+        listwatch_testkit::send(addr, "GET", "/readyz?verbose", &[], None)
+            .await
+            .map(|r| (r.status, String::from_utf8_lossy(&r.body).into_owned()))
+    };
+    let (status, body) = poll_until(
+        Duration::from_secs(1),
+        || readyz(addr),
+        |r| r.as_ref().is_some_and(|(s, _)| *s == 500),
+    )
+    .await
+    .expect("an answer during the delay");
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("[-]shutdown"), "{body}");
+    let list = listwatch_testkit::send(addr, "GET", "/api/v1/pods", &[], None)
+        .await
+        .expect("still served");
+    assert_eq!(list.status, 200);
+    assert!(
+        term.elapsed() < Duration::from_secs(2),
+        "checked within the delay"
+    );
+    assert_exits_0(child).await;
+    assert!(
+        term.elapsed() >= Duration::from_secs(2),
+        "exited {:?} after SIGTERM, before the delay",
+        term.elapsed()
+    );
+}

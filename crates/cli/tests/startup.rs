@@ -9,7 +9,8 @@ use std::process::Command;
 fn fails(args: &[&str]) -> String {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_listwatch"));
     cmd.arg("serve");
-    if !args.contains(&"--listen") {
+    let addressed = ["--listen", "--bind-address", "--secure-port"];
+    if !args.iter().any(|a| addressed.contains(a)) {
         cmd.args(["--listen", "127.0.0.1:0"]);
     }
     let out = cmd.args(args).output().expect("run listwatch");
@@ -127,4 +128,65 @@ fn bad_log_levels_and_credential_files_are_named() {
         "/nonexistent/front-proxy-ca.crt",
     ];
     fails_naming(&front_proxy, &named);
+}
+
+#[test]
+fn kube_apiserver_s_address_flags_are_checked() {
+    fails_naming(
+        &["--bind-address", "127.0.0.1"],
+        &["--bind-address 127.0.0.1 needs --secure-port"],
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port().to_string();
+    let args = ["--bind-address", "127.0.0.1", "--secure-port", &port];
+    fails_naming(
+        &args,
+        &[
+            &format!("127.0.0.1:{port}"),
+            "another process listens there",
+        ],
+    );
+}
+
+#[test]
+fn in_a_pod_without_its_token_the_mount_is_named() {
+    let out = Command::new(env!("CARGO_BIN_EXE_listwatch"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--source", "apiserver"])
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", "1")
+        .env(
+            "LISTWATCH_SERVICE_ACCOUNT_DIR",
+            "/nonexistent/serviceaccount",
+        )
+        .output()
+        .expect("run listwatch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for part in [
+        "in-cluster configuration",
+        "/nonexistent/serviceaccount/ca.crt",
+    ] {
+        assert!(stderr.contains(part), "{part:?} not in: {stderr}");
+    }
+}
+
+#[test]
+fn the_version_names_the_commit() {
+    let out = Command::new(env!("CARGO_BIN_EXE_listwatch"))
+        .arg("--version")
+        .output()
+        .expect("run listwatch");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.starts_with(&format!("listwatch {} (", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    // Built in a git checkout (CI's clone is one), the commit is HEAD's.
+    if let Ok(head) = Command::new("git").args(["rev-parse", "HEAD"]).output()
+        && head.status.success()
+    {
+        let head = String::from_utf8_lossy(&head.stdout);
+        assert!(text.contains(head.trim()), "{text} does not name {head}");
+    }
 }

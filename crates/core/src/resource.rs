@@ -3,6 +3,9 @@
 
 use serde::Deserialize;
 
+/// Where kube-apiserver keeps objects in etcd unless `--etcd-prefix` says otherwise.
+pub const DEFAULT_ETCD_ROOT: &str = "/registry";
+
 /// One served resource type (a GroupVersionResource plus what serving it needs).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -163,7 +166,8 @@ impl ResourceInfo {
         }
     }
 
-    /// Fills defaults derived from other fields (singular name, etcd prefix).
+    /// Fills defaults derived from other fields (singular name, etcd prefix under
+    /// [`DEFAULT_ETCD_ROOT`]).
     pub fn normalized(mut self) -> Self {
         if self.singular.is_empty() {
             self.singular = self.kind.to_ascii_lowercase();
@@ -174,6 +178,18 @@ impl ResourceInfo {
             } else {
                 format!("/registry/{}/{}/", self.group, self.resource)
             };
+        }
+        self
+    }
+
+    /// This resource under another etcd root than kube-apiserver's default `/registry`
+    /// (its `--etcd-prefix`): `/registry/pods/` becomes `<root>/pods/`.
+    pub fn under_etcd_root(mut self, root: &str) -> Self {
+        let root = root.trim_end_matches('/');
+        if root != DEFAULT_ETCD_ROOT
+            && let Some(rest) = self.etcd_prefix.strip_prefix(DEFAULT_ETCD_ROOT)
+        {
+            self.etcd_prefix = format!("{root}{rest}");
         }
         self
     }

@@ -39,6 +39,9 @@ pub struct EtcdConfig {
     /// TLS to etcd (for `https://` endpoints): the CA etcd's certificate is verified
     /// against, host names included, and the client certificate etcd asks for.
     pub tls: Option<EtcdTls>,
+    /// kube-apiserver's `--etcd-prefix`: custom resources found later are read under it
+    /// (built-in resources come with their prefixes set: `ResourceInfo::under_etcd_root`).
+    pub prefix: String,
 }
 
 /// TLS material for etcd, as PEM: kube-apiserver's `--etcd-cafile`, `--etcd-certfile`,
@@ -78,6 +81,7 @@ impl Default for EtcdConfig {
             decoder: ValueDecoder::default(),
             unsafe_direct_writes: false,
             tls: None,
+            prefix: listwatch_core::resource::DEFAULT_ETCD_ROOT.into(),
         }
     }
 }

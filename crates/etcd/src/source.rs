@@ -231,6 +231,7 @@ impl EtcdSource {
             if custom.contains_key(&key) {
                 continue;
             }
+            let info = info.under_etcd_root(&self.config.prefix);
             if self
                 .registry
                 .get(&key.0, &key.1, &key.2)

@@ -18,8 +18,8 @@ pub struct Kubeconfig {
     pub ca_pem: Option<Vec<u8>>,
     /// Client certificate and key (PEM).
     pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
-    /// Bearer token (`token` or the contents of `tokenFile`).
-    pub token: Option<String>,
+    /// Bearer token: `token`, or `tokenFile` (read again as it changes).
+    pub token: Option<crate::TokenSource>,
 }
 
 #[derive(Deserialize)]
@@ -114,13 +114,14 @@ impl Kubeconfig {
         let cert = material(&user.cert_data, &user.cert_file, "client-certificate")?;
         let key = material(&user.key_data, &user.key_file, "client-key")?;
         let token = match (&user.token, &user.token_file) {
-            (Some(t), _) => Some(t.clone()),
-            (None, Some(f)) => Some(
-                std::fs::read_to_string(dir.join(f))
-                    .map_err(|e| bad(format!("tokenFile {}: {e}", f.display())))?
-                    .trim()
-                    .to_string(),
-            ),
+            (Some(t), _) => Some(crate::TokenSource::Value(t.clone())),
+            (None, Some(f)) => {
+                let source = crate::TokenSource::File(dir.join(f));
+                // Readable now, so a wrong path is named at start-up.
+                crate::Bearer::new(&source)
+                    .map_err(|e| bad(format!("tokenFile {}: {e}", f.display())))?;
+                Some(source)
+            }
             (None, None) => None,
         };
         Ok(Kubeconfig {

@@ -32,8 +32,10 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::Semaphore;
 
+pub mod credentials;
 mod kubeconfig;
 mod pool;
+pub use credentials::{Bearer, TokenSource};
 pub use kubeconfig::Kubeconfig;
 
 /// Why the gateway cannot be set up.
@@ -71,8 +73,8 @@ pub struct GatewayConfig {
     /// Client certificate and key (PEM) presented to the upstream: the front-proxy
     /// certificate, or listwatch's own from its kubeconfig.
     pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
-    /// listwatch's own bearer token (with [`Identity::Impersonate`]).
-    pub token: Option<String>,
+    /// listwatch's own bearer token (with [`Identity::Impersonate`]), kept current.
+    pub token: Option<TokenSource>,
     /// How identities cross the hop.
     pub identity: Identity,
     /// Connecting (TCP and TLS) gives up after this: 503.
@@ -201,7 +203,7 @@ pub struct Gateway {
     inline: Arc<pool::InlinePool>,
     base: Uri,
     identity: Identity,
-    token: Option<HeaderValue>,
+    token: Option<Bearer>,
     response_timeout: Duration,
     slots: Arc<Semaphore>,
     counters: Arc<Counters>,
@@ -383,7 +385,7 @@ impl Gateway {
             Identity::Impersonate => {
                 h.remove(header::AUTHORIZATION);
                 if let Some(t) = &self.token {
-                    h.insert(header::AUTHORIZATION, t.clone());
+                    h.insert(header::AUTHORIZATION, t.header());
                 }
                 put_identity(h, IdentityHeaders::IMPERSONATE, &user)?;
             }
@@ -570,16 +572,10 @@ pub fn base_uri(config: &GatewayConfig) -> Result<Uri, GatewayError> {
     Ok(base)
 }
 
-/// The `Authorization` header carrying the configured token, if any.
-pub fn bearer(config: &GatewayConfig) -> Result<Option<HeaderValue>, GatewayError> {
-    config
-        .token
-        .as_ref()
-        .map(|t| {
-            HeaderValue::try_from(format!("Bearer {t}"))
-                .map_err(|_| GatewayError::Config("token is not a header value".into()))
-        })
-        .transpose()
+/// The `Authorization` header carrying the configured token, if any, kept current as a
+/// token file rotates.
+pub fn bearer(config: &GatewayConfig) -> Result<Option<Bearer>, GatewayError> {
+    config.token.as_ref().map(Bearer::new).transpose()
 }
 
 /// The pooled hyper client over rustls that `config` describes (CA, client certificate,
@@ -710,7 +706,7 @@ impl Body for Relay {
 pub struct ReviewClient {
     client: UpstreamClient<http_body_util::Full<Bytes>>,
     uri: Uri,
-    token: Option<HeaderValue>,
+    token: Option<Bearer>,
     timeout: Duration,
 }
 
@@ -735,7 +731,7 @@ impl ReviewClient {
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "application/json");
         if let Some(t) = &self.token {
-            req = req.header(header::AUTHORIZATION, t.clone());
+            req = req.header(header::AUTHORIZATION, t.header());
         }
         let req = req
             .body(http_body_util::Full::new(review))

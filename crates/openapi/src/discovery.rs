@@ -103,12 +103,12 @@ pub fn resource_list(
 }
 
 /// `/version`.
-pub fn version() -> Value {
+pub fn version(git_commit: &str) -> Value {
     json!({
         "major": "1",
         "minor": "36",
         "gitVersion": format!("v1.36.0-listwatch.{}", env!("CARGO_PKG_VERSION")),
-        "gitCommit": "",
+        "gitCommit": git_commit,
         "gitTreeState": "clean",
         "buildDate": "",
         "goVersion": "",

@@ -29,6 +29,10 @@ pub struct Discovery<'a> {
     /// `Some(false)` until the housekeeping loop has measured the loaded collections'
     /// protobuf lengths once; `None` when no loop was started.
     pub lengths_measured: Option<bool>,
+    /// The server is shutting down: `/readyz` fails.
+    pub shutting_down: bool,
+    /// `/version`'s `gitCommit`.
+    pub git_commit: &'a str,
 }
 
 impl Discovery<'_> {
@@ -51,7 +55,7 @@ impl Discovery<'_> {
             }
             DiscoveryPath::GroupVersion(g, v) => resource_list(self.registry, &g, &v, writable)
                 .map_or(Err(ApiError::UnknownPath), ok),
-            DiscoveryPath::Version => ok(version()),
+            DiscoveryPath::Version => ok(version(self.git_commit)),
             // Parsed as its own request kind (it negotiates by headers).
             DiscoveryPath::OpenApi => Err(ApiError::UnknownPath),
             DiscoveryPath::Health => Ok(response::text(StatusCode::OK, TEXT, "ok")),
@@ -129,6 +133,10 @@ impl Discovery<'_> {
             } else {
                 "[-]protobuf-lengths not measured yet\n"
             });
+        }
+        if self.shutting_down {
+            ok = false;
+            text.push_str("[-]shutdown failed: reason withheld\n");
         }
         if ok && !verbose {
             text = "ok".into();

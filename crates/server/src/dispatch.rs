@@ -35,6 +35,8 @@ pub(crate) struct Service {
     pub pass_through: std::sync::OnceLock<Arc<dyn crate::PassThrough>>,
     /// Readiness as far as protobuf lengths go (see [`crate::LengthsMeasured`]).
     pub lengths: crate::LengthsMeasured,
+    /// Set by [`crate::App::begin_shutdown`]: readiness fails.
+    pub shutting_down: std::sync::atomic::AtomicBool,
 }
 
 impl Service {
@@ -108,6 +110,10 @@ impl Service {
                     metrics: &self.metrics,
                     pass_through: self.pass_through.get().map(|p| &**p),
                     lengths_measured: self.lengths.get(),
+                    shutting_down: self
+                        .shutting_down
+                        .load(std::sync::atomic::Ordering::Acquire),
+                    git_commit: &self.config.git_commit,
                 };
                 d.respond(path, accept.as_deref(), head.params.verbose)
             }

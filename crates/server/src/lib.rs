@@ -57,6 +57,8 @@ pub struct ServerConfig {
     /// connections are closed (kube-apiserver's HTTP server waits 60 s). A response cut at
     /// this bound ends without its terminating chunk, so no client takes it for complete.
     pub shutdown_list_grace: Duration,
+    /// The commit the binary was built from, for `/version`'s `gitCommit` (empty: unknown).
+    pub git_commit: String,
 }
 
 impl Default for ServerConfig {
@@ -71,6 +73,7 @@ impl Default for ServerConfig {
             limits: limits::LimitConfig::default(),
             request_log_per_second: metrics::DEFAULT_REQUEST_LOG_PER_SECOND,
             shutdown_list_grace: Duration::from_secs(60),
+            git_commit: String::new(),
         }
     }
 }
@@ -163,6 +166,7 @@ impl App {
                 openapi: listwatch_openapi::OpenApiCache::default(),
                 pass_through: std::sync::OnceLock::new(),
                 lengths: LengthsMeasured::default(),
+                shutting_down: std::sync::atomic::AtomicBool::new(false),
                 config,
             },
         })
@@ -226,6 +230,15 @@ impl App {
         for s in self.service.registry.stores() {
             s.maintain();
         }
+    }
+
+    /// Says the server is shutting down: `/readyz` fails from now on (kube-apiserver's
+    /// `--shutdown-delay-duration` phase), so load balancers stop sending new clients while
+    /// everything still works; [`App::drain`] follows.
+    pub fn begin_shutdown(&self) {
+        self.service
+            .shutting_down
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Starts draining: every open watch ends at a random moment within `grace` (like

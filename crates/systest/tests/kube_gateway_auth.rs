@@ -6,19 +6,9 @@
 //! the client, over TLS (it sends a token only over TLS).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use listwatch_testkit::kube::{KubeCluster, listwatch_binary};
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use listwatch_testkit::kube::{KubeCluster, Listwatch};
 
 /// Namespaces `alpha` and `beta` (with the `default` service accounts no controller makes
 /// here), each with pods and a secret; service accounts `reader`
@@ -59,39 +49,6 @@ items:
   subjects: [{kind: User, name: bob, apiGroup: rbac.authorization.k8s.io}]
 "#;
 
-/// Starts `listwatch serve ARGS` and waits until its `/readyz` answers 200 over TLS
-/// (trusting `ca`), giving up after `within`.
-fn start_listwatch(args: &[&std::ffi::OsStr], port: u16, ca: &Path, within: Duration) -> Killed {
-    let log = std::env::temp_dir().join(format!("listwatch-kube-{port}.log"));
-    let child = Command::new(listwatch_binary())
-        .arg("serve")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).expect("log file"))
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("listwatch starts");
-    let server = Killed(child);
-    let deadline = Instant::now() + within;
-    loop {
-        let out = Command::new("curl")
-            .args(["-s", "--max-time", "2", "--cacert"])
-            .arg(ca)
-            .arg(format!("https://127.0.0.1:{port}/readyz"))
-            .output()
-            .expect("curl");
-        if out.stdout == b"ok" {
-            return server;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "listwatch not ready in {within:?}: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// `kubectl ARGS` with `kubeconfig`: whether it succeeded, and its stdout or stderr.
 fn kubectl(cluster: &KubeCluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     let out = cluster.kubectl_with(kubeconfig, args, None);
@@ -130,13 +87,9 @@ fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
         "alice-token,alice,alice-uid\nbob-token,bob,bob-uid\n",
     )
     .expect("tokens");
-    let port = listwatch_testkit::unlisted_port();
-    let listen = format!("127.0.0.1:{port}");
     let upstream = cluster.url();
     // docs/gateway.md's way in, with no authorization mode and no service-account key.
     let args: Vec<&std::ffi::OsStr> = vec![
-        "--listen".as_ref(),
-        listen.as_ref(),
         "--source".as_ref(),
         "apiserver".as_ref(),
         "--upstream".as_ref(),
@@ -150,13 +103,8 @@ fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
         "--token-auth-file".as_ref(),
         tokens.as_os_str(),
     ];
-    let _lw = start_listwatch(
-        &args,
-        port,
-        &cluster.file("ca.pem"),
-        Duration::from_secs(60),
-    );
-    let server = format!("https://127.0.0.1:{port}");
+    let lw = Listwatch::start(&args, &[], &cluster.file("ca.pem"), Duration::from_secs(60));
+    let server = lw.url();
     let kc = |name: &str, token: &str| -> PathBuf {
         cluster.kubeconfig_for(&dir.join(format!("{name}.kubeconfig")), &server, token)
     };

@@ -292,3 +292,84 @@ pub fn listwatch_binary() -> PathBuf {
     })
     .clone()
 }
+
+/// A `listwatch serve` process serving TLS on 127.0.0.1, killed when dropped; its log is
+/// kept in a file named in failures.
+pub struct Listwatch {
+    child: std::process::Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// Its log (stdout).
+    pub log: PathBuf,
+}
+
+impl Listwatch {
+    /// Starts `listwatch serve --listen 127.0.0.1:<free port> ARGS` with `env` added to
+    /// its environment, and waits until `/readyz` answers `ok` over TLS (trusting `ca`),
+    /// panicking with its log after `within`.
+    pub fn start(
+        args: &[&std::ffi::OsStr],
+        env: &[(&str, &std::ffi::OsStr)],
+        ca: &Path,
+        within: std::time::Duration,
+    ) -> Listwatch {
+        let port = crate::unlisted_port();
+        let log = std::env::temp_dir().join(format!("listwatch-{}-{port}.log", std::process::id()));
+        let mut cmd = Command::new(listwatch_binary());
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).expect("log file"))
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let lw = Listwatch {
+            child: cmd.spawn().expect("listwatch starts"),
+            port,
+            log,
+        };
+        let deadline = std::time::Instant::now() + within;
+        while lw.curl(ca, &["/readyz"]).stdout != b"ok" {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "listwatch not ready in {within:?}: {}",
+                lw.log_text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        lw
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// `curl -s --cacert CA` of `args` (the last one a path on this server, or options
+    /// before it), within 10 s.
+    pub fn curl(&self, ca: &Path, args: &[&str]) -> Output {
+        let (path, options) = args.split_last().expect("a path");
+        Command::new("curl")
+            .args(["-s", "--max-time", "10", "--cacert"])
+            .arg(ca)
+            .args(options)
+            .arg(format!("{}{path}", self.url()))
+            .output()
+            .expect("curl runs")
+    }
+
+    /// What it logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Listwatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

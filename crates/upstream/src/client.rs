@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderValue, Request, StatusCode, Uri, header};
+use http::{Request, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use listwatch_gateway::{GatewayConfig, UpstreamClient};
@@ -17,7 +17,7 @@ use crate::UpstreamError;
 pub(crate) struct Upstream {
     client: UpstreamClient<Empty<Bytes>>,
     base: String,
-    token: Option<HeaderValue>,
+    token: Option<listwatch_gateway::Bearer>,
     timeout: Duration,
     /// How often each followed resource's stream was resumed or relisted.
     pub(crate) counts: crate::follower::FollowerCounts,
@@ -68,7 +68,7 @@ impl Upstream {
             .map_err(|e| UpstreamError::Config(format!("{path_and_query}: {e}")))?;
         let mut req = Request::get(uri).header(header::ACCEPT, "application/json");
         if let Some(t) = &self.token {
-            req = req.header(header::AUTHORIZATION, t.clone());
+            req = req.header(header::AUTHORIZATION, t.header());
         }
         let req = req
             .body(Empty::new())
