@@ -152,6 +152,12 @@ impl Source for Views {
         self.inner.skipped_values()
     }
 
+    // Without this the binary (which always wraps its source in views) lost the apiserver
+    // and etcd sources' metrics from /metrics.
+    fn metrics_text(&self) -> String {
+        self.inner.metrics_text()
+    }
+
     fn writer(&self) -> Option<&dyn SourceWriter> {
         self.inner.writer().map(|_| self as &dyn SourceWriter)
     }

@@ -63,10 +63,19 @@ impl Upstream {
         &self,
         path_and_query: &str,
     ) -> Result<http::Response<Incoming>, UpstreamError> {
+        self.get_as(path_and_query, "application/json").await
+    }
+
+    /// Sends `GET path_and_query` asking for `accept`; the response head within the timeout.
+    async fn get_as(
+        &self,
+        path_and_query: &str,
+        accept: &str,
+    ) -> Result<http::Response<Incoming>, UpstreamError> {
         let uri: Uri = format!("{}{path_and_query}", self.base)
             .parse()
             .map_err(|e| UpstreamError::Config(format!("{path_and_query}: {e}")))?;
-        let mut req = Request::get(uri).header(header::ACCEPT, "application/json");
+        let mut req = Request::get(uri).header(header::ACCEPT, accept);
         if let Some(t) = &self.token {
             req = req.header(header::AUTHORIZATION, t.header());
         }
@@ -85,8 +94,27 @@ impl Upstream {
 
     /// `GET path_and_query`, the whole body; a non-2xx answer is [`UpstreamError::Status`].
     pub(crate) async fn get_body(&self, path_and_query: &str) -> Result<Bytes, UpstreamError> {
-        let resp = self.get(path_and_query).await?;
+        Ok(self
+            .get_body_as(path_and_query, "application/json")
+            .await?
+            .1)
+    }
+
+    /// `GET path_and_query` asking for `accept`: the `Content-Type` and the whole body; a
+    /// non-2xx answer is [`UpstreamError::Status`].
+    async fn get_body_as(
+        &self,
+        path_and_query: &str,
+        accept: &str,
+    ) -> Result<(String, Bytes), UpstreamError> {
+        let resp = self.get_as(path_and_query, accept).await?;
         let status = resp.status();
+        let content_type = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
         let body = tokio::time::timeout(self.timeout, resp.into_body().collect())
             .await
             .map_err(|_| UpstreamError::Http("body timed out".into()))?
@@ -98,7 +126,7 @@ impl Upstream {
                 String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
             ));
         }
-        Ok(body)
+        Ok((content_type, body))
     }
 
     /// `GET path_and_query` decoded as JSON.
@@ -138,6 +166,39 @@ impl Upstream {
             cont = p.metadata.continue_;
         }
         Ok((rv.unwrap_or(0), items))
+    }
+}
+
+impl Upstream {
+    /// The whole collection at `path` as metadata only (`PartialObjectMetadataList`, by pages
+    /// of `page`, at the first page's RV): the RV, every object's namespace, name and RV,
+    /// and the bytes the upstream sent.
+    pub(crate) async fn list_metadata_all(
+        &self,
+        path: &str,
+        page: usize,
+    ) -> Result<(u64, Vec<crate::metadata::ItemMeta>, usize), UpstreamError> {
+        let mut items = Vec::new();
+        let (mut cont, mut rv, mut bytes) = (String::new(), None, 0);
+        loop {
+            let mut q = format!("{path}?limit={page}");
+            if !cont.is_empty() {
+                q.push_str("&continue=");
+                q.push_str(&encode(&cont));
+            }
+            let (content_type, body) = self.get_body_as(&q, crate::metadata::ACCEPT).await?;
+            bytes += body.len();
+            let p = crate::metadata::parse(&content_type, &body)?;
+            if rv.is_none() {
+                rv = Some(parse_rv(&p.resource_version)?);
+            }
+            items.extend(p.items);
+            if p.continue_.is_empty() {
+                break;
+            }
+            cont = p.continue_;
+        }
+        Ok((rv.unwrap_or(0), items, bytes))
     }
 }
 

@@ -6,6 +6,7 @@
 mod client;
 mod discovery;
 mod follower;
+mod metadata;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -82,8 +83,10 @@ pub struct ConsistentStats {
     pub coalesced: AtomicU64,
     /// Probes the stream answered within [`STREAM_GRACE`].
     pub by_stream: AtomicU64,
-    /// Full LISTs made to prove an idle resource's cache current.
+    /// Metadata-only LISTs made to prove an idle resource's cache current.
     pub proof_lists: AtomicU64,
+    /// Bytes those LISTs read from the upstream.
+    pub proof_bytes: AtomicU64,
 }
 
 /// The apiserver source.
@@ -269,11 +272,13 @@ impl UpstreamSource {
 
     /// Learns the upstream's current RV `r` (`LIST limit=1`, RV unset: a quorum read) and
     /// makes the store reach it: by the stream within [`STREAM_GRACE`], or, for a resource
-    /// with nothing newer to deliver, by proving the cache current: a full LIST (at
-    /// `a ≥ r`) whose every item is in the cache at the same RV, with the same count, shows
-    /// that the upstream's collection at `a` is the cache's, so the store is advanced to
-    /// `a`. (An object created and deleted in between leaves no trace in the LIST; its
-    /// events, arriving later at or below the store's RV, make the follower relist.)
+    /// with nothing newer to deliver, by proving the cache current: a LIST of the
+    /// collection's metadata alone (`PartialObjectMetadataList`, protobuf where offered: no
+    /// object bodies) at `a ≥ r` whose every item is in the cache at the same RV, with the
+    /// same count, shows that the upstream's collection at `a` is the cache's, so the store
+    /// is advanced to `a`. (An object created and deleted in between leaves no trace in the
+    /// LIST; its events, arriving later at or below the store's RV, make the follower
+    /// relist.)
     async fn establish(&self, store: &Store, path: &str) -> Result<u64, UpstreamError> {
         self.stats.probes.fetch_add(1, Ordering::Relaxed);
         let page: ListPage = self.up.get_json(&format!("{path}?limit=1")).await?;
@@ -282,19 +287,25 @@ impl UpstreamSource {
             self.stats.by_stream.fetch_add(1, Ordering::Relaxed);
             return Ok(target);
         }
+        let info = store.info();
         for _ in 0..PROOF_ROUNDS {
             if !store.is_ready() || store.rv() >= target {
                 break;
             }
             let snap = store.current();
             self.stats.proof_lists.fetch_add(1, Ordering::Relaxed);
-            let (at, items) = self.up.list_all(path, follower::PAGE).await?;
+            let (at, items, bytes) = self.up.list_metadata_all(path, follower::PAGE).await?;
+            self.stats
+                .proof_bytes
+                .fetch_add(bytes as u64, Ordering::Relaxed);
             let mut same = items.len() == snap.len();
             let mut newest = 0;
             for o in &items {
-                let (key, rv) = follower::key_and_rv(store, o.get().as_bytes())?;
+                let rv = parse_rv(&o.resource_version)?;
                 newest = newest.max(rv);
-                same &= snap.get(&key).is_some_and(|r| r.rv() == rv);
+                same &= snap
+                    .get(&info.key(&o.namespace, &o.name))
+                    .is_some_and(|r| r.rv() == rv);
             }
             // Only if nothing was applied or replaced since the snapshot compared.
             if same && store.progress_from(snap.rv(), at) {
@@ -356,8 +367,13 @@ impl Source for UpstreamSource {
             ),
             (
                 "listwatch_upstream_proof_lists",
-                "Full LISTs made to prove an idle resource's cache current",
+                "Metadata-only LISTs made to prove an idle resource's cache current",
                 &s.proof_lists,
+            ),
+            (
+                "listwatch_upstream_proof_bytes",
+                "Bytes the proof LISTs read from the upstream",
+                &s.proof_bytes,
             ),
         ] {
             r.register(name, help, ConstCounter::new(count.load(Ordering::Relaxed)));

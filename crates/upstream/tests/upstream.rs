@@ -165,6 +165,17 @@ async fn a_consistent_list_after_a_write_contains_it() {
     assert!(at >= now, "pods read at {at}, before the upstream's {now}");
     let proofs = source.stats().proof_lists.load(Ordering::Relaxed);
     assert!(proofs >= 1);
+    // The proof read metadata alone: less than a quarter of the full LIST per proof.
+    let full = listwatch_testkit::send(up, "GET", "/api/v1/pods", &[], None)
+        .await
+        .expect("full LIST")
+        .body
+        .len() as u64;
+    let bytes = source.stats().proof_bytes.load(Ordering::Relaxed);
+    assert!(
+        bytes * 4 <= full * proofs,
+        "{proofs} proofs read {bytes} B; the full LIST is {full} B"
+    );
     // What the consistent reads cost the upstream is on the front's /metrics.
     let r = listwatch_testkit::send(front, "GET", "/metrics", &[], None)
         .await
@@ -177,6 +188,7 @@ async fn a_consistent_list_after_a_write_contains_it() {
             .unwrap_or_else(|| panic!("{name} missing from {metrics}"))
     };
     assert!(value("listwatch_upstream_proof_lists_total") >= proofs);
+    assert!(value("listwatch_upstream_proof_bytes_total") >= bytes);
     assert!(value("listwatch_upstream_consistent_probes_total") >= 1);
     assert!(metrics.ends_with("# EOF\n"), "{metrics}");
 }
