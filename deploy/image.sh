@@ -10,9 +10,10 @@
 # BINARY (or $LISTWATCH_BINARY): a `listwatch` built with `cargo build --release -p
 # listwatch-cli --features etcd`; without one, that build is run here (seconds when it is
 # current). $LISTWATCH_IMAGE names the repository (default `localhost/listwatch`);
-# $STORAGE_DRIVER picks buildah's storage driver (default: overlay, else vfs where overlay
-# cannot mount). The image is tagged `<version>-<short commit>` and `<version>`; progress
-# goes to stderr, and the last line of stdout names the image.
+# $STORAGE_DRIVER picks buildah's storage driver (default: the configured one, else vfs
+# where it cannot mount; then stderr says `storage driver vfs`). The image is tagged
+# `<version>-<short commit>` and `<version>`; progress goes to stderr, and the last line of
+# stdout names the image.
 set -euo pipefail
 
 say() { printf 'image.sh: %s\n' "$*" >&2; }
@@ -48,7 +49,7 @@ image="$name:$version-$short"
 stage="$(mktemp -d)"
 ctr=""
 cleanup() {
-  [ -n "$ctr" ] && buildah ${driver:+--storage-driver "$driver"} rm "$ctr" >/dev/null 2>&1 || true
+  [ -n "$ctr" ] && bah rm "$ctr" >/dev/null 2>&1 || true
   rm -rf "$stage"
 }
 trap cleanup EXIT
@@ -73,18 +74,16 @@ listwatch:x:65532:
 EOF
 echo 'hosts: files dns' >"$stage/etc/nsswitch.conf"
 
+# The storage podman and buildah are configured with, unless it cannot mount here; then
+# vfs, which podman must be told too (`podman --storage-driver vfs image mount …`).
 driver="${STORAGE_DRIVER:-}"
-if [ -z "$driver" ]; then
-  if ctr="$(buildah from --name "listwatch-build-$$" scratch 2>/dev/null)"; then
-    driver=overlay
-  else
-    say "overlay storage failed; using --storage-driver vfs"
-    driver=vfs
-  fi
+bah() { buildah ${driver:+--storage-driver "$driver"} "$@"; }
+if ! ctr="$(bah from --name "listwatch-build-$$" scratch 2>/dev/null)"; then
+  [ -z "$driver" ] || die "buildah --storage-driver $driver from scratch failed"
+  driver=vfs
+  ctr="$(bah from --name "listwatch-build-$$" scratch)"
 fi
-bah() { buildah --storage-driver "$driver" "$@"; }
-[ -n "$ctr" ] || ctr="$(bah from --name "listwatch-build-$$" scratch)"
-say "storage driver $driver"
+[ -z "$driver" ] || say "storage driver $driver"
 
 bah copy "$ctr" "$stage" / >/dev/null
 created="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
