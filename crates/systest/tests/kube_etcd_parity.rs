@@ -40,6 +40,9 @@ const CRS: &str = include_str!("data/kube-etcd-parity-crs.yaml");
 /// two servers are made one after the other, seconds apart at most.
 const CLOCK_SLACK: u64 = 5;
 
+/// How long the watches stay open after the last write.
+const DELIVERY: Duration = Duration::from_secs(3);
+
 /// Table columns kube-apiserver renders relative to the time of the request.
 const CLOCK_COLUMNS: &[&str] = &[
     "Age",
@@ -761,7 +764,8 @@ fn compare_watches(cluster: &KubeCluster, kube: &Server, lw: &Server, findings: 
         ),
         (format!("/apis/apps/v1/deployments{q}"), PROTOBUF),
     ];
-    let secs = 12;
+    // Ended by the test once the writes are done (the bound only guards a hung run).
+    let secs = 120;
     let started: Vec<_> = watches
         .iter()
         .map(|(path, accept)| (kube.watch(path, accept, secs), lw.watch(path, accept, secs)))
@@ -813,9 +817,15 @@ fn compare_watches(cluster: &KubeCluster, kube: &Server, lw: &Server, findings: 
         "-n",
         "par-a",
     ]);
+    // Every event is on both streams well within this after the last write (both servers
+    // deliver in milliseconds here); then both watches are ended at the same point.
+    std::thread::sleep(DELIVERY);
+    let ended = |mut c: Child| {
+        let _ = c.kill();
+        c.wait_with_output().expect("curl").stdout
+    };
     for ((path, accept), (want, got)) in watches.iter().zip(started) {
-        let want = want.wait_with_output().expect("curl").stdout;
-        let got = got.wait_with_output().expect("curl").stdout;
+        let (want, got) = (ended(want), ended(got));
         let view = format!("WATCH {path} {accept}");
         if accept == &JSON {
             let events = |b: &[u8]| -> Vec<Value> {
