@@ -216,16 +216,26 @@ static NODES: BuiltinPrinter = BuiltinPrinter {
         }
         roles.sort();
         roles.dedup();
+        // The first address of the kind, as kube's getNodeInternalIP/ExternalIP.
         let address = |kind: &str| {
-            let mut v = Vec::new();
-            for a in elements(b, &["status", "addresses"]) {
-                if text(b, a.0, &["type"]) == Some(kind) {
-                    v.push(text(b, a.0, &["address"]).unwrap_or("").to_string());
-                }
-            }
-            or_none(v.join(","))
+            elements(b, &["status", "addresses"])
+                .into_iter()
+                .find(|a| text(b, a.0, &["type"]) == Some(kind))
+                .map_or_else(
+                    || "<none>".to_string(),
+                    |a| text(b, a.0, &["address"]).unwrap_or("").to_string(),
+                )
         };
-        let mut kernel = s(b, &["status", "nodeInfo", "kernelVersion"]);
+        // kube's printNode: "<unknown>" for what the kubelet has not reported, then the
+        // architecture after the kernel version.
+        let unknown = |v: String| {
+            if v.is_empty() {
+                "<unknown>".to_string()
+            } else {
+                v
+            }
+        };
+        let mut kernel = unknown(s(b, &["status", "nodeInfo", "kernelVersion"]));
         let arch = s(b, &["status", "nodeInfo", "architecture"]);
         if !arch.is_empty() {
             kernel = format!("{kernel} ({arch})");
@@ -238,9 +248,9 @@ static NODES: BuiltinPrinter = BuiltinPrinter {
             s(b, &["status", "nodeInfo", "kubeletVersion"]),
             address("InternalIP"),
             address("ExternalIP"),
-            or_none(s(b, &["status", "nodeInfo", "osImage"])),
-            or_none(kernel),
-            or_none(s(b, &["status", "nodeInfo", "containerRuntimeVersion"])),
+            unknown(s(b, &["status", "nodeInfo", "osImage"])),
+            kernel,
+            unknown(s(b, &["status", "nodeInfo", "containerRuntimeVersion"])),
         ]
     },
 };
@@ -373,10 +383,22 @@ fn event_cells(f: &EventFields, name: &str, b: &[u8], now: i64) -> Vec<String> {
     if source.is_empty() {
         source = s(b, &[f.reporting]);
     }
-    let host = s(b, &[f.source, "host"]);
+    // kube's formatEventSource: the host, else the reporting instance, after a comma.
+    let mut host = s(b, &[f.source, "host"]);
+    if host.is_empty() {
+        host = s(b, &["reportingInstance"]);
+    }
     if !host.is_empty() {
         source = format!("{source}, {host}");
     }
+    // A series counts its occurrences; a singleton new-style event has no count: 1.
+    let count = match scan::find_path(b, 0, &["series", "count"]) {
+        Some(_) => int(b, &["series", "count"]),
+        None => match int(b, &[f.count]).as_str() {
+            "" | "0" => "1".to_string(),
+            n => n.to_string(),
+        },
+    };
     vec![
         ago(last),
         s(b, &["type"]),
@@ -386,7 +408,7 @@ fn event_cells(f: &EventFields, name: &str, b: &[u8], now: i64) -> Vec<String> {
         source,
         s(b, &[f.note]).trim().to_string(),
         ago(first),
-        int(b, &[f.count]),
+        count,
         name.into(),
     ]
 }
@@ -435,8 +457,8 @@ static DEPLOYMENTS: BuiltinPrinter = BuiltinPrinter {
     columns: &[
         NAME,
         ("Ready", "string", "", 0),
-        ("Up-to-date", "integer", "", 0),
-        ("Available", "integer", "", 0),
+        ("Up-to-date", "string", "", 0),
+        ("Available", "string", "", 0),
         AGE,
         ("Containers", "string", "", 1),
         ("Images", "string", "", 1),
@@ -621,8 +643,8 @@ static HPAS: BuiltinPrinter = BuiltinPrinter {
         ("Reference", "string", "", 0),
         ("Targets", "string", "", 0),
         ("MinPods", "string", "", 0),
-        ("MaxPods", "integer", "", 0),
-        ("Replicas", "integer", "", 0),
+        ("MaxPods", "string", "", 0),
+        ("Replicas", "string", "", 0),
         AGE,
     ],
     cells: |name, b, now| {

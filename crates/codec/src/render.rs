@@ -96,6 +96,9 @@ impl Rendering {
             (info.api_version(), info.list_kind())
         };
         Ok(ObjectWriter {
+            // Custom resources are the ones without a protobuf form.
+            unstructured: !pb::has_protobuf(info),
+            metadata_items_open: false,
             style,
             api_version,
             list_kind,
@@ -178,6 +181,13 @@ pub struct ObjectWriter {
     list_kind: String,
     /// Tables' ages of a LIST or GET are computed at this moment (seconds since the epoch).
     now: i64,
+    /// A custom resource: kube-apiserver serves its lists as unstructured lists, whose items
+    /// keep `kind` and `apiVersion` and whose metadata always has `continue` (`""` on the
+    /// last page).
+    unstructured: bool,
+    /// A PartialObjectMetadataList's `items` array is open (an item was written): with no
+    /// item kube-apiserver writes `"items":null` (its list starts as a nil slice).
+    metadata_items_open: bool,
 }
 
 impl ObjectWriter {
@@ -347,6 +357,10 @@ impl ObjectWriter {
             }
         }
         let mut buf = itoa::Buffer::new();
+        let unstructured_json = self.unstructured && matches!(self.style, Style::Json);
+        if unstructured_json && page.continue_token.is_none() {
+            h.extend_from_slice(b"\"continue\":\"\",");
+        }
         h.extend_from_slice(b"\"resourceVersion\":\"");
         h.extend_from_slice(buf.format(page.rv).as_bytes());
         h.push(b'"');
@@ -360,6 +374,7 @@ impl ObjectWriter {
         }
         match &self.style {
             Style::Table(t) => t.columns_and_rows_start(&mut h),
+            Style::Metadata => h.extend_from_slice(b"},\"items\":"),
             _ => h.extend_from_slice(b"},\"items\":["),
         }
         out.put_slice(&h);
@@ -377,14 +392,19 @@ impl ObjectWriter {
         waker: Option<&Waker>,
     ) -> Result<bool, ProtoError> {
         match &mut self.style {
+            Style::Json if self.unstructured => {
+                if !first {
+                    out.put_slice(b",");
+                }
+                out.put_bytes(r.bytes().clone());
+            }
             Style::Json => {
                 out.put_slice(if first { b"{" } else { b",{" });
                 out.put_bytes(r.list_item_tail());
             }
             Style::Metadata => {
-                if !first {
-                    out.put_slice(b",");
-                }
+                out.put_slice(if self.metadata_items_open { b"," } else { b"[" });
+                self.metadata_items_open = true;
                 out.put_slice(PARTIAL_HEAD);
                 out.put_bytes(r.metadata());
                 out.put_slice(b"}");
@@ -427,6 +447,7 @@ impl ObjectWriter {
     pub fn list_tail(&mut self, out: &mut ChunkWriter) {
         match self.style {
             Style::Protobuf(_) => out.put_slice(&pb::ENVELOPE_TAIL),
+            Style::Metadata if !self.metadata_items_open => out.put_slice(b"null}\n"),
             _ => out.put_slice(b"]}\n"),
         }
     }

@@ -161,7 +161,7 @@ impl TableFormat {
                 let mut p = pod_cells(b);
                 // kubectl ≥ 1.28: "2 (28s ago)" from the latest restart's finish time.
                 if p.restarts != "0"
-                    && let Some(t) = last_restart(b)
+                    && let Some(t) = p.last_restart
                 {
                     p.restarts = format!("{} ({} ago)", p.restarts, human_duration(now - t));
                 }
@@ -290,6 +290,8 @@ struct PodCells {
     ready: String,
     status: String,
     restarts: String,
+    /// The latest restart the RESTARTS column counts (its finish time).
+    last_restart: Option<i64>,
     ip: String,
     node: String,
     nominated: String,
@@ -297,11 +299,15 @@ struct PodCells {
 }
 
 struct ContainerState<'a> {
+    name: &'a str,
     ready: bool,
+    started: bool,
     restarts: i64,
     waiting_reason: Option<&'a str>,
     terminated: Option<(Option<&'a str>, i64, i64)>,
     running: bool,
+    /// `lastState.terminated.finishedAt` (seconds since the epoch).
+    last_finished: Option<i64>,
 }
 
 fn container_states<'a>(b: &'a [u8], path: &[&str]) -> Vec<ContainerState<'a>> {
@@ -321,12 +327,16 @@ fn container_states<'a>(b: &'a [u8], path: &[&str]) -> Vec<ContainerState<'a>> {
                 )
             });
             v.push(ContainerState {
+                name: path_text(b, e.0, &["name"]).unwrap_or(""),
                 ready: path_text(b, e.0, &["ready"]) == Some("true"),
+                started: path_text(b, e.0, &["started"]) == Some("true"),
                 restarts: num(&["restartCount"]),
                 waiting_reason: path_text(b, e.0, &["state", "waiting", "reason"])
                     .filter(|s| !s.is_empty()),
                 terminated,
                 running: scan::find_path(b, e.0, &["state", "running"]).is_some(),
+                last_finished: path_text(b, e.0, &["lastState", "terminated", "finishedAt"])
+                    .and_then(parse_rfc3339),
             });
         });
     }
@@ -349,27 +359,67 @@ fn count(b: &[u8], path: &[&str]) -> usize {
     n
 }
 
-/// kubectl's pod printer: READY, STATUS, RESTARTS, IP, NODE, NOMINATED NODE, READINESS GATES.
+/// kube-apiserver 1.36's pod printer (`printPod`): READY, STATUS, RESTARTS (with the
+/// latest restart's age appended by the caller from `last_restart`), IP, NODE, NOMINATED
+/// NODE, READINESS GATES. Restartable init containers (sidecars) count as containers
+/// once started.
 fn pod_cells(b: &[u8]) -> PodCells {
     let none = || "<none>".to_string();
-    let total = count(b, &["spec", "containers"]);
+    let mut total = count(b, &["spec", "containers"]);
     let init_total = count(b, &["spec", "initContainers"]);
-    let mut reason = path_text(b, 0, &["status", "phase"])
-        .unwrap_or("")
-        .to_string();
+    let mut sidecars = Vec::new();
+    if let Some(arr) = scan::find_path(b, 0, &["spec", "initContainers"]) {
+        scan::for_each_element(b, arr.0, |e| {
+            if path_text(b, e.0, &["restartPolicy"]) == Some("Always") {
+                sidecars.push(path_text(b, e.0, &["name"]).unwrap_or(""));
+            }
+        });
+    }
+    total += sidecars.len();
+    let phase = path_text(b, 0, &["status", "phase"]).unwrap_or("");
+    let mut reason = phase.to_string();
     if let Some(r) = path_text(b, 0, &["status", "reason"]).filter(|s| !s.is_empty()) {
         reason = r.to_string();
     }
-    let mut restarts = 0;
-    let mut ready = 0;
+    let condition = |ty: &str| {
+        let mut found = None;
+        if let Some(arr) = scan::find_path(b, 0, &["status", "conditions"]) {
+            scan::for_each_element(b, arr.0, |e| {
+                if found.is_none() && path_text(b, e.0, &["type"]) == Some(ty) {
+                    found = Some((
+                        path_text(b, e.0, &["status"]).unwrap_or(""),
+                        path_text(b, e.0, &["reason"]).unwrap_or(""),
+                    ));
+                }
+            });
+        }
+        found
+    };
+    if condition("PodScheduled").is_some_and(|(_, r)| r == "SchedulingGated") {
+        reason = "SchedulingGated".into();
+    }
+    let (mut restarts, mut sidecar_restarts, mut ready) = (0, 0, 0);
+    let (mut last, mut sidecar_last) = (None, None);
     let mut initializing = false;
     for (i, c) in container_states(b, &["status", "initContainerStatuses"])
         .iter()
         .enumerate()
     {
         restarts += c.restarts;
+        last = last.max(c.last_finished);
+        let sidecar = sidecars.contains(&c.name);
+        if sidecar {
+            sidecar_restarts += c.restarts;
+            sidecar_last = sidecar_last.max(c.last_finished);
+        }
         match (&c.terminated, c.waiting_reason) {
             (Some((_, 0, _)), _) => continue,
+            _ if sidecar && c.started => {
+                if c.ready {
+                    ready += 1;
+                }
+                continue;
+            }
             (Some((Some(r), _, _)), _) if !r.is_empty() => reason = format!("Init:{r}"),
             (Some((_, _, sig)), _) if *sig != 0 => reason = format!("Init:Signal:{sig}"),
             (Some((_, code, _)), _) => reason = format!("Init:ExitCode:{code}"),
@@ -379,14 +429,17 @@ fn pod_cells(b: &[u8]) -> PodCells {
         initializing = true;
         break;
     }
-    if !initializing {
-        restarts = 0;
+    if !initializing || condition("Initialized").is_some_and(|(s, _)| s == "True") {
+        restarts = sidecar_restarts;
+        last = sidecar_last;
         let mut has_running = false;
+        let mut error_reason = String::new();
         for c in container_states(b, &["status", "containerStatuses"])
             .iter()
             .rev()
         {
             restarts += c.restarts;
+            last = last.max(c.last_finished);
             if let Some(w) = c.waiting_reason {
                 reason = w.to_string();
             } else if let Some((r, code, sig)) = &c.terminated {
@@ -395,32 +448,52 @@ fn pod_cells(b: &[u8]) -> PodCells {
                     _ if *sig != 0 => format!("Signal:{sig}"),
                     _ => format!("ExitCode:{code}"),
                 };
+                if *code != 0 {
+                    error_reason = reason.clone();
+                }
             } else if c.ready && c.running {
                 has_running = true;
                 ready += 1;
             }
         }
-        if reason == "Completed" && has_running {
-            reason = "Running".into();
+        if reason == "Completed" {
+            if has_running && condition("Ready").is_some_and(|(s, _)| s == "True") {
+                reason = "Running".into();
+            } else if !error_reason.is_empty() {
+                reason = error_reason;
+            } else if has_running {
+                reason = "NotReady".into();
+            }
         }
     }
     if scan::find_path(b, 0, &["metadata", "deletionTimestamp"]).is_some_and(|v| b[v.0] != b'n') {
-        reason = if path_text(b, 0, &["status", "reason"]) == Some("NodeLost") {
-            "Unknown".into()
-        } else {
-            "Terminating".into()
-        };
+        if path_text(b, 0, &["status", "reason"]) == Some("NodeLost") {
+            reason = "Unknown".into();
+        } else if phase != "Succeeded" && phase != "Failed" {
+            reason = "Terminating".into();
+        }
     }
     let gates = count(b, &["spec", "readinessGates"]);
     let or_none = |v: Option<&str>| {
         v.filter(|s| !s.is_empty())
             .map_or_else(none, str::to_string)
     };
+    let first_ip = scan::find_path(b, 0, &["status", "podIPs"]).and_then(|arr| {
+        let mut ip = None;
+        scan::for_each_element(b, arr.0, |e| {
+            if ip.is_none() {
+                ip = path_text(b, e.0, &["ip"]);
+            }
+        });
+        ip
+    });
     PodCells {
         ready: format!("{ready}/{total}"),
         status: reason,
         restarts: restarts.to_string(),
-        ip: or_none(path_text(b, 0, &["status", "podIP"])),
+        last_restart: last,
+        // kube's v1 → internal conversion fills `podIPs` from `podIP` when it is empty.
+        ip: or_none(first_ip.or_else(|| path_text(b, 0, &["status", "podIP"]))),
         node: or_none(path_text(b, 0, &["spec", "nodeName"])),
         nominated: or_none(path_text(b, 0, &["status", "nominatedNodeName"])),
         gates: if gates == 0 {
@@ -429,23 +502,6 @@ fn pod_cells(b: &[u8]) -> PodCells {
             format!("{}/{gates}", count_true_gates(b))
         },
     }
-}
-
-/// The latest `lastState.terminated.finishedAt` of the pod's containers.
-fn last_restart(b: &[u8]) -> Option<i64> {
-    let mut latest = None;
-    for list in ["initContainerStatuses", "containerStatuses"] {
-        if let Some(arr) = scan::find_path(b, 0, &["status", list]) {
-            scan::for_each_element(b, arr.0, |e| {
-                if let Some(t) = path_text(b, e.0, &["lastState", "terminated", "finishedAt"])
-                    .and_then(parse_rfc3339)
-                {
-                    latest = latest.max(Some(t));
-                }
-            });
-        }
-    }
-    latest
 }
 
 fn count_true_gates(b: &[u8]) -> usize {

@@ -1,9 +1,11 @@
-//! Storage-version conversions kube-apiserver applies on read that are not relabelling.
-//! Today one: CustomResourceDefinitions, which kube-apiserver 1.36 still stores as
+//! What kube-apiserver does to a stored object on read beyond relabelling: one conversion —
+//! CustomResourceDefinitions, which kube-apiserver 1.36 still stores as
 //! `apiextensions.k8s.io/v1beta1` JSON and serves as v1 (per-version schema, subresources,
 //! printer columns and selectable fields; `JSONPath` → `jsonPath`; webhook conversion
-//! settings nested under `webhook`).
+//! settings nested under `webhook`) — and the built-in defaulters whose result differs
+//! from what was stored ([`builtin_defaults_on_read`]).
 
+use listwatch_core::scan;
 use serde_json::{Map, Value};
 
 /// The served JSON for `json` stored under `resource` in `group`, or `None` when it needs
@@ -23,6 +25,56 @@ pub fn on_read(group: &str, resource: &str, json: &[u8]) -> Option<Vec<u8>> {
     let mut crd: Value = serde_json::from_slice(json).ok()?;
     crd_v1beta1_to_v1(&mut crd);
     serde_json::to_vec(&crd).ok()
+}
+
+/// kube-apiserver's defaulters that give a stored built-in object something it did not
+/// have when it was written, since kube-apiserver runs them again whenever it decodes what
+/// etcd holds. The one that matters for objects kube-apiserver 1.36 itself wrote: a Job's
+/// `metadata.labels` default to its pod template's labels (`SetDefaults_Job`), and a Job
+/// created without labels gets its template's labels only after the request's defaulting
+/// ran (the Job strategy adds `controller-uid` and `job-name` to the template on create),
+/// so it is stored without labels and served with them. `None`: nothing to change.
+pub fn builtin_defaults_on_read(group: &str, resource: &str, json: &[u8]) -> Option<Vec<u8>> {
+    if group != "batch" || resource != "jobs" {
+        return None;
+    }
+    let start = scan::skip_ws(json, 0);
+    let template = scan::find_path(json, start, &["spec", "template", "metadata", "labels"])?;
+    let mut template_has_labels = false;
+    scan::for_each_member(json, template.0, |_| template_has_labels = true)?;
+    if !template_has_labels {
+        return None;
+    }
+    let metadata = scan::find_member(json, start, "metadata")?;
+    let (at, replace_to) = match scan::find_member(json, metadata.0, "labels") {
+        Some(labels) => {
+            let mut has = false;
+            scan::for_each_member(json, labels.0, |_| has = true)?;
+            if has {
+                return None;
+            }
+            (labels.0, Some(labels.1))
+        }
+        None => (metadata.0 + 1, None),
+    };
+    let mut out = Vec::with_capacity(json.len() + template.1 - template.0 + 12);
+    out.extend_from_slice(&json[..at]);
+    match replace_to {
+        Some(end) => {
+            out.extend_from_slice(&json[template.0..template.1]);
+            out.extend_from_slice(&json[end..]);
+        }
+        None => {
+            out.extend_from_slice(b"\"labels\":");
+            out.extend_from_slice(&json[template.0..template.1]);
+            let rest = scan::skip_ws(json, at);
+            if json.get(rest) != Some(&b'}') {
+                out.push(b',');
+            }
+            out.extend_from_slice(&json[at..]);
+        }
+    }
+    Some(out)
 }
 
 fn rename_jsonpath(columns: &mut Value) {
@@ -99,6 +151,32 @@ pub fn crd_v1beta1_to_v1(crd: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn a_job_stored_without_labels_gets_its_template_s() {
+        let job = br#"{"kind":"Job","metadata":{"name":"j","namespace":"n"},"spec":{"template":{"metadata":{"labels":{"job-name":"j"}}}}}"#;
+        let got = builtin_defaults_on_read("batch", "jobs", job).expect("defaulted");
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            r#"{"kind":"Job","metadata":{"labels":{"job-name":"j"},"name":"j","namespace":"n"},"spec":{"template":{"metadata":{"labels":{"job-name":"j"}}}}}"#
+        );
+        let empty_labels =
+            br#"{"metadata":{"labels":{}},"spec":{"template":{"metadata":{"labels":{"a":"b"}}}}}"#;
+        let got = builtin_defaults_on_read("batch", "jobs", empty_labels).expect("defaulted");
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            r#"{"metadata":{"labels":{"a":"b"}},"spec":{"template":{"metadata":{"labels":{"a":"b"}}}}}"#
+        );
+        let empty_metadata =
+            br#"{"metadata":{},"spec":{"template":{"metadata":{"labels":{"a":"b"}}}}}"#;
+        let got = builtin_defaults_on_read("batch", "jobs", empty_metadata).expect("defaulted");
+        assert!(got.starts_with(br#"{"metadata":{"labels":{"a":"b"}},"#));
+        // Labels of its own, a template without labels, another kind: as stored.
+        let own = br#"{"metadata":{"labels":{"x":"y"}},"spec":{"template":{"metadata":{"labels":{"a":"b"}}}}}"#;
+        assert!(builtin_defaults_on_read("batch", "jobs", own).is_none());
+        let bare = br#"{"metadata":{},"spec":{"template":{"metadata":{"labels":{}}}}}"#;
+        assert!(builtin_defaults_on_read("batch", "jobs", bare).is_none());
+        assert!(builtin_defaults_on_read("batch", "cronjobs", job).is_none());
+    }
 
     #[test]
     fn v1beta1_crd_reads_as_v1() {

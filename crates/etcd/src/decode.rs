@@ -37,7 +37,16 @@ pub struct ValueDecoder {
     decryptor: Option<Decryptor>,
     skipped:
         std::sync::Arc<parking_lot::Mutex<std::collections::BTreeMap<(String, &'static str), u64>>>,
+    /// The schema defaults of each established CRD, by (group, plural), applied to its
+    /// objects as they are read (kube-apiserver defaults custom resources on decode).
+    crd_defaults: std::sync::Arc<parking_lot::RwLock<CrdDefaults>>,
 }
+
+/// Schema defaults by CRD group, then plural (looked up by `&str` on every ingest).
+type CrdDefaults = std::collections::HashMap<
+    String,
+    std::collections::HashMap<String, std::sync::Arc<listwatch_sources::crd::ReadDefaults>>,
+>;
 
 thread_local! {
     // One writer per thread: its scratch list grows to the deepest object once.
@@ -50,7 +59,46 @@ impl ValueDecoder {
         ValueDecoder {
             decryptor,
             skipped: Default::default(),
+            crd_defaults: Default::default(),
         }
+    }
+
+    /// Replaces the CRDs' schema defaults; returns the (group, plural) of every CRD whose
+    /// defaults changed (their objects must be read again to be served as kube serves them).
+    pub fn set_crd_defaults(
+        &self,
+        defaults: std::collections::BTreeMap<
+            (String, String),
+            listwatch_sources::crd::ReadDefaults,
+        >,
+    ) -> Vec<(String, String)> {
+        let mut current = self.crd_defaults.write();
+        let held = |g: &str, r: &str| current.get(g).and_then(|m| m.get(r));
+        let mut changed: Vec<(String, String)> = current
+            .iter()
+            .flat_map(|(g, m)| m.iter().map(move |(r, v)| (g, r, v)))
+            .filter(|(g, r, v)| defaults.get(&((*g).clone(), (*r).clone())) != Some(v.as_ref()))
+            .map(|(g, r, _)| (g.clone(), r.clone()))
+            .collect();
+        changed.extend(
+            defaults
+                .keys()
+                .filter(|(g, r)| held(g, r).is_none())
+                .cloned(),
+        );
+        let mut next = CrdDefaults::new();
+        for ((g, r), v) in defaults {
+            next.entry(g).or_default().insert(r, std::sync::Arc::new(v));
+        }
+        *current = next;
+        changed
+    }
+
+    /// `json` (an object of `group`/`resource`) with its CRD's schema defaults applied, when
+    /// it is a custom resource whose schema has any that apply; `None` otherwise.
+    pub fn crd_defaulted(&self, group: &str, resource: &str, json: &[u8]) -> Option<Vec<u8>> {
+        let defaults = self.crd_defaults.read().get(group)?.get(resource)?.clone();
+        defaults.apply(json)
     }
 
     /// Counts one value of `resource` skipped for `reason` (`kms`, `encrypted`,

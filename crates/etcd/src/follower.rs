@@ -424,6 +424,10 @@ fn ingest(
     };
     let converted = crate::convert::on_read(&info.group, &info.resource, &json);
     let json = converted.as_deref().unwrap_or(&json);
+    let defaulted = decoder
+        .crd_defaulted(&info.group, &info.resource, json)
+        .or_else(|| crate::convert::builtin_defaults_on_read(&info.group, &info.resource, json));
+    let json = defaulted.as_deref().unwrap_or(json);
     let rv = u64::try_from(mod_revision).unwrap_or(0);
     match Record::ingest(json, info, rv) {
         Ok(r) => Some(r),

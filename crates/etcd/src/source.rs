@@ -215,9 +215,18 @@ impl EtcdSource {
     fn reconcile_crds(&self, crds: &listwatch_store::Snapshot) {
         let wanted = listwatch_sources::crd::served_by(crds);
         let mut custom = self.custom.lock();
+        // A CRD whose schema defaults changed is served anew: its objects are read again
+        // with the new defaults (kube-apiserver builds a new storage for the CRD, and its
+        // open watches end, the same way).
+        let redefaulted = self
+            .config
+            .decoder
+            .set_crd_defaults(listwatch_sources::crd::read_defaults_by(crds));
         let gone: Vec<_> = custom
             .keys()
-            .filter(|k| !wanted.contains_key(*k))
+            .filter(|k| {
+                !wanted.contains_key(*k) || redefaulted.iter().any(|(g, r)| *g == k.0 && *r == k.2)
+            })
             .cloned()
             .collect();
         for key in gone {

@@ -112,28 +112,43 @@ pub fn served_resources(crd_json: &[u8]) -> Vec<ResourceInfo> {
         .iter()
         .filter(|v| v.served)
         .map(|v| {
-            let mut columns = Vec::new();
-            if !v.additional_printer_columns.is_empty() {
-                // kube-apiserver's CRD tables: Name first, then the CRD's columns (Age
-                // is its default only for a version without columns of its own).
+            // kube-apiserver's CRD tables: Name first, then the version's columns, or Age
+            // (a `date` column) for a version without columns of its own; a column without
+            // a description is described by its JSONPath.
+            let mut columns = vec![PrinterColumn {
+                name: "Name".into(),
+                type_: "string".into(),
+                format: "name".into(),
+                description: NAME_DESCRIPTION.into(),
+                priority: 0,
+                json_path: ".metadata.name".into(),
+            }];
+            if v.additional_printer_columns.is_empty() {
                 columns.push(PrinterColumn {
-                    name: "Name".into(),
-                    type_: "string".into(),
-                    format: "name".into(),
-                    description: NAME_DESCRIPTION.into(),
+                    name: "Age".into(),
+                    type_: "date".into(),
+                    format: String::new(),
+                    description: CREATION_TIMESTAMP_DESCRIPTION.into(),
                     priority: 0,
-                    json_path: ".metadata.name".into(),
+                    json_path: ".metadata.creationTimestamp".into(),
                 });
-                for c in &v.additional_printer_columns {
-                    columns.push(PrinterColumn {
-                        name: c.name.clone(),
-                        type_: c.type_.clone(),
-                        format: c.format.clone(),
-                        description: c.description.clone(),
-                        priority: c.priority,
-                        json_path: c.json_path.clone(),
-                    });
-                }
+            }
+            for c in &v.additional_printer_columns {
+                columns.push(PrinterColumn {
+                    name: c.name.clone(),
+                    type_: c.type_.clone(),
+                    format: c.format.clone(),
+                    description: if c.description.is_empty() {
+                        format!(
+                            "Custom resource definition column (in JSONPath format): {}",
+                            c.json_path
+                        )
+                    } else {
+                        c.description.clone()
+                    },
+                    priority: c.priority,
+                    json_path: c.json_path.clone(),
+                });
             }
             ResourceInfo {
                 group: s.group.clone(),
@@ -254,6 +269,197 @@ pub fn established(crd: &[u8], now: &str) -> Option<Vec<u8>> {
     serde_json::to_vec(&v).ok()
 }
 
+/// The schema defaults of one CRD, by version: what kube-apiserver applies to a custom
+/// resource when it decodes the stored object (its storage codec's defaulter runs the
+/// structural defaulting of the schema of the object's own stored `apiVersion`), so an
+/// object stored before a default was added to the schema is served with it. Each
+/// version's schema is reduced to the branches that hold a `default`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReadDefaults {
+    by_version: std::collections::BTreeMap<String, DefaultNode>,
+}
+
+/// A schema node on the way to a default: its own `default` (with `nullable`), and the
+/// nodes under it that hold one.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct DefaultNode {
+    default: Option<Value>,
+    nullable: bool,
+    properties: std::collections::BTreeMap<String, DefaultNode>,
+    items: Option<Box<DefaultNode>>,
+    additional: Option<Box<DefaultNode>>,
+}
+
+impl DefaultNode {
+    /// The defaults under `schema` (an OpenAPI v3 schema of a structural CRD); `None` when
+    /// it holds none.
+    fn reduce(schema: &Value) -> Option<DefaultNode> {
+        let properties: std::collections::BTreeMap<String, DefaultNode> = schema["properties"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, s)| Some((k.clone(), DefaultNode::reduce(s)?)))
+            .collect();
+        let items = schema
+            .get("items")
+            .filter(|s| s.is_object())
+            .and_then(DefaultNode::reduce)
+            .map(Box::new);
+        let additional = schema
+            .get("additionalProperties")
+            .filter(|s| s.is_object())
+            .and_then(DefaultNode::reduce)
+            .map(Box::new);
+        // A `default: null` is no default (Go's `Default.Object == nil`).
+        let default = schema.get("default").filter(|d| !d.is_null()).cloned();
+        if default.is_none() && properties.is_empty() && items.is_none() && additional.is_none() {
+            return None;
+        }
+        Some(DefaultNode {
+            default,
+            nullable: schema["nullable"] == json!(true),
+            properties,
+            items,
+            additional,
+        })
+    }
+
+    /// A null where this node does not allow one, replaced by its default.
+    fn fill_null(&self, x: &mut Value) -> bool {
+        match &self.default {
+            Some(d) if x.is_null() && !self.nullable => {
+                *x = d.clone();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Applies the defaults to `x` in place as apiextensions' structural defaulting does:
+    /// an absent member (or a null one its schema does not allow) gets its property's
+    /// default, then every member, item and additional property is defaulted in turn
+    /// (defaults put in included). Whether anything changed.
+    fn apply(&self, x: &mut Value) -> bool {
+        let mut changed = false;
+        match x {
+            Value::Object(members) => {
+                for (k, p) in &self.properties {
+                    let Some(d) = &p.default else { continue };
+                    let absent = !members.contains_key(k);
+                    let null_not_allowed =
+                        members.get(k).is_some_and(Value::is_null) && !p.nullable;
+                    if absent || null_not_allowed {
+                        members.insert(k.clone(), d.clone());
+                        changed = true;
+                    }
+                }
+                for (k, v) in members.iter_mut() {
+                    if let Some(p) = self.properties.get(k) {
+                        changed |= p.apply(v);
+                    } else if let Some(a) = &self.additional {
+                        changed |= a.fill_null(v);
+                        changed |= a.apply(v);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                if let Some(i) = &self.items {
+                    for v in items {
+                        changed |= i.fill_null(v);
+                        changed |= i.apply(v);
+                    }
+                }
+            }
+            _ => {}
+        }
+        changed
+    }
+}
+
+impl ReadDefaults {
+    /// The defaults of a CRD object (v1 JSON); `None` when no version's schema has one.
+    pub fn of_crd(crd_json: &[u8]) -> Option<ReadDefaults> {
+        let crd: Value = serde_json::from_slice(crd_json).ok()?;
+        let by_version: std::collections::BTreeMap<String, DefaultNode> = crd["spec"]["versions"]
+            .as_array()?
+            .iter()
+            .filter_map(|v| {
+                let node = DefaultNode::reduce(&v["schema"]["openAPIV3Schema"])?;
+                Some((v["name"].as_str()?.to_string(), node))
+            })
+            .collect();
+        (!by_version.is_empty()).then_some(ReadDefaults { by_version })
+    }
+
+    /// `object` (a stored custom resource's JSON) with the defaults of its own
+    /// `apiVersion`'s schema applied; `None` when none applies (the bytes stay as they are).
+    /// Written as Go's `encoding/json` writes the unstructured object: members sorted,
+    /// strings escaped as Go escapes them.
+    pub fn apply(&self, object: &[u8]) -> Option<Vec<u8>> {
+        let mut x: Value = serde_json::from_slice(object).ok()?;
+        let version = x["apiVersion"].as_str()?.rsplit('/').next()?.to_string();
+        let node = self.by_version.get(&version)?;
+        if !node.apply(&mut x) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(object.len() + 64);
+        write_go_json(&x, &mut out);
+        Some(out)
+    }
+}
+
+/// Every established CRD's [`ReadDefaults`], by (group, plural).
+pub fn read_defaults_by(
+    crds: &listwatch_store::Snapshot,
+) -> std::collections::BTreeMap<(String, String), ReadDefaults> {
+    crds.items()
+        .values()
+        .filter(|r| !served_resources(r.bytes()).is_empty())
+        .filter_map(|r| {
+            let crd: Value = serde_json::from_slice(r.bytes()).ok()?;
+            let group = crd["spec"]["group"].as_str()?.to_string();
+            let plural = crd["spec"]["names"]["plural"].as_str()?.to_string();
+            Some(((group, plural), ReadDefaults::of_crd(r.bytes())?))
+        })
+        .collect()
+}
+
+/// `v` as Go's `encoding/json` writes a `map[string]interface{}` tree: object members in
+/// sorted order, Go's string escaping.
+fn write_go_json(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Object(m) => {
+            out.push(b'{');
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                listwatch_core::json::push_go_string(out, k);
+                out.push(b':');
+                write_go_json(&m[k], out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_go_json(x, out);
+            }
+            out.push(b']');
+        }
+        Value::String(s) => listwatch_core::json::push_go_string(out, s),
+        other => out.extend_from_slice(other.to_string().as_bytes()),
+    }
+}
+
+/// kube-apiserver's description of a CRD's default Age column (`metadata.creationTimestamp`).
+pub const CREATION_TIMESTAMP_DESCRIPTION: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+
 /// kube-apiserver's description of the Name column.
 pub const NAME_DESCRIPTION: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
 
@@ -276,6 +482,44 @@ mod tests {
         let not_yet = String::from_utf8_lossy(crd).replace("\"True\"", "\"False\"");
         assert!(served_resources(not_yet.as_bytes()).is_empty());
         assert!(!r[0].status_subresource);
+    }
+
+    #[test]
+    fn stored_objects_get_the_defaults_of_their_own_version_s_schema() {
+        let crd = br#"{"spec":{"versions":[
+            {"name":"v1","schema":{"openAPIV3Schema":{"type":"object","properties":{"spec":{"type":"object","properties":{
+                "mode":{"type":"string","default":"standard"},
+                "note":{"type":"string","nullable":true,"default":"n"},
+                "size":{"type":"integer"},
+                "nested":{"type":"object","default":{},"properties":{"depth":{"type":"integer","default":2}}},
+                "ports":{"type":"array","items":{"type":"object","properties":{"protocol":{"type":"string","default":"TCP"}}}},
+                "limits":{"type":"object","additionalProperties":{"type":"string","default":"1"}}}}}}}},
+            {"name":"v2","schema":{"openAPIV3Schema":{"type":"object","properties":{"spec":{"type":"object","properties":{"mode":{"type":"string","default":"v2"}}}}}}},
+            {"name":"v3","schema":{"openAPIV3Schema":{"type":"object"}}}]}}"#;
+        let d = ReadDefaults::of_crd(crd).expect("defaults");
+        let got = d
+            .apply(br#"{"apiVersion":"example.com/v1","kind":"W","metadata":{"name":"a"},"spec":{"note":null,"size":3,"ports":[{"port":80},{"protocol":"UDP"}],"limits":{"cpu":null,"mem":"2"},"text":"<&>"}}"#)
+            .expect("defaulted");
+        let want = r#"{"apiVersion":"example.com/v1","kind":"W","metadata":{"name":"a"},"spec":{"limits":{"cpu":"1","mem":"2"},"mode":"standard","nested":{"depth":2},"note":null,"ports":[{"port":80,"protocol":"TCP"},{"protocol":"UDP"}],"size":3,"text":"\u003c\u0026\u003e"}}"#;
+        assert_eq!(String::from_utf8_lossy(&got), want);
+        // An object stored in another version gets that version's defaults; nothing to
+        // add leaves the bytes alone.
+        let v2 = d
+            .apply(br#"{"apiVersion":"example.com/v2","metadata":{},"spec":{}}"#)
+            .expect("defaulted");
+        assert_eq!(
+            v2,
+            br#"{"apiVersion":"example.com/v2","metadata":{},"spec":{"mode":"v2"}}"#
+        );
+        assert!(
+            d.apply(br#"{"apiVersion":"example.com/v2","spec":{"mode":"x"}}"#)
+                .is_none()
+        );
+        assert!(
+            d.apply(br#"{"apiVersion":"example.com/v3","spec":{}}"#)
+                .is_none()
+        );
+        assert!(ReadDefaults::of_crd(br#"{"spec":{"versions":[{"name":"v1","schema":{"openAPIV3Schema":{"type":"object"}}}]}}"#).is_none());
     }
 
     #[test]
