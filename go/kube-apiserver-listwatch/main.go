@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 	_ "time/tzdata" // for CronJob time zones, as kube-apiserver's own main
 
 	"github.com/spf13/cobra"
@@ -97,7 +98,12 @@ func start(fs *pflag.FlagSet) (*listwatch.ListWatch, error) {
 	}
 	genericapiserver.ListWatch.Wrap = lw.Wrap
 	genericapiserver.ListWatch.Ready = healthz.NamedCheck("listwatch", func(*http.Request) error { return lw.Ready() })
-	genericapiserver.ListWatch.Close = lw.Close
+	genericapiserver.ListWatch.Close = func() error {
+		start := time.Now()
+		err := lw.Close()
+		klog.Infof("listwatch: drained and closed in %v (err: %v)", time.Since(start), err)
+		return err
+	}
 	registerMetrics(lw)
 	klog.Infof("listwatch: serving reads, following etcd %v", servers)
 	return lw, nil
