@@ -25,6 +25,8 @@ package listwatch
 import "C"
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -251,7 +253,7 @@ func (lw *ListWatch) dispatch() {
 func (lw *ListWatch) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Only GETs can be reads: everything else goes to the host without a cgo call.
-		if r.Method != http.MethodGet || !lw.serve(w, r) {
+		if r.Method != http.MethodGet || !lw.serve(w, r, lw.flags) {
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -265,8 +267,9 @@ func cbytes(s string) (*C.uint8_t, C.size_t) {
 	return (*C.uint8_t)(unsafe.Pointer(unsafe.StringData(s))), C.size_t(len(s))
 }
 
-// serve answers r when listwatch serves it; false hands it back untouched.
-func (lw *ListWatch) serve(w http.ResponseWriter, r *http.Request) bool {
+// serve answers r when listwatch serves it (with flags for lw_handle); false hands it
+// back untouched.
+func (lw *ListWatch) serve(w http.ResponseWriter, r *http.Request, flags C.uint32_t) bool {
 	lw.mu.Lock()
 	if lw.closed {
 		lw.mu.Unlock()
@@ -297,7 +300,7 @@ func (lw *ListWatch) serve(w http.ResponseWriter, r *http.Request) bool {
 	var stream *C.LwStream
 	var id C.uint64_t
 	rc := C.lw_handle(lw.inst, method, methodLen, uri, uriLen, headers, headersLen,
-		name, nameLen, groups, groupsLen, lw.flags, &stream, &id)
+		name, nameLen, groups, groupsLen, flags, &stream, &id)
 	switch rc {
 	case C.LW_NOT_HANDLED:
 		return false
@@ -388,6 +391,71 @@ func (lw *ListWatch) pump(w http.ResponseWriter, r *http.Request, stream *C.LwSt
 		}
 	}
 }
+
+// Ready reports listwatch's own readiness (its /readyz: the source is healthy and every
+// served resource's cache is trusted by it): nil when ready, else an error carrying the
+// failing checks. For a host's readiness endpoint (the kube-apiserver fork adds it to
+// /readyz), whatever Config.Discovery says.
+func (lw *ListWatch) Ready() error {
+	status, body, err := lw.get("/readyz?verbose")
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("listwatch not ready (%d): %s", status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// Metrics returns listwatch's metrics in Prometheus' text format (its /metrics), for a
+// host that adds them to its own, whatever Config.Discovery says.
+func (lw *ListWatch) Metrics() ([]byte, error) {
+	status, body, err := lw.get("/metrics")
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("listwatch /metrics: %d", status)
+	}
+	return body, nil
+}
+
+// get answers one of listwatch's own discovery paths in memory (bounded by 10 s).
+func (lw *ListWatch) get(path string) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	rec := &recorder{header: http.Header{}}
+	if !lw.serve(rec, r, C.LW_HANDLE_DISCOVERY) {
+		return 0, nil, ErrClosed
+	}
+	if ctx.Err() != nil {
+		return 0, nil, fmt.Errorf("listwatch %s: %w", path, ctx.Err())
+	}
+	return rec.status, rec.body.Bytes(), nil
+}
+
+// recorder is the in-memory ResponseWriter of get.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(b)
+}
+func (r *recorder) Flush() {}
 
 // Close ends open watches (spread over Config.DrainGrace), stops the instance's
 // background work, waits for open responses to finish (at most DrainGrace + 10 s: a

@@ -556,6 +556,21 @@ func TestEtcdSource(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Readiness and metrics for the host's own endpoints (the fork's /readyz and /metrics),
+	// although this host does not serve listwatch's discovery paths.
+	for err := h.lw.Ready(); err != nil; err = h.lw.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatalf("Ready: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, _, _ := get(t, h.srv.URL+"/readyz", ""); code != http.StatusTeapot {
+		t.Fatalf("/readyz reached listwatch without Config.Discovery: %d", code)
+	}
+	metrics, err := h.lw.Metrics()
+	if err != nil || !bytes.Contains(metrics, []byte(`apiserver_request_total{verb="LIST",resource="configmaps"`)) {
+		t.Fatalf("Metrics: %v\n%s", err, metrics)
+	}
 	var list struct {
 		Metadata struct {
 			ResourceVersion string `json:"resourceVersion"`

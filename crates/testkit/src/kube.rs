@@ -67,9 +67,109 @@ pub struct KubeCluster {
     pub etcd_url: String,
 }
 
+/// The environment of a child cargo: without what cargo set for this test process (its
+/// package's CARGO_* and OUT_DIR), since build scripts that watch such variables would
+/// otherwise see a change and rebuild the whole tree at every run.
+fn without_cargo_env(cmd: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        let ours = k.starts_with("CARGO_")
+            && !matches!(&*k, "CARGO_HOME" | "CARGO_TARGET_DIR" | "CARGO_BUILD_JOBS");
+        if ours || k == "OUT_DIR" {
+            cmd.env_remove(&*k);
+        }
+    }
+    cmd
+}
+
+/// This test process's cargo profile directory (`target/<profile>`).
+fn profile_dir() -> PathBuf {
+    // target/<profile>/deps/<test> → target/<profile>
+    let exe = std::env::current_exe().expect("test executable");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+/// The listwatch fork of kube-apiserver (`go/kube-apiserver-listwatch/build.sh`: the
+/// unmodified tree of `build.sh`, patched, with `liblistwatch_ffi` linked in), built once
+/// per test process (serialized across processes by a lock file), sharing this process's
+/// target directory for the library; why not, when it cannot be built here.
+pub fn fork_binary() -> Result<PathBuf, String> {
+    static FORK: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FORK.get_or_init(|| {
+        ensure_built()?;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../go/kube-apiserver-listwatch/build.sh");
+        let target = profile_dir().parent().expect("target dir").to_path_buf();
+        let mut cmd = Command::new("flock");
+        without_cargo_env(&mut cmd)
+            .arg("/tmp/k8s-fork.lock")
+            .arg("bash")
+            .arg(&script)
+            .env("CARGO_TARGET_DIR", &target)
+            .env("K8S_SCRIPTS", k8s_scripts())
+            .stdin(Stdio::null());
+        let out = cmd
+            .output()
+            .map_err(|e| format!("running {}: {e}", script.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+        if out.status.success() && path.is_file() {
+            return Ok(path);
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        Err(format!(
+            "the listwatch fork could not be built: {}",
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ))
+    })
+    .clone()
+}
+
+/// A kube-apiserver started by hand beside a cluster's own (on its etcd), stopped (SIGTERM,
+/// then SIGKILL) when dropped.
+pub struct SecondApiServer {
+    child: std::process::Child,
+    /// Its secure port on 127.0.0.1.
+    pub port: u16,
+    /// Its log.
+    pub log: PathBuf,
+}
+
+impl SecondApiServer {
+    /// Its URL.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for SecondApiServer {
+    fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").arg(&pid).status();
+        for _ in 0..40 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl KubeCluster {
     /// Starts a cluster, or says why none can run here.
     pub fn start() -> Result<KubeCluster, String> {
+        Self::start_with(None)
+    }
+
+    /// Starts a cluster whose kube-apiserver is `kube_apiserver` (a fork, given run.sh's
+    /// flags through `KUBE_APISERVER`), or the unmodified one for `None`.
+    pub fn start_with(kube_apiserver: Option<&Path>) -> Result<KubeCluster, String> {
         ensure_built()?;
         let port = crate::unlisted_port();
         // etcd takes EPORT and EPORT+1 (peer): two adjacent free ports.
@@ -79,14 +179,16 @@ impl KubeCluster {
                 break p;
             }
         };
-        let out = Command::new("bash")
-            .arg(k8s_scripts().join("run.sh"))
+        let mut run = Command::new("bash");
+        run.arg(k8s_scripts().join("run.sh"))
             .arg(port.to_string())
             .arg(etcd_port.to_string())
             .env("ETCD_TLS", "1")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("run.sh: {e}"))?;
+            .stdin(Stdio::null());
+        if let Some(binary) = kube_apiserver {
+            run.env("KUBE_APISERVER", binary);
+        }
+        let out = run.output().map_err(|e| format!("run.sh: {e}"))?;
         if !out.status.success() {
             return Err(format!(
                 "run.sh {port} {etcd_port} failed: {}",
@@ -123,6 +225,87 @@ impl KubeCluster {
                 eprintln!("{test}: skipped: {why}");
                 None
             }
+        }
+    }
+
+    /// Starts a cluster whose kube-apiserver is the listwatch fork ([`fork_binary`]);
+    /// `None` after printing why it cannot run here, as [`KubeCluster::start_or_skip`].
+    pub fn start_fork_or_skip(test: &str) -> Option<KubeCluster> {
+        match fork_binary().and_then(|fork| KubeCluster::start_with(Some(&fork))) {
+            Ok(c) => Some(c),
+            Err(why) if std::env::var("LISTWATCH_REQUIRE_KUBE").as_deref() == Ok("1") => {
+                panic!("{test}: {why} (LISTWATCH_REQUIRE_KUBE=1)")
+            }
+            Err(why) => {
+                eprintln!("{test}: skipped: {why}");
+                None
+            }
+        }
+    }
+
+    /// Starts `binary` (a kube-apiserver) on this cluster's etcd with exactly the flags
+    /// run.sh gave the cluster's own (read from /proc), but on another port, and waits for
+    /// its `/readyz`: two apiservers on one etcd, as in a highly available control plane.
+    pub fn second_apiserver(&self, binary: &Path) -> Result<SecondApiServer, String> {
+        let pid = std::fs::read_to_string(self.dir.join("apiserver.pid"))
+            .map_err(|e| format!("apiserver.pid: {e}"))?;
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim()))
+            .map_err(|e| format!("cmdline of {}: {e}", pid.trim()))?;
+        let port = crate::unlisted_port();
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .skip(1)
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                let a = String::from_utf8_lossy(a).into_owned();
+                if a.starts_with("--secure-port=") {
+                    format!("--secure-port={port}")
+                } else {
+                    a
+                }
+            })
+            .collect();
+        let log = self.dir.join(format!("apiserver-{port}.log"));
+        let child = Command::new(binary)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?)
+            .stderr(
+                std::fs::File::options()
+                    .append(true)
+                    .open(&log)
+                    .map_err(|e| e.to_string())?,
+            )
+            .spawn()
+            .map_err(|e| format!("{}: {e}", binary.display()))?;
+        let mut second = SecondApiServer { child, port, log };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let out = Command::new("curl")
+                .args(["-s", "--max-time", "5", "--cacert"])
+                .arg(self.file("ca.pem"))
+                .args(["-H", &format!("Authorization: Bearer {}", self.admin_token)])
+                .arg(format!("{}/readyz", second.url()))
+                .output()
+                .map_err(|e| format!("curl: {e}"))?;
+            if out.stdout == b"ok" {
+                return Ok(second);
+            }
+            if let Ok(Some(status)) = second.child.try_wait() {
+                return Err(format!(
+                    "{} exited ({status}): see {}",
+                    binary.display(),
+                    second.log.display()
+                ));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "{} not ready in 120 s: see {}",
+                    binary.display(),
+                    second.log.display()
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
         }
     }
 
@@ -250,28 +433,12 @@ impl Drop for KubeCluster {
 pub fn listwatch_binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        // target/<profile>/deps/<test> → target/<profile>
-        let exe = std::env::current_exe().expect("test executable");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>")
-            .to_path_buf();
+        let profile_dir = profile_dir();
         let release = profile_dir.file_name().is_some_and(|n| n == "release");
         let target = profile_dir.parent().expect("target dir");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        // Without what cargo set for this test process (its package's CARGO_* and OUT_DIR):
-        // build scripts that watch such variables would otherwise see a change and rebuild
-        // the binary's whole tree at every run.
-        for (k, _) in std::env::vars_os() {
-            let k = k.to_string_lossy();
-            let ours = k.starts_with("CARGO_")
-                && !matches!(&*k, "CARGO_HOME" | "CARGO_TARGET_DIR" | "CARGO_BUILD_JOBS");
-            if ours || k == "OUT_DIR" {
-                cmd.env_remove(&*k);
-            }
-        }
+        without_cargo_env(&mut cmd);
         cmd.args([
             "build",
             "--quiet",
