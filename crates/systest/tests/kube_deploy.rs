@@ -195,17 +195,6 @@ items:
   subjects: [{kind: ServiceAccount, name: reader, namespace: alpha}]
 "#;
 
-/// `kubectl ARGS` with `kubeconfig`: whether it succeeded, and its stdout or stderr.
-fn kubectl(cluster: &KubeCluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-    let out = cluster.kubectl_with(kubeconfig, args, None);
-    let said = if out.status.success() {
-        out.stdout
-    } else {
-        out.stderr
-    };
-    (out.status.success(), text(&said))
-}
-
 #[test]
 fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
     let test = "the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role";
@@ -398,24 +387,19 @@ fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
 
     // Served here: the reader's token reviewed upstream (tokenreviews), its read authorized
     // by the cluster's rules (subjectaccessreviews).
-    let (ok, said) = kubectl(
-        &cluster,
-        &reader,
-        &["get", "pods", "-n", "alpha", "-o", "name"],
-    );
+    let (ok, said) = cluster.kubectl_as(&reader, &["get", "pods", "-n", "alpha", "-o", "name"]);
     assert!(
         ok && said == "pod/p1\n",
         "reader lists alpha's pods: {said}"
     );
-    let (ok, said) = kubectl(&cluster, &reader, &["get", "secrets", "-n", "alpha"]);
+    let (ok, said) = cluster.kubectl_as(&reader, &["get", "secrets", "-n", "alpha"]);
     assert!(
         !ok && said.contains("Forbidden"),
         "reader lists secrets: {said}"
     );
     // Passed on as the client: a service account impersonated (serviceaccounts, groups,
     // uids, userextras) is refused by the upstream as itself, not the impersonation.
-    let (ok, said) = kubectl(
-        &cluster,
+    let (ok, said) = cluster.kubectl_as(
         &reader,
         &[
             "create",
@@ -433,8 +417,7 @@ fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
         "reader's create passed on as reader: {said}"
     );
     // The cluster's admin (system:masters, impersonated by user and group) writes through it.
-    let (ok, said) = kubectl(
-        &cluster,
+    let (ok, said) = cluster.kubectl_as(
         &admin,
         &[
             "create",
@@ -474,13 +457,12 @@ fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
         ),
     )
     .expect("kubeconfig");
-    let (ok, said) = kubectl(&cluster, &carol, &["get", "pods", "-n", "alpha"]);
+    let (ok, said) = cluster.kubectl_as(&carol, &["get", "pods", "-n", "alpha"]);
     assert!(
         !ok && said.contains(r#"User "carol" cannot list resource "pods""#),
         "carol, no grant, served here: {said}"
     );
-    let (ok, said) = kubectl(
-        &cluster,
+    let (ok, said) = cluster.kubectl_as(
         &carol,
         &[
             "auth",

@@ -5,7 +5,7 @@
 //! with no key file given — are authenticated by the upstream's TokenReviews. kubectl is
 //! the client, over TLS (it sends a token only over TLS).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use listwatch_testkit::kube::{KubeCluster, Listwatch};
@@ -48,20 +48,6 @@ items:
   roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read}
   subjects: [{kind: User, name: bob, apiGroup: rbac.authorization.k8s.io}]
 "#;
-
-/// `kubectl ARGS` with `kubeconfig`: whether it succeeded, and its stdout or stderr.
-fn kubectl(cluster: &KubeCluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-    let out = cluster.kubectl_with(kubeconfig, args, None);
-    let text = if out.status.success() {
-        out.stdout
-    } else {
-        out.stderr
-    };
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&text).into_owned(),
-    )
-}
 
 #[test]
 fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
@@ -123,7 +109,7 @@ fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
             &["get", "secrets", "-A"],
             &["get", "secret", "s", "-n", "beta", "-o", "yaml"],
         ] {
-            let (ok, text) = kubectl(&cluster, kubeconfig, args);
+            let (ok, text) = cluster.kubectl_as(kubeconfig, args);
             assert!(!ok && text.contains("Forbidden"), "{who} {args:?}: {text}");
         }
     }
@@ -132,11 +118,7 @@ fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
         ("reader", &reader, "alpha", "beta"),
         ("bob", &bob, "beta", "alpha"),
     ] {
-        let (ok, text) = kubectl(
-            &cluster,
-            kubeconfig,
-            &["get", "pods", "-n", mine, "-o", "name"],
-        );
+        let (ok, text) = cluster.kubectl_as(kubeconfig, &["get", "pods", "-n", mine, "-o", "name"]);
         assert!(ok, "{who} pods in {mine}: {text}");
         let want = if mine == "alpha" {
             "pod/p1\npod/p2\n"
@@ -144,8 +126,7 @@ fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
             "pod/q1\n"
         };
         assert_eq!(text, want, "{who} pods in {mine}");
-        let (ok, text) = kubectl(
-            &cluster,
+        let (ok, text) = cluster.kubectl_as(
             kubeconfig,
             &["get", "secret", "s", "-n", mine, "-o", "jsonpath={.data.k}"],
         );
@@ -155,16 +136,16 @@ fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
             &["get", "secrets", "-n", other],
             &["get", "pods", "-A"],
         ] {
-            let (ok, text) = kubectl(&cluster, kubeconfig, args);
+            let (ok, text) = cluster.kubectl_as(kubeconfig, args);
             assert!(!ok && text.contains("Forbidden"), "{who} {args:?}: {text}");
         }
     }
     // The cluster's own admin token (unknown to listwatch) is reviewed upstream:
     // system:masters reads everything.
-    let (ok, text) = kubectl(&cluster, &admin, &["get", "pods", "-A", "-o", "name"]);
+    let (ok, text) = cluster.kubectl_as(&admin, &["get", "pods", "-A", "-o", "name"]);
     assert!(ok && text.lines().count() == 3, "admin: {text}");
     // A token nobody knows is a 401.
-    let (ok, text) = kubectl(&cluster, &bogus, &["get", "pods", "-n", "alpha"]);
+    let (ok, text) = cluster.kubectl_as(&bogus, &["get", "pods", "-n", "alpha"]);
     assert!(!ok && text.contains("Unauthorized"), "bogus: {text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

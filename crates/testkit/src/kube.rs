@@ -172,10 +172,12 @@ impl KubeCluster {
     pub fn start_with(kube_apiserver: Option<&Path>) -> Result<KubeCluster, String> {
         ensure_built()?;
         let port = crate::unlisted_port();
-        // etcd takes EPORT and EPORT+1 (peer): two adjacent free ports.
+        // etcd takes EPORT and EPORT+1 (peer): two adjacent ports, both taken from the
+        // counter, so no later call in this process hands out the peer port (two clusters
+        // started at once collided on it).
         let etcd_port = loop {
             let p = crate::unlisted_port();
-            if std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            if crate::unlisted_port() == p + 1 {
                 break p;
             }
         };
@@ -340,6 +342,21 @@ impl KubeCluster {
             let _ = pipe.write_all(stdin.unwrap_or_default().as_bytes());
         }
         child.wait_with_output().expect("kubectl")
+    }
+
+    /// `kubectl --kubeconfig KC ARGS`: whether it succeeded, and its stdout (or, when it
+    /// failed, its stderr: where kubectl says `Forbidden`).
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+        let out = self.kubectl_with(kubeconfig, args, None);
+        let text = if out.status.success() {
+            out.stdout
+        } else {
+            out.stderr
+        };
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&text).into_owned(),
+        )
     }
 
     /// `kubectl` as the admin, which must succeed: its stdout.
