@@ -182,11 +182,26 @@ fn the_version_names_the_commit() {
         text.starts_with(&format!("listwatch {} (", env!("CARGO_PKG_VERSION"))),
         "{text}"
     );
-    // Built in a git checkout (CI's clone is one), the commit is HEAD's.
-    if let Ok(head) = Command::new("git").args(["rev-parse", "HEAD"]).output()
-        && head.status.success()
+    // Built in a git checkout (CI's clone is one), it names a commit of this repository
+    // (HEAD's when built last: a commit made since does not rebuild the test's binary).
+    if Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .is_ok_and(|o| o.status.success())
     {
-        let head = String::from_utf8_lossy(&head.stdout);
-        assert!(text.contains(head.trim()), "{text} does not name {head}");
+        let commit = text
+            .trim()
+            .rsplit_once('(')
+            .and_then(|(_, c)| c.strip_suffix(')'))
+            .unwrap_or_default();
+        assert!(
+            commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{text}"
+        );
+        let known = Command::new("git")
+            .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
+            .status()
+            .expect("git");
+        assert!(known.success(), "{commit} is not a commit here");
     }
 }
