@@ -635,7 +635,12 @@ fn authorization_modes(args: &ServeArgs) -> anyhow::Result<(Vec<String>, &'stati
 /// certificate or token in `--upstream-kubeconfig`): what asking it for access and token
 /// reviews needs.
 fn own_upstream_credential(args: &ServeArgs) -> anyhow::Result<bool> {
-    Ok(upstream_target(args)?.is_some_and(|(_, k)| k.client_cert.is_some() || k.token.is_some()))
+    Ok(upstream_target(args)?.is_some_and(|(_, k)| has_credential(&k)))
+}
+
+/// Whether `k` names listwatch's own credential (a client certificate or a token).
+fn has_credential(k: &listwatch_gateway::Kubeconfig) -> bool {
+    k.client_cert.is_some() || k.token.is_some()
 }
 
 /// `--authorization-mode Webhook`: the `--authorization-webhook-config-file` webhook, or the
@@ -783,10 +788,11 @@ fn token_reviewer(
         let client = ReviewClient::new(&config).map_err(|e| anyhow!("{flag} {url}: {e}"))?;
         return Ok(Some(Arc::new(client)));
     }
-    if !args.upstream_token_review || !own_upstream_credential(args)? {
+    if !args.upstream_token_review {
         return Ok(None);
     }
-    let Some((base, kubeconfig)) = upstream_target(args)? else {
+    // One read of the kubeconfig (or the pod's mount) for both the check and the client.
+    let Some((base, kubeconfig)) = upstream_target(args)?.filter(|(_, k)| has_credential(k)) else {
         return Ok(None);
     };
     let url = format!(
@@ -861,7 +867,7 @@ fn gateway(args: &ServeArgs) -> anyhow::Result<Option<Arc<listwatch_gateway::Gat
         )),
         _ => None,
     };
-    let own = kubeconfig.client_cert.is_some() || kubeconfig.token.is_some();
+    let own = has_credential(&kubeconfig);
     let identity = match args.upstream_identity {
         Some(UpstreamIdentity::FrontProxy) => Identity::FrontProxy,
         Some(UpstreamIdentity::Impersonate) => Identity::Impersonate,
