@@ -861,10 +861,15 @@ fn gateway(args: &ServeArgs) -> anyhow::Result<Option<Arc<listwatch_gateway::Gat
         std::fs::read(p).with_context(|| format!("--{flag} {}", p.display()))
     };
     let proxy_cert = match (&args.proxy_client_cert_file, &args.proxy_client_key_file) {
-        (Some(c), Some(k)) => Some((
-            read("proxy-client-cert-file", c)?,
-            read("proxy-client-key-file", k)?,
-        )),
+        (Some(c), Some(k)) => {
+            // Readable now, so a wrong path names its flag; read again as they are renewed.
+            read("proxy-client-cert-file", c)?;
+            read("proxy-client-key-file", k)?;
+            Some(listwatch_gateway::ClientCert::Files {
+                cert: c.clone(),
+                key: k.clone(),
+            })
+        }
         _ => None,
     };
     let own = has_credential(&kubeconfig);
@@ -898,7 +903,7 @@ async fn etcd_source(
     args: &ServeArgs,
     registry: Registry,
 ) -> Result<Arc<dyn Source>, anyhow::Error> {
-    use listwatch_etcd::{Decryptor, EtcdConfig, EtcdSource, EtcdTls, ValueDecoder};
+    use listwatch_etcd::{Decryptor, EtcdConfig, EtcdSource, ValueDecoder};
     let decryptor = match &args.encryption_provider_config {
         Some(path) => Some(
             Decryptor::from_file(path).map_err(|e| anyhow!("--encryption-provider-config {e}"))?,
@@ -910,16 +915,13 @@ async fn etcd_source(
             "--demo-pods and --load fill the embedded store; with etcd, write the objects to etcd"
         );
     }
-    let pem = |flag: &str, path: &Option<PathBuf>| -> anyhow::Result<Option<Vec<u8>>> {
-        path.as_ref()
-            .map(|p| std::fs::read(p).with_context(|| format!("--{flag} {}", p.display())))
-            .transpose()
-    };
-    let tls = EtcdTls {
-        ca_pem: pem("etcd-cafile", &args.etcd_cafile)?,
-        cert_pem: pem("etcd-certfile", &args.etcd_certfile)?,
-        key_pem: pem("etcd-keyfile", &args.etcd_keyfile)?,
-    };
+    let tls = listwatch_etcd::EtcdTlsFiles {
+        ca: args.etcd_cafile.clone(),
+        cert: args.etcd_certfile.clone(),
+        key: args.etcd_keyfile.clone(),
+    }
+    .read()
+    .map_err(|e| anyhow::anyhow!("--etcd-cafile/--etcd-certfile/--etcd-keyfile {e}"))?;
     let https = args
         .etcd_endpoints
         .iter()

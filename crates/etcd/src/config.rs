@@ -54,6 +54,50 @@ pub struct EtcdTls {
     pub cert_pem: Option<Vec<u8>>,
     /// The client certificate's private key.
     pub key_pem: Option<Vec<u8>>,
+    /// The files the PEMs were read from, if they were: looked at every
+    /// [`TLS_RELOAD_CHECK`] and, when one changed, read again and a new connection made
+    /// with them (requests and watches already open finish on the old one).
+    pub reload_from: Option<EtcdTlsFiles>,
+}
+
+/// How often [`EtcdTlsFiles`] are looked at for a renewal.
+pub const TLS_RELOAD_CHECK: Duration = Duration::from_secs(10);
+
+/// kube-apiserver's `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile`, as paths.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EtcdTlsFiles {
+    /// The CA bundle's file.
+    pub ca: Option<std::path::PathBuf>,
+    /// The client certificate's file.
+    pub cert: Option<std::path::PathBuf>,
+    /// The client key's file.
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl EtcdTlsFiles {
+    /// Reads the files named (an error names the file), remembering them for reloads.
+    pub fn read(&self) -> Result<EtcdTls, String> {
+        let pem = |p: &Option<std::path::PathBuf>| {
+            p.as_ref()
+                .map(|p| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display())))
+                .transpose()
+        };
+        Ok(EtcdTls {
+            ca_pem: pem(&self.ca)?,
+            cert_pem: pem(&self.cert)?,
+            key_pem: pem(&self.key)?,
+            reload_from: Some(self.clone()),
+        })
+    }
+
+    /// The files' modification times (None for a file absent or unreadable).
+    pub(crate) fn stamps(&self) -> [Option<std::time::SystemTime>; 3] {
+        let m = |p: &Option<std::path::PathBuf>| {
+            p.as_ref()
+                .and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        };
+        [m(&self.ca), m(&self.cert), m(&self.key)]
+    }
 }
 
 impl std::fmt::Debug for EtcdTls {

@@ -136,11 +136,18 @@ impl Follower {
     }
 
     /// Runs forever: load, follow, and relist whenever the cache becomes unsafe.
-    pub(crate) async fn run(self: Arc<Self>, client: Client, config: Arc<EtcdConfig>) {
+    pub(crate) async fn run(
+        self: Arc<Self>,
+        clients: Arc<crate::source::CurrentClient>,
+        config: Arc<EtcdConfig>,
+    ) {
         let info = self.store.info().clone();
         let mut resume: Option<i64> = None;
         let mut backoff = config.min_backoff;
         loop {
+            // Taken anew each round: a client renewed with new TLS files is used from the
+            // next list or resumed watch on.
+            let client = clients.get();
             let from = match resume {
                 Some(rev) => rev,
                 None => match self.list(&client, &config).await {

@@ -14,7 +14,7 @@ pub mod follower;
 pub mod layout;
 mod source;
 
-pub use config::{EtcdConfig, EtcdTls, ProgressOrder, READ_ONLY};
+pub use config::{EtcdConfig, EtcdTls, EtcdTlsFiles, ProgressOrder, READ_ONLY, TLS_RELOAD_CHECK};
 pub use decode::{DecodeError, ValueDecoder};
 pub use encryption::Decryptor;
 pub use follower::{FollowerState, FollowerStats};

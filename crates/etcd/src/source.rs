@@ -13,7 +13,9 @@ use listwatch_sources::{
 use listwatch_store::{Record, Store};
 
 use crate::EtcdError;
-use crate::config::{EtcdConfig, ProgressOrder, READ_ONLY};
+use crate::config::{
+    EtcdConfig, EtcdTls, EtcdTlsFiles, ProgressOrder, READ_ONLY, TLS_RELOAD_CHECK,
+};
 use crate::follower::{Follower, FollowerStats, call};
 use crate::layout::etcd_key;
 
@@ -56,7 +58,7 @@ async fn follow_crds(source: std::sync::Weak<EtcdSource>, crds: Arc<Store>) {
 
 /// The etcd source: followers keep the registry's stores equal to etcd; writes go to etcd.
 pub struct EtcdSource {
-    client: Client,
+    client: Arc<CurrentClient>,
     registry: Registry,
     config: Arc<EtcdConfig>,
     followers: parking_lot::Mutex<HashMap<(String, String, String), Arc<Follower>>>,
@@ -95,7 +97,7 @@ async fn watch_health(source: std::sync::Weak<EtcdSource>) {
         tokio::time::sleep(HEALTH_PROBE_EVERY).await;
         let Some(s) = source.upgrade() else { return };
         let probe = call(Duration::from_secs(2), || {
-            let mut kv = s.client.kv_client();
+            let mut kv = s.client.get().kv_client();
             async move {
                 kv.get(
                     "/registry/health",
@@ -140,34 +142,86 @@ async fn watch_health(source: std::sync::Weak<EtcdSource>) {
     }
 }
 
+/// The etcd client new requests and (re)started watches use. Replaced when the TLS files
+/// change: what is open on the old connection finishes there (a renewed certificate
+/// matters only to new handshakes), so nothing in flight is dropped.
+pub(crate) struct CurrentClient(parking_lot::RwLock<Client>);
+
+impl CurrentClient {
+    /// The client to use now (a cheap clone of its channel).
+    pub(crate) fn get(&self) -> Client {
+        self.0.read().clone()
+    }
+}
+
+/// A client to `endpoints` with `tls`, keep-alives and leader-required watches.
+async fn connect(endpoints: &[String], tls: Option<&EtcdTls>) -> Result<Client, EtcdError> {
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(3))
+        // Detects a dead member under an open watch (no TCP reset when it is killed -9
+        // behind a proxy, or frozen) and lets the balanced channel move on.
+        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
+        .with_keep_alive_while_idle(true)
+        // A member cut off from the quorum would otherwise keep our watch open silently.
+        .with_require_leader(true);
+    if let Some(tls) = tls {
+        let mut t = etcd_client::TlsOptions::new();
+        if let Some(ca) = &tls.ca_pem {
+            t = t.ca_certificate(etcd_client::Certificate::from_pem(ca));
+        }
+        if let (Some(cert), Some(key)) = (&tls.cert_pem, &tls.key_pem) {
+            t = t.identity(etcd_client::Identity::from_pem(cert, key));
+        }
+        options = options.with_tls(t);
+    }
+    Ok(Client::connect(endpoints, Some(options)).await?)
+}
+
+/// Looks at etcd's TLS files every [`TLS_RELOAD_CHECK`]; when one changed (kubeadm and
+/// cert-manager renew them in place), reads them again and makes new requests use a client
+/// built from them. A file half written, or a client that cannot be built, keeps the old
+/// client and is tried again at the next look.
+async fn follow_tls_files(source: std::sync::Weak<EtcdSource>, files: EtcdTlsFiles) {
+    let mut seen = files.stamps();
+    loop {
+        tokio::time::sleep(TLS_RELOAD_CHECK).await;
+        let Some(s) = source.upgrade() else { return };
+        let now = files.stamps();
+        if now == seen {
+            continue;
+        }
+        let tls = match files.read() {
+            Ok(tls) => tls,
+            Err(e) => {
+                tracing::warn!(error = %e, "etcd TLS files changed but cannot be read; keeping the current connection");
+                continue;
+            }
+        };
+        match connect(&s.config.endpoints, Some(&tls)).await {
+            Ok(client) => {
+                *s.client.0.write() = client;
+                seen = now;
+                tracing::info!(files = ?files, "etcd TLS files reloaded: new requests use them");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "etcd TLS files changed but no client could be made with them; keeping the current one")
+            }
+        }
+    }
+}
+
 impl EtcdSource {
     /// Connects to etcd and starts a follower for every resource of `registry` (on the
     /// current tokio runtime). Stores stay unready until their first list completes.
     pub async fn start(registry: Registry, config: EtcdConfig) -> Result<Arc<Self>, EtcdError> {
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(3))
-            // Detects a dead member under an open watch (no TCP reset when it is killed -9
-            // behind a proxy, or frozen) and lets the balanced channel move on.
-            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
-            .with_keep_alive_while_idle(true)
-            // A member cut off from the quorum would otherwise keep our watch open silently.
-            .with_require_leader(true);
-        if let Some(tls) = &config.tls {
-            let mut t = etcd_client::TlsOptions::new();
-            if let Some(ca) = &tls.ca_pem {
-                t = t.ca_certificate(etcd_client::Certificate::from_pem(ca));
-            }
-            if let (Some(cert), Some(key)) = (&tls.cert_pem, &tls.key_pem) {
-                t = t.identity(etcd_client::Identity::from_pem(cert, key));
-            }
-            options = options.with_tls(t);
-        }
-        let client = Client::connect(&config.endpoints, Some(options)).await?;
+        let client = Arc::new(CurrentClient(parking_lot::RwLock::new(
+            connect(&config.endpoints, config.tls.as_ref()).await?,
+        )));
         let mut config = config;
         // The first answer proves etcd reachable (address, TLS, credentials): a start-up
         // that cannot reach etcd fails here with the cause rather than serving nothing.
         let version = call(config.request_timeout.min(Duration::from_secs(5)), || {
-            let mut c = client.clone();
+            let mut c = client.get();
             async move { c.status().await }
         })
         .await?
@@ -197,6 +251,15 @@ impl EtcdSource {
         });
         let health = tokio::spawn(watch_health(Arc::downgrade(&source)));
         source.tasks.lock().push(health);
+        if let Some(files) = source
+            .config
+            .tls
+            .as_ref()
+            .and_then(|t| t.reload_from.clone())
+        {
+            let task = tokio::spawn(follow_tls_files(Arc::downgrade(&source), files));
+            source.tasks.lock().push(task);
+        }
         if let Some(crds) =
             source
                 .registry
@@ -310,7 +373,7 @@ impl EtcdSource {
         }
         let key = store.info().etcd_prefix.clone();
         let resp = call(self.config.request_timeout, || {
-            let mut kv = self.client.kv_client();
+            let mut kv = self.client.get().kv_client();
             let key = key.clone();
             async move { kv.get(key, None).await }
         })
@@ -353,7 +416,7 @@ impl EtcdSource {
             }
             let after = i64::try_from(cached_rv + 1).unwrap_or(i64::MAX);
             let resp = call(self.config.request_timeout, || {
-                let mut kv = self.client.kv_client();
+                let mut kv = self.client.get().kv_client();
                 let prefix = prefix.clone();
                 let options = GetOptions::new()
                     .with_prefix()
@@ -509,7 +572,7 @@ impl EtcdSource {
 
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, ApiError> {
         Ok(call(self.config.request_timeout, || {
-            let mut kv = self.client.kv_client();
+            let mut kv = self.client.get().kv_client();
             let txn = txn.clone();
             async move { kv.txn(txn).await }
         })
@@ -519,7 +582,7 @@ impl EtcdSource {
     /// The value and mod revision stored at `key` (a linearizable read).
     async fn read(&self, key: &[u8]) -> Result<Option<(Vec<u8>, i64)>, ApiError> {
         let resp = call(self.config.request_timeout, || {
-            let mut kv = self.client.kv_client();
+            let mut kv = self.client.get().kv_client();
             let key = key.to_vec();
             async move { kv.get(key, Some(GetOptions::new())).await }
         })

@@ -71,22 +71,18 @@ pub async fn start_etcd(
     builder: listwatch::Builder,
     s: &EtcdSettings,
 ) -> Result<listwatch::ListWatch, String> {
-    use listwatch::{Decryptor, EtcdConfig, EtcdTls, ValueDecoder};
-    let pem = |what: &str, p: &Option<String>| -> Result<Option<Vec<u8>>, String> {
-        p.as_ref()
-            .map(|p| std::fs::read(p).map_err(|e| format!("{what} {p}: {e}")))
-            .transpose()
-    };
+    use listwatch::{Decryptor, EtcdConfig, EtcdTlsFiles, ValueDecoder};
     let decryptor = s
         .encryption_provider_config
         .as_ref()
         .map(|p| Decryptor::from_file(std::path::Path::new(p)).map_err(|e| format!("{p}: {e}")))
         .transpose()?;
-    let tls = EtcdTls {
-        ca_pem: pem("caFile", &s.ca_file)?,
-        cert_pem: pem("certFile", &s.cert_file)?,
-        key_pem: pem("keyFile", &s.key_file)?,
-    };
+    let tls = EtcdTlsFiles {
+        ca: s.ca_file.as_ref().map(Into::into),
+        cert: s.cert_file.as_ref().map(Into::into),
+        key: s.key_file.as_ref().map(Into::into),
+    }
+    .read()?;
     let https = s.endpoints.iter().any(|e| e.starts_with("https://"));
     let config = EtcdConfig {
         endpoints: s.endpoints.clone(),

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Request, Response};
 #[cfg(feature = "etcd")]
-pub use listwatch_etcd::{Decryptor, EtcdConfig, EtcdError, EtcdTls, ValueDecoder};
+pub use listwatch_etcd::{Decryptor, EtcdConfig, EtcdError, EtcdTls, EtcdTlsFiles, ValueDecoder};
 use listwatch_server::App;
 use listwatch_server::routes::Route;
 use listwatch_sources::HostFedSource;
@@ -184,19 +184,20 @@ impl Builder {
     ///
     /// Read-only: writes are 405 (they belong to the host's own write path), unless
     /// `unsafe_direct_writes` is set. A production etcd is reached over mutual TLS, with
-    /// kube-apiserver's `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile` as PEM:
+    /// kube-apiserver's `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile` (read again
+    /// when they are renewed):
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-    /// let pem = |p: &str| std::fs::read(p).map(Some);
+    /// let tls = listwatch::EtcdTlsFiles {
+    ///     ca: Some("/etc/kubernetes/pki/etcd/ca.crt".into()),
+    ///     cert: Some("/etc/kubernetes/pki/apiserver-etcd-client.crt".into()),
+    ///     key: Some("/etc/kubernetes/pki/apiserver-etcd-client.key".into()),
+    /// };
     /// let lw = listwatch::Builder::new()
     ///     .etcd(listwatch::EtcdConfig {
     ///         endpoints: vec!["https://127.0.0.1:2379".into()],
-    ///         tls: Some(listwatch::EtcdTls {
-    ///             ca_pem: pem("/etc/kubernetes/pki/etcd/ca.crt")?,
-    ///             cert_pem: pem("/etc/kubernetes/pki/apiserver-etcd-client.crt")?,
-    ///             key_pem: pem("/etc/kubernetes/pki/apiserver-etcd-client.key")?,
-    ///         }),
+    ///         tls: Some(tls.read()?),
     ///         ..Default::default()
     ///     })
     ///     .await?;
