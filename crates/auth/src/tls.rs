@@ -12,14 +12,17 @@ use crate::config::{ConfigError, invalid, read};
 
 /// A rustls server config: `cert`/`key` PEM files, ALPN `h2` then `http/1.1`, and, with
 /// `client_ca`, client certificates verified against it (optional for the client, so
-/// token users can still connect).
+/// token users can still connect). Certificate and CA files are read again when they
+/// change.
 pub fn tls_config(
     cert: &Path,
     key: &Path,
     client_ca: Option<&Path>,
 ) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
-    let client_roots = client_ca.map(roots).transpose()?;
-    server_config(cert, key, client_roots, client_ca.unwrap_or(cert))
+    let verifier = client_ca
+        .map(|ca| CaFiles::new(&[ca]).map(Arc::new))
+        .transpose()?;
+    server_config(cert, key, verifier)
 }
 
 /// [`tls_config`] for a server that also trusts a front proxy: client certificates
@@ -32,25 +35,21 @@ pub fn tls_config_with_front_proxy(
     client_ca: Option<&Path>,
     front_proxy: &FrontProxyTrust,
 ) -> Result<(Arc<rustls::ServerConfig>, ClientCerts), ConfigError> {
-    let proxies = roots(&front_proxy.ca)?;
-    let mut both = proxies.clone();
-    let users = match client_ca {
-        Some(ca) => {
-            let r = roots(ca)?;
-            both.roots.extend(r.roots.iter().cloned());
-            Some(verifier(r, ca)?)
-        }
-        None => None,
-    };
+    let both: Vec<&Path> = client_ca
+        .into_iter()
+        .chain([front_proxy.ca.as_path()])
+        .collect();
     let certs = ClientCerts {
-        users,
+        users: client_ca
+            .map(|ca| CaFiles::new(&[ca]).map(Arc::new))
+            .transpose()?,
         front_proxy: Some((
-            verifier(proxies, &front_proxy.ca)?,
+            Arc::new(CaFiles::new(&[&front_proxy.ca])?),
             front_proxy.allowed_names.clone(),
         )),
     };
     Ok((
-        server_config(cert, key, Some(both), &front_proxy.ca)?,
+        server_config(cert, key, Some(Arc::new(CaFiles::new(&both)?)))?,
         certs,
     ))
 }
@@ -67,11 +66,8 @@ pub struct FrontProxyTrust {
 
 /// Tells a client CA's certificates from a front proxy's (the handshake accepted both).
 pub struct ClientCerts {
-    users: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
-    front_proxy: Option<(
-        Arc<dyn rustls::server::danger::ClientCertVerifier>,
-        Vec<String>,
-    )>,
+    users: Option<Arc<CaFiles>>,
+    front_proxy: Option<(Arc<CaFiles>, Vec<String>)>,
 }
 
 impl ClientCerts {
@@ -81,7 +77,8 @@ impl ClientCerts {
             return PeerIdentity::default();
         };
         let now = rustls::pki_types::UnixTime::now();
-        let signed_by = |v: &Arc<dyn rustls::server::danger::ClientCertVerifier>| {
+        let signed_by = |v: &Arc<CaFiles>| {
+            use rustls::server::danger::ClientCertVerifier;
             v.verify_client_cert(leaf, intermediates, now).is_ok()
         };
         let user = self
@@ -98,49 +95,37 @@ impl ClientCerts {
     }
 }
 
-/// A client-certificate verifier trusting `roots` (from the file `ca`, named in errors).
-fn verifier(
-    roots: rustls::RootCertStore,
-    ca: &Path,
-) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, ConfigError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| invalid(ca, e))
-}
-
-/// The server config over `cert`/`key`, verifying optional client certificates against
-/// `client_roots` (from `ca`, named in errors).
+/// The server config over `cert`/`key`, verifying optional client certificates with
+/// `client_cas`.
 fn server_config(
     cert: &Path,
     key: &Path,
-    client_roots: Option<rustls::RootCertStore>,
-    ca: &Path,
+    client_cas: Option<Arc<CaFiles>>,
 ) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let resolver = ReloadingCert::new(cert, key, provider.clone())?;
+    let resolver = CertFiles::new(cert, key)?;
+    let provider = resolver.provider.clone();
     let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid(cert, e))?;
-    let builder = match client_roots {
+    let builder = match client_cas {
         None => builder.with_no_client_auth(),
-        Some(roots) => builder.with_client_cert_verifier(verifier(roots, ca)?),
+        Some(v) => builder.with_client_cert_verifier(v),
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
-/// How often the serving certificate's files are looked at (a `stat` each, on a handshake).
+/// How often certificate and CA files are looked at (a `stat` each, on a handshake).
 const RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The serving certificate, read again from its files when they change (cert-manager and
-/// kubeadm renew them in place): each new handshake gets the current one, connections
+/// A certificate and its key, read again from their files when they change (cert-manager
+/// and kubeadm renew them in place): each new handshake gets the current one, connections
 /// already open keep theirs. Files that do not parse keep the previous certificate (a
-/// warning is logged), as a half-written renewal must not take the server down.
+/// warning is logged), as a half-written renewal must not take the server down. Serves
+/// as the serving certificate and as the client certificate presented to an upstream.
 #[derive(Debug)]
-struct ReloadingCert {
+pub struct CertFiles {
     cert: std::path::PathBuf,
     key: std::path::PathBuf,
     provider: Arc<rustls::crypto::CryptoProvider>,
@@ -151,22 +136,20 @@ struct ReloadingCert {
 struct LoadedCert {
     key: Arc<rustls::sign::CertifiedKey>,
     /// The files' modification times when read.
-    stamp: (Option<std::time::SystemTime>, Option<std::time::SystemTime>),
+    stamp: Vec<Option<std::time::SystemTime>>,
     checked: std::time::Instant,
 }
 
-impl ReloadingCert {
-    fn new(
-        cert: &Path,
-        key: &Path,
-        provider: Arc<rustls::crypto::CryptoProvider>,
-    ) -> Result<Self, ConfigError> {
+impl CertFiles {
+    /// Reads `cert` (PEM chain) and `key` (PEM private key) now: an error names the file.
+    pub fn new(cert: &Path, key: &Path) -> Result<Self, ConfigError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
         let loaded = LoadedCert {
-            stamp: stamps(cert, key),
+            stamp: stamps(&[cert, key]),
             key: Arc::new(certified_key(cert, key, &provider)?),
             checked: std::time::Instant::now(),
         };
-        Ok(ReloadingCert {
+        Ok(CertFiles {
             cert: cert.to_path_buf(),
             key: key.to_path_buf(),
             provider,
@@ -176,20 +159,20 @@ impl ReloadingCert {
 
     /// The current certificate, read again first when a second has passed since the last
     /// look and either file changed.
-    fn current(&self) -> Arc<rustls::sign::CertifiedKey> {
+    pub fn current(&self) -> Arc<rustls::sign::CertifiedKey> {
         let mut c = self.current.lock();
         if c.checked.elapsed() >= RELOAD_CHECK {
             c.checked = std::time::Instant::now();
-            let stamp = stamps(&self.cert, &self.key);
+            let stamp = stamps(&[&self.cert, &self.key]);
             if stamp != c.stamp {
                 match certified_key(&self.cert, &self.key, &self.provider) {
                     Ok(k) => {
                         c.key = Arc::new(k);
                         c.stamp = stamp;
-                        tracing::info!(cert = %self.cert.display(), "serving certificate reloaded");
+                        tracing::info!(cert = %self.cert.display(), "certificate reloaded");
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "serving certificate not reloaded; keeping the previous one")
+                        tracing::warn!(error = %e, "certificate not reloaded; keeping the previous one")
                     }
                 }
             }
@@ -198,7 +181,7 @@ impl ReloadingCert {
     }
 }
 
-impl rustls::server::ResolvesServerCert for ReloadingCert {
+impl rustls::server::ResolvesServerCert for CertFiles {
     fn resolve(
         &self,
         _hello: rustls::server::ClientHello<'_>,
@@ -207,12 +190,144 @@ impl rustls::server::ResolvesServerCert for ReloadingCert {
     }
 }
 
-fn stamps(
-    cert: &Path,
-    key: &Path,
-) -> (Option<std::time::SystemTime>, Option<std::time::SystemTime>) {
-    let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    (m(cert), m(key))
+impl rustls::client::ResolvesClientCert for CertFiles {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.current())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// Client certificates verified against CA bundles read again when their files change
+/// (kube-apiserver reloads `--client-ca-file` and `--requestheader-client-ca-file` the same
+/// way): each handshake and each identification uses the current roots. A bundle that no
+/// longer parses keeps the previous roots (a warning is logged).
+#[derive(Debug)]
+struct CaFiles {
+    files: Vec<std::path::PathBuf>,
+    /// The CA names offered in the handshake, as first read: hints only (clients present
+    /// their certificate without a match too), and a borrowed slice cannot follow a reload.
+    hints: Vec<rustls::DistinguishedName>,
+    current: parking_lot::Mutex<LoadedRoots>,
+}
+
+#[derive(Debug)]
+struct LoadedRoots {
+    verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    stamp: Vec<Option<std::time::SystemTime>>,
+    checked: std::time::Instant,
+}
+
+impl CaFiles {
+    fn new(files: &[&Path]) -> Result<Self, ConfigError> {
+        let verifier = verifier_of(files)?;
+        Ok(CaFiles {
+            files: files.iter().map(|f| f.to_path_buf()).collect(),
+            hints: verifier.root_hint_subjects().to_vec(),
+            current: parking_lot::Mutex::new(LoadedRoots {
+                verifier,
+                stamp: stamps(files),
+                checked: std::time::Instant::now(),
+            }),
+        })
+    }
+
+    fn current(&self) -> Arc<dyn rustls::server::danger::ClientCertVerifier> {
+        let mut c = self.current.lock();
+        if c.checked.elapsed() >= RELOAD_CHECK {
+            c.checked = std::time::Instant::now();
+            let files: Vec<&Path> = self.files.iter().map(|f| f.as_path()).collect();
+            let stamp = stamps(&files);
+            if stamp != c.stamp {
+                match verifier_of(&files) {
+                    Ok(v) => {
+                        c.verifier = v;
+                        c.stamp = stamp;
+                        tracing::info!(files = ?self.files, "client CA bundle reloaded");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "client CA bundle not reloaded; keeping the previous one")
+                    }
+                }
+            }
+        }
+        c.verifier.clone()
+    }
+}
+
+impl rustls::server::danger::ClientCertVerifier for CaFiles {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &self.hints
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        self.current()
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.current().supported_verify_schemes()
+    }
+}
+
+/// A verifier trusting every certificate of the PEM bundles `files` (client certificates
+/// optional, so token users still connect).
+fn verifier_of(
+    files: &[&Path],
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, ConfigError> {
+    let mut all = rustls::RootCertStore::empty();
+    for f in files {
+        all.roots.extend(roots(f)?.roots);
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::server::WebPkiClientVerifier::builder_with_provider(all.into(), provider)
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| invalid(files.first().copied().unwrap_or(Path::new("")), e))
+}
+
+fn stamps(files: &[&Path]) -> Vec<Option<std::time::SystemTime>> {
+    files
+        .iter()
+        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .collect()
 }
 
 /// The certificate chain and key of two PEM files, checked to belong together.

@@ -16,8 +16,8 @@ pub struct Kubeconfig {
     pub server: Option<String>,
     /// The CA bundle (PEM).
     pub ca_pem: Option<Vec<u8>>,
-    /// Client certificate and key (PEM).
-    pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    /// Client certificate and key: files (read again as they change) or inline PEM.
+    pub client_cert: Option<crate::ClientCert>,
     /// Bearer token: `token`, or `tokenFile` (read again as it changes).
     pub token: Option<crate::TokenSource>,
 }
@@ -113,6 +113,23 @@ impl Kubeconfig {
         let c = &cluster.value;
         let cert = material(&user.cert_data, &user.cert_file, "client-certificate")?;
         let key = material(&user.key_data, &user.key_file, "client-key")?;
+        let client_cert = match (
+            &user.cert_data,
+            &user.key_data,
+            &user.cert_file,
+            &user.key_file,
+        ) {
+            // Both as files: followed as they are renewed.
+            (None, None, Some(c), Some(k)) if cert.is_some() && key.is_some() => {
+                Some(crate::ClientCert::Files {
+                    cert: dir.join(c),
+                    key: dir.join(k),
+                })
+            }
+            _ => cert
+                .zip(key)
+                .map(|(cert, key)| crate::ClientCert::Pem { cert, key }),
+        };
         let token = match (&user.token, &user.token_file) {
             (Some(t), _) => Some(crate::TokenSource::Value(t.clone())),
             (None, Some(f)) => {
@@ -127,7 +144,7 @@ impl Kubeconfig {
         Ok(Kubeconfig {
             server: c.server.clone(),
             ca_pem: material(&c.ca_data, &c.ca_file, "certificate-authority")?,
-            client_cert: cert.zip(key),
+            client_cert,
             token,
         })
     }

@@ -8,6 +8,7 @@
 //! the client sent itself (`X-Remote-*`, and `Impersonate-*` unless the token is forwarded)
 //! never reach the upstream.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,6 +64,36 @@ pub enum Identity {
     Forward,
 }
 
+/// A client certificate and its key.
+#[derive(Clone)]
+pub enum ClientCert {
+    /// PEM given inline (a kubeconfig's `*-data`): fixed for the process.
+    Pem {
+        /// The certificate chain.
+        cert: Vec<u8>,
+        /// The private key.
+        key: Vec<u8>,
+    },
+    /// PEM files, read again when they change (cert-manager and kubeadm renew them in
+    /// place): new connections present the current certificate, open ones keep theirs.
+    Files {
+        /// The certificate chain's file.
+        cert: PathBuf,
+        /// The private key's file.
+        key: PathBuf,
+    },
+}
+
+impl std::fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        match self {
+            ClientCert::Pem { .. } => f.write_str("ClientCert::Pem"),
+            ClientCert::Files { cert, .. } => write!(f, "ClientCert::Files({})", cert.display()),
+        }
+    }
+}
+
 /// How to reach the upstream and carry identities there.
 #[derive(Clone, Debug)]
 pub struct GatewayConfig {
@@ -70,9 +101,9 @@ pub struct GatewayConfig {
     pub upstream: String,
     /// CA bundle (PEM) the upstream's serving certificate is verified against (https).
     pub ca_pem: Option<Vec<u8>>,
-    /// Client certificate and key (PEM) presented to the upstream: the front-proxy
-    /// certificate, or listwatch's own from its kubeconfig.
-    pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    /// Client certificate presented to the upstream: the front-proxy certificate, or
+    /// listwatch's own from its kubeconfig.
+    pub client_cert: Option<ClientCert>,
     /// listwatch's own bearer token (with [`Identity::Impersonate`]), kept current.
     pub token: Option<TokenSource>,
     /// How identities cross the hop.
@@ -632,13 +663,18 @@ fn tls_config(config: &GatewayConfig) -> Result<rustls::ClientConfig, GatewayErr
     // ALPN is hyper-rustls's: HTTP/1.1 only, as protocol upgrades (exec, attach,
     // port-forward) need it.
     let tls = match &config.client_cert {
-        Some((cert, key)) => {
+        Some(ClientCert::Pem { cert, key }) => {
             let chain = CertificateDer::pem_slice_iter(cert)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| GatewayError::Config(format!("client certificate: {e}")))?;
             let key = PrivateKeyDer::from_pem_slice(key)
                 .map_err(|e| GatewayError::Config(format!("client key: {e}")))?;
             builder.with_client_auth_cert(chain, key)?
+        }
+        Some(ClientCert::Files { cert, key }) => {
+            let files = listwatch_auth::tls::CertFiles::new(cert, key)
+                .map_err(|e| GatewayError::Config(e.to_string()))?;
+            builder.with_client_cert_resolver(Arc::new(files))
         }
         None => builder.with_no_client_auth(),
     };

@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch_auth::authn::Authenticator;
-use listwatch_gateway::{Gateway, GatewayConfig, Identity};
+use listwatch_gateway::{ClientCert, Gateway, GatewayConfig, Identity};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -95,10 +95,13 @@ async fn upstream() -> (SocketAddr, Seen) {
 }
 
 /// A front-proxy certificate the gateway presents (any will do over plain http).
-fn proxy_cert() -> (Vec<u8>, Vec<u8>) {
+fn proxy_cert() -> ClientCert {
     let (key, params) = cert_params("front-proxy-client", &[]);
     let cert = params.self_signed(&key).expect("cert");
-    (cert.pem().into_bytes(), key.serialize_pem().into_bytes())
+    ClientCert::Pem {
+        cert: cert.pem().into_bytes(),
+        key: key.serialize_pem().into_bytes(),
+    }
 }
 
 /// A new key and the parameters of a certificate for `cn` with `sans`.
