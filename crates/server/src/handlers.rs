@@ -32,6 +32,8 @@ pub struct Ctx<'a> {
     pub source: &'a dyn Source,
     /// Server tunables.
     pub config: &'a ServerConfig,
+    /// The app's window of protobuf items shared by concurrent responses.
+    pub sharing: &'a listwatch_codec::Sharing,
 }
 
 impl<'a> Ctx<'a> {
@@ -95,7 +97,7 @@ pub async fn read(
 ) -> Answer {
     ctx.ready(&target.store)?;
     let Read { options, rendering } = read?;
-    let writer = rendering.writer(target.store.info())?;
+    let writer = rendering.writer(target.store.info(), ctx.sharing)?;
     let gzip = rendering.gzip;
     let ns = target.namespace.as_deref();
     match (verb, target.name) {
