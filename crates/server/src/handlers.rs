@@ -375,7 +375,7 @@ async fn watch(
             // kube-apiserver: a random duration in [min-request-timeout, 2×) so watches
             // do not all end (and re-list) at once.
             let base = ctx.config.min_request_timeout.as_secs_f64();
-            Duration::from_secs_f64(base * (1.0 + rand::random::<f64>()))
+            Duration::from_secs_f64(base * (1.0 + crate::body::random_fraction()))
         }
     };
     let deadline = Instant::now() + timeout;

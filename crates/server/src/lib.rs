@@ -97,7 +97,7 @@ pub trait PassThrough: Send + Sync {
         &self,
         req: Request<RequestBody>,
         user: Option<listwatch_auth::User>,
-    ) -> futures::future::BoxFuture<'static, Response<ResponseBody>>;
+    ) -> futures_core::future::BoxFuture<'static, Response<ResponseBody>>;
 
     /// Its metrics in OpenMetrics text (without `# EOF`), added to `/metrics`.
     fn metrics_text(&self) -> String {
