@@ -31,7 +31,7 @@ fn encode(c: &mut Criterion) {
     // The alternative of storing both encodings: the same protobuf items, encoded once,
     // copied into chunks as the JSON LIST copies its stored bytes.
     let stored: Vec<Vec<u8>> = {
-        let mut proto = listwatch_codec::protobuf::ProtoObjects::new(store.info(), false)
+        let mut proto = listwatch_codec::protobuf::ProtoObjects::new(store.info(), false, None)
             .expect("pods have protobuf");
         let mut reader =
             SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);

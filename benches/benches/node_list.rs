@@ -39,7 +39,9 @@ fn list(store: &Store, snap: &Snapshot, filter: &Arc<Filter>) -> usize {
         form: Form::Objects,
         gzip: false,
     };
-    let writer = rendering.writer(store.info()).expect("writer");
+    let writer = rendering
+        .writer(store.info(), &listwatch_codec::Sharing::default())
+        .expect("writer");
     let mut e = ListEncoder::new(reader, writer, String::new(), false, 64 * 1024);
     std::iter::from_fn(|| e.next_chunk()).map(|c| c.len()).sum()
 }

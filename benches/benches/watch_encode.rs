@@ -39,7 +39,9 @@ fn deliver(store: &Arc<Store>, rendering: &Rendering) -> usize {
     let now = Instant::now();
     let mut sent = 0;
     for _ in 0..WATCHERS {
-        let writer = rendering.writer(store.info()).expect("writer");
+        let writer = rendering
+            .writer(store.info(), &listwatch_codec::Sharing::default())
+            .expect("writer");
         let spec = WatchSpec {
             initial: None,
             initial_events_end: false,

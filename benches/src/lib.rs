@@ -41,7 +41,7 @@ pub fn list_encoder(store: &Store, protobuf: bool) -> listwatch_codec::ListEncod
     };
     let rendering = listwatch_codec::Rendering::objects(encoding);
     let writer = rendering
-        .writer(info)
+        .writer(info, &listwatch_codec::Sharing::default())
         .expect("the kind has a protobuf form");
     listwatch_codec::ListEncoder::new(
         reader,

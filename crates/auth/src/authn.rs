@@ -195,15 +195,15 @@ impl Authenticator {
     /// (groups optional; blank lines and `#` comments skipped).
     pub fn from_token_file(path: &Path, anonymous: bool) -> Result<Self, ConfigError> {
         let data = read(path)?;
+        let text = std::str::from_utf8(&data).map_err(|e| invalid(path, e))?;
         let mut tokens = HashMap::new();
-        let mut rdr = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .flexible(true)
-            .comment(Some(b'#'))
-            .trim(csv::Trim::All)
-            .from_reader(data.as_slice());
-        for (i, rec) in rdr.records().enumerate() {
-            let rec = rec.map_err(|e| invalid(path, e))?;
+        let records = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'));
+        for (i, line) in records.enumerate() {
+            let rec =
+                csv_fields(line).map_err(|e| invalid(path, format!("line {}: {e}", i + 1)))?;
             if rec.len() < 3 {
                 return Err(invalid(
                     path,
@@ -288,6 +288,51 @@ impl Authenticate for Authenticator {
     }
 }
 
+/// The fields of one line of a CSV file as kube-apiserver's token file reads it: separated
+/// by commas, each trimmed, a field may be quoted (`"a,b"`, a quote in it doubled) to hold
+/// commas — the groups field does. A small parser of our own rather than a CSV crate: the
+/// embedding facade takes this crate and should not carry one for four fields.
+fn csv_fields(line: &str) -> Result<Vec<String>, &'static str> {
+    let mut fields = Vec::new();
+    let mut rest = line;
+    loop {
+        rest = rest.trim_start();
+        let field = if let Some(quoted) = rest.strip_prefix('"') {
+            let mut field = String::new();
+            let mut chars = quoted.char_indices();
+            let end = loop {
+                match chars.next() {
+                    Some((i, '"')) => {
+                        if quoted[i + 1..].starts_with('"') {
+                            field.push('"');
+                            chars.next();
+                        } else {
+                            break i + 1;
+                        }
+                    }
+                    Some((_, c)) => field.push(c),
+                    None => return Err("a quoted field is not closed"),
+                }
+            };
+            rest = quoted[end..].trim_start();
+            if !rest.is_empty() && !rest.starts_with(',') {
+                return Err("text after a quoted field");
+            }
+            field
+        } else {
+            let end = rest.find(',').unwrap_or(rest.len());
+            let field = rest[..end].trim().to_string();
+            rest = &rest[end..];
+            field
+        };
+        fields.push(field);
+        match rest.strip_prefix(',') {
+            Some(more) => rest = more,
+            None => return Ok(fields),
+        }
+    }
+}
+
 fn with_group(mut u: User, g: &str) -> User {
     if !u.groups.iter().any(|x| x == g) {
         u.groups.push(g.into());
@@ -326,6 +371,39 @@ mod tests {
             std::task::Poll::Ready(r) => r,
             std::task::Poll::Pending => panic!("the static token file never waits"),
         }
+    }
+
+    #[test]
+    fn the_token_file_reads_quoted_groups_comments_and_blank_lines() {
+        let dir = std::env::temp_dir().join(format!("lw-tokens-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("tokens.csv");
+        let file = "# a comment\n\n\
+            t1,alice,uid-1,\"system:masters, dev ,\"\n\
+            \t t2 , bob , uid-2 \r\n\
+            t3,\"carol \"\"c\"\"\",uid-3,ops\n";
+        std::fs::write(&path, file).expect("write");
+        let a = Authenticator::from_token_file(&path, false).expect("tokens");
+        let user = |t: &str| a.tokens.get(t).cloned().expect(t);
+        assert_eq!(user("t1").name, "alice");
+        assert_eq!(user("t1").uid, "uid-1");
+        assert_eq!(user("t1").groups, ["system:masters", "dev"]);
+        assert_eq!(
+            (user("t2").name, user("t2").uid),
+            ("bob".into(), "uid-2".into())
+        );
+        assert!(user("t2").groups.is_empty());
+        assert_eq!(user("t3").name, "carol \"c\"");
+        assert_eq!(user("t3").groups, ["ops"]);
+        assert_eq!(a.tokens.len(), 3);
+        for bad in ["t,u\n", "t,u,\"open\n", "t,u,\"x\"y\n"] {
+            std::fs::write(&path, bad).expect("write");
+            assert!(
+                Authenticator::from_token_file(&path, false).is_err(),
+                "{bad:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod watch;
 
 pub use list::ListEncoder;
 pub use render::{Form, ObjectWriter, Rendering};
+pub use shared::Sharing;
 pub use watch::{WatchEncoder, WatchSpec, WatchStep};
 
 /// The wire encoding negotiated for a response; the encoders lay bytes out in it.

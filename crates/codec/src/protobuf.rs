@@ -53,6 +53,8 @@ pub struct ProtoObjects {
     scratch: Vec<u8>,
     /// Which responses' items this one may share ([`shared::group_of`]).
     group: u64,
+    /// The app's window of shared items (`None`: this writer shares nothing).
+    window: Option<shared::Sharing>,
     /// Present while this response shares items.
     sharing: Option<shared::Reader>,
     /// Responses waiting for items this one kept, woken by [`Self::wake_waiters`].
@@ -213,8 +215,13 @@ impl ProtoObjects {
     }
 
     /// A writer of `info`'s objects, or of their PartialObjectMetadata when
-    /// `metadata_only`; `None` when the kind has no protobuf form.
-    pub fn new(info: &ResourceInfo, metadata_only: bool) -> Option<ProtoObjects> {
+    /// `metadata_only`, sharing items in `window` (`None`: never); `None` when the kind has
+    /// no protobuf form.
+    pub fn new(
+        info: &ResourceInfo,
+        metadata_only: bool,
+        window: Option<&shared::Sharing>,
+    ) -> Option<ProtoObjects> {
         let schema = Schema::kubernetes();
         let object = if metadata_only {
             None
@@ -242,6 +249,7 @@ impl ProtoObjects {
                 &info.resource,
                 metadata_only,
             ),
+            window: window.cloned(),
             sharing: None,
             waiters: Vec::new(),
         })
@@ -295,7 +303,7 @@ impl ProtoObjects {
     /// resource and form (a LIST, a watch-list's initial events), until
     /// [`Self::stop_sharing`].
     pub fn start_sharing(&mut self) {
-        self.sharing = Some(shared::Reader::join(self.group));
+        self.sharing = self.window.as_ref().map(|w| w.join(self.group));
     }
 
     /// Takes part in sharing runs of items framed as `framing` with concurrent protobuf
@@ -303,7 +311,7 @@ impl ProtoObjects {
     /// [`Self::stop_sharing`].
     pub(crate) fn start_sharing_runs(&mut self, run_bytes: usize, framing: RunFraming) {
         let group = shared::group_of_runs(self.group, run_bytes, framing);
-        self.sharing = Some(shared::Reader::join_runs(group));
+        self.sharing = self.window.as_ref().map(|w| w.join_runs(group));
     }
 
     /// Leaves the sharing readers (a watch-list's initial events are over).
@@ -393,7 +401,9 @@ impl ProtoObjects {
             if next.is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(r))) {
                 p.matched += 1;
                 if p.matched == p.records.len() {
-                    shared::count_hits(p.matched);
+                    if let Some(s) = &self.sharing {
+                        s.count_hits(p.matched);
+                    }
                     if let Some(p) = runs.pending.take() {
                         out.put_shared(p.bytes);
                     }
@@ -744,7 +754,7 @@ pub fn measure_lengths(
 ) -> usize {
     let mut measured = 0;
     for metadata_only in [false, true] {
-        let Some(mut w) = ProtoObjects::new(info, metadata_only) else {
+        let Some(mut w) = ProtoObjects::new(info, metadata_only, None) else {
             return 0;
         };
         let form = w.form();

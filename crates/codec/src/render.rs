@@ -20,6 +20,7 @@ use crate::protobuf::{
     self as pb, META_V1, PARTIAL_HEAD, ProtoObjects, field_len, write_watch_frame,
     write_watch_frame_head,
 };
+use crate::shared::Sharing;
 use crate::table::{IncludeObject, TableFormat};
 use crate::watch::{bookmark_object, partial_bookmark_object, write_error, write_event};
 use crate::{ChunkWriter, Encoding};
@@ -71,15 +72,17 @@ impl Rendering {
         }
     }
 
-    /// The writer of this rendering for `info`'s objects; 406 for a protobuf form the kind
+    /// The writer of this rendering for `info`'s objects, sharing protobuf items with
+    /// concurrent responses in `sharing` (the app's); 406 for a protobuf form the kind
     /// does not have (negotiation already steers clients away from it).
-    pub fn writer(&self, info: &ResourceInfo) -> Result<ObjectWriter, ApiError> {
+    pub fn writer(&self, info: &ResourceInfo, sharing: &Sharing) -> Result<ObjectWriter, ApiError> {
         let metadata = matches!(self.form, Form::Metadata);
         let style = match (&self.encoding, &self.form) {
             (Encoding::Protobuf, _) => {
-                let objects = ProtoObjects::new(info, metadata).ok_or_else(|| {
-                    ApiError::NotAcceptable(format!("{} has no protobuf form", info.resource))
-                })?;
+                let objects =
+                    ProtoObjects::new(info, metadata, Some(sharing)).ok_or_else(|| {
+                        ApiError::NotAcceptable(format!("{} has no protobuf form", info.resource))
+                    })?;
                 Style::Protobuf(Box::new(ProtoStyle {
                     objects,
                     scratch: Vec::new(),
@@ -221,8 +224,8 @@ impl ObjectWriter {
     }
 
     /// Shares protobuf items with concurrent responses of the same resource and form
-    /// until [`Self::stop_sharing`] (see [`crate::shared`]); other forms have nothing to
-    /// share.
+    /// in the window it was built with, until [`Self::stop_sharing`] (see
+    /// [`crate::shared`]); other forms have nothing to share.
     pub fn start_sharing(&mut self) {
         if let Style::Protobuf(p) = &mut self.style {
             p.start_sharing();

@@ -14,6 +14,10 @@
 //! and the items go with the last reader. docs/memory.md has the measurements and
 //! alternatives.
 //!
+//! The window is a value, a [`Sharing`], owned by each app (built from its configuration's
+//! budget) and handed to the writers of its responses: nothing here is process-wide, so two
+//! apps in one process (a fork serving two apiservers, parallel tests) do not share.
+//!
 //! LISTs and watch-lists of a whole snapshot share runs of framed items the same way, in a
 //! group of their own for each framing (`crate::protobuf::Runs`): an entry then covers the
 //! records it names, and is dropped as soon as every reader has passed it.
@@ -26,14 +30,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use listwatch_store::Record;
 
-/// Bytes of encoded items kept at most, over all resources.
+/// Bytes of encoded items an app keeps at most by default, over all resources.
 pub const SHARED_BUDGET: usize = 32 << 20;
 
 /// A reader that has not moved for this long no longer holds items for itself.
@@ -66,8 +70,11 @@ struct Group {
     items: BTreeMap<Arc<str>, (Weak<Record>, Slot)>,
 }
 
+/// The window of one [`Sharing`]: its groups, budget and counters.
 struct Shared {
     groups: Mutex<HashMap<u64, Group>>,
+    /// Bytes of encoded items kept at most, over all resources.
+    budget: usize,
     next_reader: AtomicU64,
     held: AtomicUsize,
     hits: AtomicU64,
@@ -75,14 +82,85 @@ struct Shared {
     waits: AtomicU64,
 }
 
-static SHARED: LazyLock<Shared> = LazyLock::new(|| Shared {
-    groups: Mutex::new(HashMap::new()),
-    next_reader: AtomicU64::new(0),
-    held: AtomicUsize::new(0),
-    hits: AtomicU64::new(0),
-    kept: AtomicU64::new(0),
-    waits: AtomicU64::new(0),
-});
+/// The items concurrent protobuf responses of one app share, within one byte budget: each
+/// app owns one (built from its configuration) and hands it to the writers of its
+/// responses, so two apps in one process (a fork with two apiservers, tests) share
+/// neither items nor budget. Cloning it shares the same window.
+#[derive(Clone)]
+pub struct Sharing(Arc<Shared>);
+
+impl std::fmt::Debug for Sharing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sharing")
+            .field("budget", &self.0.budget)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Default for Sharing {
+    /// A window of [`SHARED_BUDGET`] bytes.
+    fn default() -> Self {
+        Sharing::new(SHARED_BUDGET)
+    }
+}
+
+impl Sharing {
+    /// A window keeping at most `budget` bytes of encoded items (0: nothing is kept, every
+    /// response transcodes for itself).
+    pub fn new(budget: usize) -> Sharing {
+        Sharing(Arc::new(Shared {
+            groups: Mutex::new(HashMap::new()),
+            budget,
+            next_reader: AtomicU64::new(0),
+            held: AtomicUsize::new(0),
+            hits: AtomicU64::new(0),
+            kept: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+        }))
+    }
+
+    /// This window's counters since it was made, and the bytes it holds now.
+    pub fn stats(&self) -> SharedStats {
+        let s = &self.0;
+        SharedStats {
+            hits: s.hits.load(Ordering::Relaxed),
+            kept: s.kept.load(Ordering::Relaxed),
+            waits: s.waits.load(Ordering::Relaxed),
+            held: s.held.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Joins the readers of `group`.
+    pub fn join(&self, group: u64) -> Reader {
+        let shared = self.0.clone();
+        let id = shared.next_reader.fetch_add(1, Ordering::Relaxed);
+        let start = Position {
+            key: None,
+            at: Instant::now(),
+        };
+        shared
+            .lock()
+            .entry(group)
+            .or_default()
+            .readers
+            .insert(id, start);
+        Reader {
+            shared,
+            group,
+            id,
+            claiming: AtomicBool::new(false),
+            runs: false,
+        }
+    }
+
+    /// Joins the readers of `group`, a group of runs ([`group_of_runs`]).
+    pub(crate) fn join_runs(&self, group: u64) -> Reader {
+        let mut reader = self.join(group);
+        reader.runs = true;
+        reader
+    }
+}
 
 /// Counters since start (items served from another response's encoding, items kept) and
 /// the bytes held now.
@@ -98,16 +176,6 @@ pub struct SharedStats {
     pub held: usize,
 }
 
-/// The counters of the process's shared items.
-pub fn stats() -> SharedStats {
-    SharedStats {
-        hits: SHARED.hits.load(Ordering::Relaxed),
-        kept: SHARED.kept.load(Ordering::Relaxed),
-        waits: SHARED.waits.load(Ordering::Relaxed),
-        held: SHARED.held.load(Ordering::Relaxed),
-    }
-}
-
 /// Which items a response can share: those of one resource (`api_version`, `kind`,
 /// `resource`) in one form.
 pub fn group_of(api_version: &str, kind: &str, resource: &str, metadata_only: bool) -> u64 {
@@ -119,18 +187,16 @@ pub fn group_of(api_version: &str, kind: &str, resource: &str, metadata_only: bo
 /// Which responses can share runs of framed items: those of one resource and form
 /// (`group`) reading whole snapshots (of any RV: a run is taken only where its records are
 /// the reader's) in runs cut at `run_bytes` and framed alike (LISTs, watch-lists).
-pub(crate) fn group_of_runs(
-    group: u64,
-    run_bytes: usize,
-    framing: crate::protobuf::RunFraming,
-) -> u64 {
+pub(crate) fn group_of_runs(group: u64, run_bytes: usize, framing: impl Hash) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (group, run_bytes, framing, "runs").hash(&mut h);
     h.finish()
 }
 
-/// One response taking part in sharing, from [`Reader::join`] until dropped.
+/// One response taking part in sharing, from [`Sharing::join`] until dropped.
 pub struct Reader {
+    /// The window it reads.
+    shared: Arc<Shared>,
     group: u64,
     id: u64,
     /// A claim of this reader's is in the window (set when it claims, cleared when it keeps
@@ -141,33 +207,10 @@ pub struct Reader {
     runs: bool,
 }
 
-/// Counts `n` items taken from the window as a run another reader kept.
-pub(crate) fn count_hits(n: usize) {
-    SHARED.hits.fetch_add(n as u64, Ordering::Relaxed);
-}
-
 impl Reader {
-    /// Joins the readers of `group`, a group of runs ([`group_of_runs`]).
-    pub(crate) fn join_runs(group: u64) -> Reader {
-        let mut reader = Reader::join(group);
-        reader.runs = true;
-        reader
-    }
-
-    /// Joins the readers of `group`.
-    pub fn join(group: u64) -> Reader {
-        let id = SHARED.next_reader.fetch_add(1, Ordering::Relaxed);
-        let start = Position {
-            key: None,
-            at: Instant::now(),
-        };
-        lock().entry(group).or_default().readers.insert(id, start);
-        Reader {
-            group,
-            id,
-            claiming: AtomicBool::new(false),
-            runs: false,
-        }
+    /// Counts `n` items taken from the window as a run another reader kept.
+    pub(crate) fn count_hits(&self, n: usize) {
+        self.shared.hits.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// `r`'s item, if another reader kept it; notes that this reader is at `r`.
@@ -177,7 +220,7 @@ impl Reader {
     /// [`Self::give_up`] it. With a `waker`, an item another reader is transcoding is
     /// waited for ([`Lookup::Wait`]: `waker` is woken once it is kept or given up).
     pub(crate) fn get(&self, r: &Arc<Record>, waker: Option<&Waker>) -> Lookup {
-        let mut groups = lock();
+        let mut groups = self.shared.lock();
         let Some(g) = groups.get_mut(&self.group) else {
             return Lookup::Alone;
         };
@@ -198,18 +241,18 @@ impl Reader {
                 let (b, run) = (b.clone(), run.clone());
                 // A run counts as hits once it is found to be this reader's ([`count_hits`]).
                 if run.is_none() {
-                    SHARED.hits.fetch_add(1, Ordering::Relaxed);
+                    self.shared.hits.fetch_add(1, Ordering::Relaxed);
                 }
                 let mut wake = Vec::new();
                 if alone {
                     // The last reader behind the others: what it passes is nobody's now.
                     if let Some((_, slot)) = g.items.remove(r.key()) {
-                        let _ = release(slot);
+                        let _ = release(&self.shared.held, slot);
                     }
                 } else if self.runs {
                     // Runs go as soon as every reader passed them, also once the readers
                     // in front have finished and nobody keeps any more.
-                    wake = g.drop_passed();
+                    wake = g.drop_passed(&self.shared.held);
                 }
                 drop(groups);
                 wake.into_iter().for_each(Waker::wake);
@@ -221,7 +264,7 @@ impl Reader {
                     // it) is still the same wait.
                     if !waiters.iter().any(|x| x.will_wake(waker)) {
                         waiters.push(waker.clone());
-                        SHARED.waits.fetch_add(1, Ordering::Relaxed);
+                        self.shared.waits.fetch_add(1, Ordering::Relaxed);
                     }
                     return Lookup::Wait;
                 }
@@ -239,7 +282,9 @@ impl Reader {
         };
         self.claiming.store(true, Ordering::Relaxed);
         let old = g.items.insert(r.key().clone(), (Arc::downgrade(r), claim));
-        let wake = old.map(|(_, s)| release(s)).unwrap_or_default();
+        let wake = old
+            .map(|(_, s)| release(&self.shared.held, s))
+            .unwrap_or_default();
         drop(groups);
         wake.into_iter().for_each(Waker::wake);
         Lookup::Miss
@@ -252,32 +297,33 @@ impl Reader {
     #[must_use = "the waiters must be woken"]
     pub(crate) fn keep(&self, r: &Arc<Record>, item: Bytes, run: Option<RunRecords>) -> Vec<Waker> {
         self.claiming.store(false, Ordering::Relaxed);
-        let mut groups = lock();
+        let mut groups = self.shared.lock();
         let Some(g) = groups.get_mut(&self.group) else {
             return Vec::new();
         };
-        let over = || SHARED.held.load(Ordering::Relaxed) + item.len() > SHARED_BUDGET;
+        let shared = &*self.shared;
+        let over = || shared.held.load(Ordering::Relaxed) + item.len() > shared.budget;
         let mut wake = Vec::new();
         // Runs are dropped as soon as every reader has passed them: held only by the
         // responses still sending them, they are freed and reused at the pace they are
         // made (kept to the budget, 64 LISTs' RSS grew by 110 MiB with the window's ≤ 32).
         if over() || self.runs {
-            wake = g.drop_passed();
+            wake = g.drop_passed(&self.shared.held);
         }
         if over() {
             // Not kept: its waiters have nothing to copy, and would wait for this reader's
             // next chunk for nothing; woken now, they transcode it themselves.
-            wake.extend(g.remove_claim(r, self.id));
+            wake.extend(g.remove_claim(&self.shared.held, r, self.id));
             drop(groups);
             wake.into_iter().for_each(Waker::wake);
             return Vec::new();
         } else {
-            SHARED.held.fetch_add(item.len(), Ordering::Relaxed);
+            shared.held.fetch_add(item.len(), Ordering::Relaxed);
             let items = run.as_ref().map_or(1, |r| r.len() as u64);
-            SHARED.kept.fetch_add(items, Ordering::Relaxed);
+            shared.kept.fetch_add(items, Ordering::Relaxed);
             let slot = (Arc::downgrade(r), Slot::Kept(item, run));
             if let Some((_, old)) = g.items.insert(r.key().clone(), slot) {
-                wake.extend(release(old));
+                wake.extend(release(&shared.held, old));
             }
         }
         wake
@@ -287,9 +333,9 @@ impl Reader {
     /// to transcode it themselves.
     pub(crate) fn give_up(&self, r: &Arc<Record>) {
         self.claiming.store(false, Ordering::Relaxed);
-        let mut groups = lock();
+        let mut groups = self.shared.lock();
         let wake = match groups.get_mut(&self.group) {
-            Some(g) => g.remove_claim(r, self.id),
+            Some(g) => g.remove_claim(&self.shared.held, r, self.id),
             None => Vec::new(),
         };
         drop(groups);
@@ -299,10 +345,10 @@ impl Reader {
 
 /// What a slot taken out of the window leaves to do: a kept item's bytes are no longer
 /// held; a claim's waiters are returned to be woken (outside the lock).
-fn release(slot: Slot) -> Vec<Waker> {
+fn release(held: &AtomicUsize, slot: Slot) -> Vec<Waker> {
     match slot {
         Slot::Kept(b, _) => {
-            SHARED.held.fetch_sub(b.len(), Ordering::Relaxed);
+            held.fetch_sub(b.len(), Ordering::Relaxed);
             Vec::new()
         }
         Slot::Claimed { waiters, .. } => waiters,
@@ -311,7 +357,7 @@ fn release(slot: Slot) -> Vec<Waker> {
 
 impl Drop for Reader {
     fn drop(&mut self) {
-        let mut groups = lock();
+        let mut groups = self.shared.lock();
         let Some(g) = groups.get_mut(&self.group) else {
             return;
         };
@@ -320,7 +366,7 @@ impl Drop for Reader {
         if g.readers.is_empty() {
             if let Some(g) = groups.remove(&self.group) {
                 for (_, (_, slot)) in g.items {
-                    wake.extend(release(slot));
+                    wake.extend(release(&self.shared.held, slot));
                 }
             }
         } else {
@@ -332,9 +378,9 @@ impl Drop for Reader {
                     ..,
                     |_, (_, s)| matches!(s, Slot::Claimed { by, .. } if *by == id),
                 );
-                wake.extend(mine.flat_map(|(_, (_, slot))| release(slot)));
+                wake.extend(mine.flat_map(|(_, (_, slot))| release(&self.shared.held, slot)));
             }
-            wake.extend(g.drop_passed());
+            wake.extend(g.drop_passed(&self.shared.held));
         }
         drop(groups);
         wake.into_iter().for_each(Waker::wake);
@@ -357,7 +403,7 @@ pub(crate) enum Lookup {
 impl Group {
     /// Drops the items below every moving reader's position (none while a moving reader
     /// has not started); returns the waiters of claims dropped with them.
-    fn drop_passed(&mut self) -> Vec<Waker> {
+    fn drop_passed(&mut self, held: &AtomicUsize) -> Vec<Waker> {
         let now = Instant::now();
         let mut slowest: Option<&Arc<str>> = None;
         for p in self.readers.values() {
@@ -379,28 +425,30 @@ impl Group {
                 break;
             }
             let (_, slot) = entry.remove();
-            wake.extend(release(slot));
+            wake.extend(release(held, slot));
         }
         wake
     }
 
     /// Takes reader `id`'s claim on `r` out (not kept after all); returns its waiters.
     /// Another reader's claim there stays.
-    fn remove_claim(&mut self, r: &Arc<Record>, id: u64) -> Vec<Waker> {
+    fn remove_claim(&mut self, held: &AtomicUsize, r: &Arc<Record>, id: u64) -> Vec<Waker> {
         match self.items.get(r.key()) {
             Some((_, Slot::Claimed { by, .. })) if *by == id => self
                 .items
                 .remove(r.key())
-                .map(|(_, s)| release(s))
+                .map(|(_, s)| release(held, s))
                 .unwrap_or_default(),
             _ => Vec::new(),
         }
     }
 }
 
-fn lock() -> MutexGuard<'static, HashMap<u64, Group>> {
-    // A panic while holding the lock leaves the maps consistent enough to go on.
-    SHARED.groups.lock().unwrap_or_else(|e| e.into_inner())
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Group>> {
+        // A panic while holding the lock leaves the maps consistent enough to go on.
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 #[cfg(test)]
@@ -413,46 +461,62 @@ mod tests {
         Arc::new(Record::ingest(json.as_bytes(), &info, 2).expect("ingest"))
     }
 
-    fn held(group: u64) -> usize {
-        lock().get(&group).map_or(0, |g| g.items.len())
+    fn held(sharing: &Sharing, group: u64) -> usize {
+        sharing.0.lock().get(&group).map_or(0, |g| g.items.len())
+    }
+
+    fn drop_passed(sharing: &Sharing, group: u64) {
+        let shared = &sharing.0;
+        let mut groups = shared.lock();
+        groups
+            .get_mut(&group)
+            .expect("group")
+            .drop_passed(&shared.held);
     }
 
     #[test]
     fn items_every_reader_passed_are_dropped_and_a_lone_reader_keeps_nothing() {
+        let sharing = Sharing::default();
         let group = group_of("v1", "Test", "tests", false);
         let rs: Vec<_> = ["a", "b", "c", "d"].into_iter().map(record).collect();
-        let fast = Reader::join(group);
+        let fast = sharing.join(group);
         assert!(matches!(fast.get(&rs[0], None), Lookup::Alone));
-        let slow = Reader::join(group);
+        let slow = sharing.join(group);
         for r in &rs {
             assert!(matches!(fast.get(r, None), Lookup::Miss));
             assert!(fast.keep(r, Bytes::from_static(b"x"), None).is_empty());
         }
-        assert_eq!(held(group), 4);
+        assert_eq!(held(&sharing, group), 4);
         // The slow reader finds the fast one's items; what both readers passed goes.
         assert!(matches!(slow.get(&rs[0], None), Lookup::Hit(..)));
         assert!(matches!(slow.get(&rs[2], None), Lookup::Hit(..)));
-        lock().get_mut(&group).expect("group").drop_passed();
-        assert_eq!(held(group), 2, "a and b are behind both readers");
+        drop_passed(&sharing, group);
+        assert_eq!(held(&sharing, group), 2, "a and b are behind both readers");
         // Another version of c (same key) is not c's item.
         assert!(matches!(slow.get(&record("c"), None), Lookup::Miss));
         // A reader that stops moving no longer holds items back: c is behind the fast one.
-        if let Some(p) = lock()
+        if let Some(p) = sharing
+            .0
+            .lock()
             .get_mut(&group)
             .and_then(|g| g.readers.get_mut(&slow.id))
         {
             p.at -= STALLED;
         }
-        lock().get_mut(&group).expect("group").drop_passed();
-        assert_eq!(held(group), 1, "only d, where the fast reader is, is left");
+        drop_passed(&sharing, group);
+        assert_eq!(
+            held(&sharing, group),
+            1,
+            "only d, where the fast reader is, is left"
+        );
         drop(fast);
         // One reader left: it finds what the other left ahead of it, dropping it as it
         // passes, then keeps and looks up nothing; the group goes with it.
         assert!(matches!(slow.get(&rs[3], None), Lookup::Hit(..)));
-        assert_eq!(held(group), 0);
+        assert_eq!(held(&sharing, group), 0);
         assert!(matches!(slow.get(&rs[3], None), Lookup::Alone));
         drop(slow);
-        assert!(lock().get(&group).is_none());
+        assert!(sharing.0.lock().get(&group).is_none());
     }
 
     /// Counts its wake-ups.
@@ -466,19 +530,24 @@ mod tests {
 
     #[test]
     fn a_reader_waits_for_an_item_another_is_transcoding_instead_of_transcoding_it_too() {
+        let sharing = Sharing::default();
         let group = group_of("v1", "Test", "claims", false);
         let rs: Vec<_> = ["a", "b", "c"].into_iter().map(record).collect();
-        let (first, second) = (Reader::join(group), Reader::join(group));
+        let (first, second) = (sharing.join(group), sharing.join(group));
         let woken = Arc::new(Counter(AtomicU64::new(0)));
         let waker = Waker::from(woken.clone());
         let wakes = || woken.0.load(Ordering::Relaxed);
 
         // Kept: the waiter is woken and then finds the item.
         assert!(matches!(first.get(&rs[0], None), Lookup::Miss));
-        let waits = stats().waits;
+        let waits = sharing.stats().waits;
         assert!(matches!(second.get(&rs[0], Some(&waker)), Lookup::Wait));
         assert!(matches!(second.get(&rs[0], Some(&waker)), Lookup::Wait));
-        assert_eq!(stats().waits - waits, 1, "polled again, still one wait");
+        assert_eq!(
+            sharing.stats().waits - waits,
+            1,
+            "polled again, still one wait"
+        );
         assert_eq!(wakes(), 0);
         let waiters = first.keep(&rs[0], Bytes::from_static(b"a"), None);
         assert_eq!(waiters.len(), 1, "one wake-up for a waker registered twice");
@@ -501,11 +570,11 @@ mod tests {
         assert!(matches!(second.get(&rs[2], Some(&waker)), Lookup::Miss));
         // A reader that goes with its claim (a transcode that unwound) wakes its waiters.
         assert!(matches!(first.get(&rs[2], Some(&waker)), Lookup::Wait));
-        let third = Reader::join(group);
+        let third = sharing.join(group);
         drop(second);
         assert_eq!(wakes(), 3);
         assert!(matches!(first.get(&rs[2], Some(&waker)), Lookup::Miss));
         drop((first, third));
-        assert!(lock().get(&group).is_none());
+        assert!(sharing.0.lock().get(&group).is_none());
     }
 }

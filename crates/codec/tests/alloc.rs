@@ -50,7 +50,9 @@ fn list_encoding_allocates_per_chunk_not_per_record() {
             listwatch_codec::Encoding::Json
         };
         let rendering = listwatch_codec::Rendering::objects(encoding);
-        let writer = rendering.writer(&info).expect("writer");
+        let writer = rendering
+            .writer(&info, &listwatch_codec::Sharing::default())
+            .expect("writer");
         let mut enc = ListEncoder::new(reader, writer, String::new(), false, CHUNK);
         let before = dhat::HeapStats::get();
         let (mut total, mut chunks, mut first) = (0usize, 0usize, None);

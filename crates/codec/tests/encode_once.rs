@@ -87,7 +87,7 @@ fn deliver(store: &Arc<Store>, per_filter: usize) -> Vec<(Vec<u8>, usize)> {
                     chunk: 16 * 1024,
                 };
                 let writer = Rendering::protobuf(metadata)
-                    .writer(store.info())
+                    .writer(store.info(), &listwatch_codec::Sharing::default())
                     .expect("writer");
                 let cursor = store.watch_from(1).expect("cursor");
                 let mut w = WatchEncoder::new(cursor, filter.clone(), writer, spec, now);
@@ -188,10 +188,10 @@ fn shared_frames_are_the_per_watcher_bytes() {
     for metadata in [false, true] {
         for f in filters(&store) {
             let mut shared = Rendering::protobuf(metadata)
-                .writer(store.info())
+                .writer(store.info(), &listwatch_codec::Sharing::default())
                 .expect("writer");
             let mut own = Rendering::protobuf(metadata)
-                .writer(store.info())
+                .writer(store.info(), &listwatch_codec::Sharing::default())
                 .expect("writer");
             for e in logged(&store) {
                 let Some(v) = f.view(&e) else { continue };

@@ -62,7 +62,7 @@ fn a_filtered_watch_reads_past_a_batch_of_other_objects_events() {
             chunk: 16 * 1024,
         };
         let writer = Rendering::objects(Encoding::Json)
-            .writer(&info)
+            .writer(&info, &listwatch_codec::Sharing::default())
             .expect("writer");
         let mut w = WatchEncoder::new(cursor, filter, writer, spec, Instant::now());
         // A thousand events of another node, then one of this watch's.

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use listwatch_codec::shared::{self, SharedStats};
+use listwatch_codec::Sharing;
+use listwatch_codec::shared::SharedStats;
 use listwatch_codec::{ListEncoder, Rendering, WatchEncoder, WatchSpec, WatchStep};
 use listwatch_core::builtin_resource;
 use listwatch_store::{Filter, Record, SnapshotReader, Store, StoreConfig};
@@ -35,20 +36,25 @@ fn store_with_unencodable(bad: Option<u64>) -> Arc<Store> {
     Store::new(Arc::new(info), 2 + OBJECTS, records, StoreConfig::default())
 }
 
-fn list(store: &Store, metadata: bool) -> ListEncoder {
+fn list(sh: &Sharing, store: &Store, metadata: bool) -> ListEncoder {
     let reader = SnapshotReader::new(store.current(), Arc::new(Filter::everything()), None, None);
     let writer = Rendering::protobuf(metadata)
-        .writer(store.info())
+        .writer(store.info(), sh)
         .expect("writer");
     ListEncoder::new(reader, writer, String::new(), false, 16 * 1024)
 }
 
-fn watch_list(store: &Arc<Store>, metadata: bool) -> WatchEncoder {
-    watch_list_through(store, metadata, &Arc::new(Filter::everything()))
+fn watch_list(sh: &Sharing, store: &Arc<Store>, metadata: bool) -> WatchEncoder {
+    watch_list_through(sh, store, metadata, &Arc::new(Filter::everything()))
 }
 
 /// A watch-list of what `filter` selects, from the store's current snapshot.
-fn watch_list_through(store: &Arc<Store>, metadata: bool, filter: &Arc<Filter>) -> WatchEncoder {
+fn watch_list_through(
+    sh: &Sharing,
+    store: &Arc<Store>,
+    metadata: bool,
+    filter: &Arc<Filter>,
+) -> WatchEncoder {
     let now = Instant::now();
     let snap = store.current();
     let rv = snap.rv();
@@ -67,7 +73,7 @@ fn watch_list_through(store: &Arc<Store>, metadata: bool, filter: &Arc<Filter>) 
         chunk: 16 * 1024,
     };
     let writer = Rendering::protobuf(metadata)
-        .writer(store.info())
+        .writer(store.info(), sh)
         .expect("writer");
     let cursor = store.watch_matching(rv, filter).expect("cursor");
     WatchEncoder::new(cursor, filter.clone(), writer, spec, now)
@@ -94,15 +100,15 @@ fn interleaved<E>(
     bodies
 }
 
-fn list_bodies(store: &Store, metadata: bool, n: usize) -> Vec<Vec<u8>> {
-    let encoders = (0..n).map(|_| list(store, metadata)).collect();
+fn list_bodies(sh: &Sharing, store: &Store, metadata: bool, n: usize) -> Vec<Vec<u8>> {
+    let encoders = (0..n).map(|_| list(sh, store, metadata)).collect();
     interleaved(encoders, |e: &mut ListEncoder| {
         e.next_chunk().map(|c| c.to_vec())
     })
 }
 
-fn watch_bodies(store: &Arc<Store>, metadata: bool, n: usize) -> Vec<Vec<u8>> {
-    let encoders = (0..n).map(|_| watch_list(store, metadata)).collect();
+fn watch_bodies(sh: &Sharing, store: &Arc<Store>, metadata: bool, n: usize) -> Vec<Vec<u8>> {
+    let encoders = (0..n).map(|_| watch_list(sh, store, metadata)).collect();
     let now = Instant::now();
     // Up to the initial-events-end bookmark: the watch then idles.
     interleaved(encoders, |e: &mut WatchEncoder| match e.step(now) {
@@ -140,25 +146,13 @@ fn delta(before: SharedStats, after: SharedStats) -> (u64, u64) {
     (after.hits - before.hits, after.kept - before.kept)
 }
 
-/// One test: the shared items are the process's, and a LIST running beside would share.
-#[test]
-fn protobuf_lists_share_items_and_sum_lengths_once_per_snapshot() {
-    initial_events_are_the_bytes_of_added_events();
-    concurrent_protobuf_responses_share_items_and_send_the_same_bytes();
-    responses_on_parallel_threads_transcode_each_object_once();
-    a_whole_collection_s_summed_length_is_the_snapshot_s_own();
-    measuring_ahead_sets_what_a_list_states();
-    level_lists_send_one_response_s_runs_and_other_snapshots_do_not_mix();
-    level_watch_lists_send_one_response_s_runs_of_events();
-    a_failed_watch_list_holds_up_no_other();
-    a_stalled_list_holds_up_no_other();
-    node_scoped_responses_share_nothing();
-}
-
 /// LISTs and watch-lists of one node's pods (read by the pods' node index) neither look up
 /// nor keep items: a node's pods are read by that node alone, and a kubelet storm filled
 /// the shared window's budget with items nobody took. Two of one namespace still share.
+#[test]
 fn node_scoped_responses_share_nothing() {
+    // The app's window: each test has its own, so they run in parallel.
+    let sh = &Sharing::default();
     use listwatch_core::fields::FieldSelector;
     use listwatch_core::labels::LabelSelector;
     let info = builtin_resource("pods").expect("pods");
@@ -189,7 +183,7 @@ fn node_scoped_responses_share_nothing() {
     let by_namespace = filter("", Some("ns1"));
     assert!(reader(&by_node).reads_by_index() && !reader(&by_namespace).reads_by_index());
     let list_of = |f: &Arc<Filter>| {
-        let writer = Rendering::protobuf(false).writer(info).expect("writer");
+        let writer = Rendering::protobuf(false).writer(info, sh).expect("writer");
         ListEncoder::new(reader(f), writer, String::new(), false, 16 * 1024)
     };
     let now = Instant::now();
@@ -198,11 +192,11 @@ fn node_scoped_responses_share_nothing() {
         _ => None,
     };
     for (f, shares) in [(&by_node, false), (&by_namespace, true)] {
-        let s0 = shared::stats();
-        let (lists, _) = chunks_of(vec![list_of(f), list_of(f)], ListEncoder::next_chunk);
-        let watch_list_of = || watch_list_through(&store, false, f);
-        let (watches, _) = chunks_of(vec![watch_list_of(), watch_list_of()], initial);
-        let (hits, kept) = delta(s0, shared::stats());
+        let s0 = sh.stats();
+        let (lists, _) = chunks_of(sh, vec![list_of(f), list_of(f)], ListEncoder::next_chunk);
+        let watch_list_of = || watch_list_through(sh, &store, false, f);
+        let (watches, _) = chunks_of(sh, vec![watch_list_of(), watch_list_of()], initial);
+        let (hits, kept) = delta(s0, sh.stats());
         assert_eq!(joined(&lists[0]), joined(&lists[1]));
         assert_eq!(joined(&watches[0]), joined(&watches[1]));
         assert!(joined(&watches[0]).len() > 100 * 200, "the node's 100 pods");
@@ -213,19 +207,22 @@ fn node_scoped_responses_share_nothing() {
             !shares
         );
     }
-    assert_eq!(shared::stats().held, 0);
+    assert_eq!(sh.stats().held, 0);
 }
 
 /// A watch-list that fails in the middle of a run it claimed (an object it cannot encode)
 /// and whose client then never reads again gives the claim up: a watch-list level with it
 /// is never left waiting for that run (it hung there, woken by nothing).
+#[test]
 fn a_failed_watch_list_holds_up_no_other() {
+    // The app's window: each test has its own, so they run in parallel.
+    let sh = &Sharing::default();
     use std::sync::atomic::{AtomicU64, Ordering};
     let store = store_with_unencodable(Some(1_500));
     let now = Instant::now();
     let woken = Arc::new(Counter(AtomicU64::new(0)));
     let waker = std::task::Waker::from(woken.clone());
-    let (mut failing, mut other) = (watch_list(&store, false), watch_list(&store, false));
+    let (mut failing, mut other) = (watch_list(sh, &store, false), watch_list(sh, &store, false));
     assert!(matches!(
         other.step_waiting(now, Some(&waker)),
         WatchStep::Chunk(_)
@@ -252,13 +249,16 @@ fn a_failed_watch_list_holds_up_no_other() {
     }
     assert!(ended_with_error, "the other meets the object too");
     drop(failing);
-    assert_eq!(shared::stats().held, 0);
+    assert_eq!(sh.stats().held, 0);
 }
 
 /// Two watch-lists of one whole snapshot in step: the second sends the first's runs of
 /// ADDED events as they are (the same allocations), as LISTs do, and each body is a lone
 /// watch-list's; a watch-list and a LIST in step share no runs (their framing differs).
+#[test]
 fn level_watch_lists_send_one_response_s_runs_of_events() {
+    // The app's window: each test has its own, so they run in parallel.
+    let sh = &Sharing::default();
     let store = store();
     let now = Instant::now();
     let initial = |e: &mut WatchEncoder| match e.step(now) {
@@ -266,11 +266,11 @@ fn level_watch_lists_send_one_response_s_runs_of_events() {
         _ => None,
     };
     for metadata in [false, true] {
-        let lone = watch_bodies(&store, metadata, 1).remove(0);
+        let lone = watch_bodies(sh, &store, metadata, 1).remove(0);
         // A lone watch-list's runs are the ADDED events the general path encodes whole,
         // in key order, then the initial-events-end bookmark.
         let mut whole = Rendering::protobuf(metadata)
-            .writer(store.info())
+            .writer(store.info(), sh)
             .expect("writer");
         let mut events = listwatch_codec::ChunkWriter::new(1 << 30);
         let mut reader =
@@ -286,9 +286,12 @@ fn level_watch_lists_send_one_response_s_runs_of_events() {
             lone.len() > events.len() && lone.starts_with(&events),
             "a watch-list's runs are not its ADDED events (metadata={metadata})"
         );
-        let s0 = shared::stats();
-        let encoders = vec![watch_list(&store, metadata), watch_list(&store, metadata)];
-        let (chunks, held) = chunks_of(encoders, initial);
+        let s0 = sh.stats();
+        let encoders = vec![
+            watch_list(sh, &store, metadata),
+            watch_list(sh, &store, metadata),
+        ];
+        let (chunks, held) = chunks_of(sh, encoders, initial);
         assert!(
             chunks.iter().all(|cs| joined(cs) == lone),
             "metadata={metadata}"
@@ -299,14 +302,14 @@ fn level_watch_lists_send_one_response_s_runs_of_events() {
             "{shared} of {} bytes sent from the other watch-list's runs (metadata={metadata})",
             lone.len()
         );
-        let (hits, kept) = delta(s0, shared::stats());
+        let (hits, kept) = delta(s0, sh.stats());
         assert_eq!((hits, kept), (OBJECTS, OBJECTS), "metadata={metadata}");
         assert!(held < 4 * 32 * 1024, "the window held {held} bytes");
-        assert_eq!(shared::stats().held, 0);
+        assert_eq!(sh.stats().held, 0);
     }
-    let s0 = shared::stats();
-    let mut watch = watch_list(&store, false);
-    let mut list = list(&store, false);
+    let s0 = sh.stats();
+    let mut watch = watch_list(sh, &store, false);
+    let mut list = list(sh, &store, false);
     let mut watch_chunks = Vec::new();
     loop {
         let l = list.next_chunk();
@@ -320,23 +323,20 @@ fn level_watch_lists_send_one_response_s_runs_of_events() {
     while let Some(c) = initial(&mut watch) {
         watch_chunks.push(c);
     }
-    assert_eq!(
-        delta(s0, shared::stats()),
-        (0, 0),
-        "a LIST and a watch-list"
-    );
-    assert!(joined(&watch_chunks) == watch_bodies(&store, false, 1).remove(0));
+    assert_eq!(delta(s0, sh.stats()), (0, 0), "a LIST and a watch-list");
+    assert!(joined(&watch_chunks) == watch_bodies(sh, &store, false, 1).remove(0));
 }
 
 /// Chunks of `n` LISTs driven in turn, as they are handed out, and the most the shared
 /// window held meanwhile.
-fn list_chunks(encoders: Vec<ListEncoder>) -> (Vec<Vec<Bytes>>, usize) {
-    chunks_of(encoders, ListEncoder::next_chunk)
+fn list_chunks(sh: &Sharing, encoders: Vec<ListEncoder>) -> (Vec<Vec<Bytes>>, usize) {
+    chunks_of(sh, encoders, ListEncoder::next_chunk)
 }
 
 /// Chunks of encoders driven in turn with `next` until it gives `None`, and the most the
 /// shared window held meanwhile.
 fn chunks_of<E>(
+    sh: &Sharing,
     mut encoders: Vec<E>,
     mut next: impl FnMut(&mut E) -> Option<Bytes>,
 ) -> (Vec<Vec<Bytes>>, usize) {
@@ -351,7 +351,7 @@ fn chunks_of<E>(
                     None => open[i] = false,
                 }
             }
-            held = held.max(shared::stats().held);
+            held = held.max(sh.stats().held);
         }
     }
     (chunks, held)
@@ -375,10 +375,13 @@ fn joined(chunks: &[Bytes]) -> Vec<u8> {
 /// LISTs of a newer snapshot take the runs whose records they share with an older one's,
 /// write the rest themselves and keep those for each other: each sends its own snapshot's
 /// body.
+#[test]
 fn level_lists_send_one_response_s_runs_and_other_snapshots_do_not_mix() {
+    // The app's window: each test has its own, so they run in parallel.
+    let sh = &Sharing::default();
     let store = store();
-    let lone = list_bodies(&store, false, 1).remove(0);
-    let (chunks, held) = list_chunks(vec![list(&store, false), list(&store, false)]);
+    let lone = list_bodies(sh, &store, false, 1).remove(0);
+    let (chunks, held) = list_chunks(sh, vec![list(sh, &store, false), list(sh, &store, false)]);
     assert!(chunks.iter().all(|cs| joined(cs) == lone));
     let shared = shared_bytes(&chunks[1], &chunks[0]);
     assert!(
@@ -394,8 +397,8 @@ fn level_lists_send_one_response_s_runs_and_other_snapshots_do_not_mix() {
     // An older snapshot's LIST beside two of a newer one (the lone bodies taken while no
     // other LIST reads, so that they share nothing). Two objects change, one near the
     // start and one (grown) in the middle, and the last one is deleted.
-    let old_lone = list_bodies(&store, false, 1).remove(0);
-    let old = list(&store, false);
+    let old_lone = list_bodies(sh, &store, false, 1).remove(0);
+    let old = list(sh, &store, false);
     let info = store.info().clone();
     for (name, ns, value) in [
         ("cm-00000", 0, "a".to_string()),
@@ -417,8 +420,11 @@ fn level_lists_send_one_response_s_runs_and_other_snapshots_do_not_mix() {
     store
         .apply([listwatch_store::Change::Delete { key, rv }])
         .expect("delete");
-    let (chunks, _) = list_chunks(vec![old, list(&store, false), list(&store, false)]);
-    let new_lone = list_bodies(&store, false, 1).remove(0);
+    let (chunks, _) = list_chunks(
+        sh,
+        vec![old, list(sh, &store, false), list(sh, &store, false)],
+    );
+    let new_lone = list_bodies(sh, &store, false, 1).remove(0);
     assert_ne!(old_lone, new_lone);
     assert!(joined(&chunks[0]) == old_lone, "the older snapshot's LIST");
     assert!(joined(&chunks[1]) == new_lone, "the newer snapshot's LIST");
@@ -434,7 +440,7 @@ fn level_lists_send_one_response_s_runs_and_other_snapshots_do_not_mix() {
     let from_others: Vec<Bytes> = chunks[0].iter().chain(&chunks[1]).cloned().collect();
     let own = new_lone.len() - shared_bytes(&chunks[2], &from_others);
     assert!(own < 200, "the second newer LIST wrote {own} bytes itself");
-    assert_eq!(shared::stats().held, 0);
+    assert_eq!(sh.stats().held, 0);
 }
 
 /// A LIST whose client stops reading leaves nothing claimed between two of its chunks: a
@@ -442,12 +448,15 @@ fn level_lists_send_one_response_s_runs_and_other_snapshots_do_not_mix() {
 /// What it exercises is a run ended at a boundary record; one ended at its size (about one
 /// in 150) hands itself out before the next is claimed the same way (`RunStep::Later`),
 /// which this test caught when the size was made small.
+#[test]
 fn a_stalled_list_holds_up_no_other() {
+    // The app's window: each test has its own, so they run in parallel.
+    let sh = &Sharing::default();
     let store = store();
-    let lone = list_bodies(&store, false, 1).remove(0);
+    let lone = list_bodies(sh, &store, false, 1).remove(0);
     let woken = Arc::new(Counter(std::sync::atomic::AtomicU64::new(0)));
     let waker = std::task::Waker::from(woken.clone());
-    let (mut stalled, mut other) = (list(&store, false), list(&store, false));
+    let (mut stalled, mut other) = (list(sh, &store, false), list(sh, &store, false));
     // Both take their head and first run; then the first is never polled again.
     let mut body = Vec::new();
     for _ in 0..2 {
@@ -471,7 +480,7 @@ fn a_stalled_list_holds_up_no_other() {
     }
     assert!(body == lone);
     drop(stalled);
-    assert_eq!(shared::stats().held, 0);
+    assert_eq!(sh.stats().held, 0);
 }
 
 /// Counts its wake-ups.
@@ -485,7 +494,10 @@ impl std::task::Wake for Counter {
 
 /// A watch-list's initial event (framed around a shared message) is byte for byte the
 /// ADDED event the general path encodes whole.
+#[test]
 fn initial_events_are_the_bytes_of_added_events() {
+    // The app's window: each test has its own, so they run in parallel.
+    let sh = &Sharing::default();
     use listwatch_codec::ChunkWriter;
     use listwatch_store::EventType;
     let store = store();
@@ -503,7 +515,7 @@ fn initial_events_are_the_bytes_of_added_events() {
     for metadata in [false, true] {
         let writer = || {
             Rendering::protobuf(metadata)
-                .writer(store.info())
+                .writer(store.info(), sh)
                 .expect("writer")
         };
         // Two sharing writers: the first transcodes and keeps, the second copies.
@@ -531,7 +543,10 @@ fn initial_events_are_the_bytes_of_added_events() {
 }
 
 /// What the maintenance loop measures ahead is what a LIST then states without a pass.
+#[test]
 fn measuring_ahead_sets_what_a_list_states() {
+    // The app's window: each test has its own, so they run in parallel.
+    let sh = &Sharing::default();
     use listwatch_store::record::EncodedForm;
     let store = store();
     let snap = store.current();
@@ -544,7 +559,7 @@ fn measuring_ahead_sets_what_a_list_states() {
     );
     for (metadata, form) in [(false, EncodedForm::Object), (true, EncodedForm::Metadata)] {
         let total = snap.encoded_total(form).expect("summed ahead");
-        let body = list_bodies(&store, metadata, 1).remove(0);
+        let body = list_bodies(sh, &store, metadata, 1).remove(0);
         assert!(states_its_length(&body));
         // The list is ListMeta and the items: the items are the total.
         assert!(
@@ -554,19 +569,22 @@ fn measuring_ahead_sets_what_a_list_states() {
     }
 }
 
+#[test]
 fn concurrent_protobuf_responses_share_items_and_send_the_same_bytes() {
+    // The app's window: each test has its own, so they run in parallel.
+    let sh = &Sharing::default();
     let store = store();
     for metadata in [false, true] {
         // A lone LIST neither keeps nor finds anything.
-        let s0 = shared::stats();
-        let lone = list_bodies(&store, metadata, 1).remove(0);
-        assert_eq!(delta(s0, shared::stats()), (0, 0), "metadata={metadata}");
+        let s0 = sh.stats();
+        let lone = list_bodies(sh, &store, metadata, 1).remove(0);
+        assert_eq!(delta(s0, sh.stats()), (0, 0), "metadata={metadata}");
         assert!(lone.len() > OBJECTS as usize * 20);
 
         // Four at once: every object is transcoded about once and copied three times.
-        let s1 = shared::stats();
-        let four = list_bodies(&store, metadata, 4);
-        let (hits, kept) = delta(s1, shared::stats());
+        let s1 = sh.stats();
+        let four = list_bodies(sh, &store, metadata, 4);
+        let (hits, kept) = delta(s1, sh.stats());
         for body in &four {
             assert!(
                 body == &lone,
@@ -578,13 +596,13 @@ fn concurrent_protobuf_responses_share_items_and_send_the_same_bytes() {
             "kept {kept}"
         );
         assert!(hits >= 3 * OBJECTS - OBJECTS / 10, "hits {hits}");
-        assert_eq!(shared::stats().held, 0, "items outlived the last response");
+        assert_eq!(sh.stats().held, 0, "items outlived the last response");
 
         // Watch-lists share the same items.
-        let lone_watch = watch_bodies(&store, metadata, 1).remove(0);
-        let s2 = shared::stats();
-        let three = watch_bodies(&store, metadata, 3);
-        let (hits, _) = delta(s2, shared::stats());
+        let lone_watch = watch_bodies(sh, &store, metadata, 1).remove(0);
+        let s2 = sh.stats();
+        let three = watch_bodies(sh, &store, metadata, 3);
+        let (hits, _) = delta(s2, sh.stats());
         for body in &three {
             assert!(
                 body == &lone_watch,
@@ -592,7 +610,7 @@ fn concurrent_protobuf_responses_share_items_and_send_the_same_bytes() {
             );
         }
         assert!(hits >= 2 * OBJECTS - OBJECTS / 10, "watch-list hits {hits}");
-        assert_eq!(shared::stats().held, 0);
+        assert_eq!(sh.stats().held, 0);
     }
 }
 
@@ -644,11 +662,14 @@ fn on_threads<E: Send>(
 /// another is transcoding waits for it, so each object is transcoded exactly once (without
 /// the claims two level LISTs both transcoded it: 1.43 transcodes a pod for 8 LISTs of
 /// 40,000 pods on 2 workers).
+#[test]
 fn responses_on_parallel_threads_transcode_each_object_once() {
+    // The app's window: each test has its own, so they run in parallel.
+    let sh = &Sharing::default();
     const THREADS: usize = 4;
     let store = store();
     let check = |bodies: Vec<Vec<u8>>, lone: &[u8], s0: SharedStats, what: &str| {
-        let after = shared::stats();
+        let after = sh.stats();
         assert!(
             bodies.iter().all(|b| *b == lone),
             "a waiting {what} differs"
@@ -666,15 +687,17 @@ fn responses_on_parallel_threads_transcode_each_object_once() {
         assert_eq!(after.held, 0);
         println!("{what}: {} waits", after.waits - s0.waits);
     };
-    let lone = list_bodies(&store, false, 1).remove(0);
-    let s0 = shared::stats();
-    let encoders: Vec<_> = (0..THREADS).map(|_| list(&store, false)).collect();
+    let lone = list_bodies(sh, &store, false, 1).remove(0);
+    let s0 = sh.stats();
+    let encoders: Vec<_> = (0..THREADS).map(|_| list(sh, &store, false)).collect();
     let bodies = on_threads(encoders, |e: &mut ListEncoder, w| e.poll_chunk(Some(w)));
     check(bodies, &lone, s0, "LIST");
 
-    let lone = watch_bodies(&store, false, 1).remove(0);
-    let s0 = shared::stats();
-    let encoders: Vec<_> = (0..THREADS).map(|_| watch_list(&store, false)).collect();
+    let lone = watch_bodies(sh, &store, false, 1).remove(0);
+    let s0 = sh.stats();
+    let encoders: Vec<_> = (0..THREADS)
+        .map(|_| watch_list(sh, &store, false))
+        .collect();
     let now = Instant::now();
     let bodies = on_threads(encoders, |e: &mut WatchEncoder, w| {
         match e.step_waiting(now, Some(w)) {
@@ -687,12 +710,15 @@ fn responses_on_parallel_threads_transcode_each_object_once() {
     check(bodies, &lone, s0, "watch-list");
 }
 
+#[test]
 fn a_whole_collection_s_summed_length_is_the_snapshot_s_own() {
+    // The app's window: each test has its own, so they run in parallel.
+    let sh = &Sharing::default();
     let store = store();
     for metadata in [false, true] {
         // Summed by the first LIST, read by the second (the same snapshot).
-        let first = list_bodies(&store, metadata, 1).remove(0);
-        let second = list_bodies(&store, metadata, 1).remove(0);
+        let first = list_bodies(sh, &store, metadata, 1).remove(0);
+        let second = list_bodies(sh, &store, metadata, 1).remove(0);
         assert!(states_its_length(&first) && first == second);
     }
     // A write makes a new snapshot whose sum is taken anew: an object grows.
@@ -708,7 +734,7 @@ fn a_whole_collection_s_summed_length_is_the_snapshot_s_own() {
         )])
         .expect("apply");
     for metadata in [false, true] {
-        let after = list_bodies(&store, metadata, 1).remove(0);
+        let after = list_bodies(sh, &store, metadata, 1).remove(0);
         assert!(states_its_length(&after), "metadata={metadata}");
     }
 }

@@ -42,7 +42,7 @@ fn a_synced_watch_list_keeps_no_buffers_while_it_waits() {
         let reader = SnapshotReader::new(store.current(), filter.clone(), None, None);
         let cursor = store.watch_from(OBJECTS + 1).expect("cursor");
         let writer = Rendering::protobuf(metadata)
-            .writer(store.info())
+            .writer(store.info(), &listwatch_codec::Sharing::default())
             .expect("writer");
         let spec = WatchSpec {
             initial: Some(Box::new(reader)),

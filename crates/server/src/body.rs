@@ -273,7 +273,7 @@ impl Producer for WatchDriver {
                 // Read once: the watch ends at a random moment within the grace, so clients
                 // do not all reconnect at the same instant.
                 self.drain_seen = true;
-                let spread = grace.mul_f64(rand::random::<f64>());
+                let spread = grace.mul_f64(random_fraction());
                 self.encoder.end_by((Instant::now() + spread).into_std());
             }
             // A watch-list waits while a concurrent response transcodes its next initial
@@ -312,6 +312,34 @@ impl Producer for WatchDriver {
             if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
+        }
+    }
+}
+
+/// A number in [0, 1) for spreading watch ends: from the standard library's randomly
+/// keyed hasher (each `RandomState` has new keys), enough for jitter without a random
+/// number crate in the embedding facade's tree.
+pub(crate) fn random_fraction() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn random_fractions_are_in_the_unit_interval_and_spread() {
+        let draws: Vec<f64> = (0..1000).map(|_| super::random_fraction()).collect();
+        assert!(draws.iter().all(|x| (0.0..1.0).contains(x)));
+        // Spread over the interval: each tenth gets some (1000 draws, ~100 expected each).
+        for tenth in 0..10 {
+            let n = draws
+                .iter()
+                .filter(|x| (**x * 10.0) as usize == tenth)
+                .count();
+            assert!(n > 40, "tenth {tenth}: {n} of 1000");
         }
     }
 }

@@ -29,6 +29,8 @@ pub(crate) struct Service {
     /// None: `AlwaysAllow`.
     pub authorizer: Option<Arc<dyn Authorizer>>,
     pub limits: limits::Limits,
+    /// This app's window of protobuf items shared by concurrent responses.
+    pub sharing: listwatch_codec::Sharing,
     /// The OpenAPI documents, rebuilt when what is served changes.
     pub openapi: listwatch_openapi::OpenApiCache,
     /// Where requests not served here go, when an upstream is configured.
@@ -88,6 +90,7 @@ impl Service {
         let ctx = Ctx {
             source: &*self.source,
             config: &self.config,
+            sharing: &self.sharing,
         };
         match kind {
             RequestKind::Read { target, read } => {

@@ -32,6 +32,8 @@ pub struct Ctx<'a> {
     pub source: &'a dyn Source,
     /// Server tunables.
     pub config: &'a ServerConfig,
+    /// The app's window of protobuf items shared by concurrent responses.
+    pub sharing: &'a listwatch_codec::Sharing,
 }
 
 impl<'a> Ctx<'a> {
@@ -95,7 +97,7 @@ pub async fn read(
 ) -> Answer {
     ctx.ready(&target.store)?;
     let Read { options, rendering } = read?;
-    let writer = rendering.writer(target.store.info())?;
+    let writer = rendering.writer(target.store.info(), ctx.sharing)?;
     let gzip = rendering.gzip;
     let ns = target.namespace.as_deref();
     match (verb, target.name) {
@@ -373,7 +375,7 @@ async fn watch(
             // kube-apiserver: a random duration in [min-request-timeout, 2×) so watches
             // do not all end (and re-list) at once.
             let base = ctx.config.min_request_timeout.as_secs_f64();
-            Duration::from_secs_f64(base * (1.0 + rand::random::<f64>()))
+            Duration::from_secs_f64(base * (1.0 + crate::body::random_fraction()))
         }
     };
     let deadline = Instant::now() + timeout;

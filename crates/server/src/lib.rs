@@ -59,6 +59,9 @@ pub struct ServerConfig {
     pub shutdown_list_grace: Duration,
     /// The commit the binary was built from, for `/version`'s `gitCommit` (empty: unknown).
     pub git_commit: String,
+    /// Bytes of protobuf items this app keeps at most for concurrent responses to share
+    /// ([`listwatch_codec::shared`]; 0: none are kept).
+    pub protobuf_share_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +77,7 @@ impl Default for ServerConfig {
             request_log_per_second: metrics::DEFAULT_REQUEST_LOG_PER_SECOND,
             shutdown_list_grace: Duration::from_secs(60),
             git_commit: String::new(),
+            protobuf_share_bytes: listwatch_codec::shared::SHARED_BUDGET,
         }
     }
 }
@@ -93,7 +97,7 @@ pub trait PassThrough: Send + Sync {
         &self,
         req: Request<RequestBody>,
         user: Option<listwatch_auth::User>,
-    ) -> futures::future::BoxFuture<'static, Response<ResponseBody>>;
+    ) -> futures_core::future::BoxFuture<'static, Response<ResponseBody>>;
 
     /// Its metrics in OpenMetrics text (without `# EOF`), added to `/metrics`.
     fn metrics_text(&self) -> String {
@@ -156,11 +160,16 @@ impl App {
         // The protobuf schema is parsed here rather than by the first protobuf request
         // (3 ms and 30,000 small allocations, once).
         listwatch_protobuf::Schema::kubernetes();
+        let sharing = listwatch_codec::Sharing::new(config.protobuf_share_bytes);
         Arc::new(App {
             service: dispatch::Service {
                 registry: source.registry().clone(),
                 source,
-                metrics: Arc::new(metrics::Metrics::new(config.request_log_per_second)),
+                metrics: Arc::new(metrics::Metrics::new(
+                    config.request_log_per_second,
+                    sharing.clone(),
+                )),
+                sharing,
                 authorizer,
                 limits: limits::Limits::new(config.limits.clone()),
                 openapi: listwatch_openapi::OpenApiCache::default(),

@@ -72,6 +72,8 @@ pub struct Metrics {
     shared_hits: Counter,
     shared_kept: Counter,
     shared_held: Gauge,
+    /// The app's window of shared protobuf items, whose counters the shared_* follow.
+    sharing: listwatch_codec::Sharing,
     shared_waits: Counter,
     request_log: RequestLog,
     log_suppressed: Counter,
@@ -96,15 +98,19 @@ const STORE_GAUGES: [(&str, &str, StoreStat); 6] = [
 pub const DEFAULT_REQUEST_LOG_PER_SECOND: u32 = 20;
 
 impl Default for Metrics {
+    /// The default request-log rate, over a window of shared items of its own.
     fn default() -> Self {
-        Self::new(DEFAULT_REQUEST_LOG_PER_SECOND)
+        Self::new(
+            DEFAULT_REQUEST_LOG_PER_SECOND,
+            listwatch_codec::Sharing::default(),
+        )
     }
 }
 
 impl Metrics {
     /// Metrics whose request log writes at most `log_per_second` INFO lines a second (0: every
-    /// request); the rest go to DEBUG and are counted.
-    pub fn new(log_per_second: u32) -> Self {
+    /// request; the rest go to DEBUG and are counted), reporting `sharing`'s counters.
+    pub fn new(log_per_second: u32, sharing: listwatch_codec::Sharing) -> Self {
         let mut registry = PromRegistry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let duration = Family::<VerbResource, Histogram>::new_with_constructor(|| {
@@ -164,6 +170,7 @@ impl Metrics {
             shared_kept,
             shared_held,
             shared_waits,
+            sharing,
             request_log: RequestLog::new(log_per_second),
             log_suppressed,
         }
@@ -239,7 +246,7 @@ impl Metrics {
             }
         }
         self.rss.set(rss_bytes() as i64);
-        let shared = listwatch_codec::shared::stats();
+        let shared = self.sharing.stats();
         // The counters follow the codec's own: add what they gained since the last scrape.
         self.shared_hits
             .inc_by(shared.hits.saturating_sub(self.shared_hits.get()));

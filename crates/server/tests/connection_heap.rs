@@ -5,7 +5,7 @@
 //! (~10 KB on every connection, TLS or not); docs/memory.md has the figures. 3.0 KB now;
 //! the handshake left in the task reads 3.9 KB, a second copy of the connection 7.1 KB.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! CRD retires the kind, its watches end and its objects go; a `…/status` write changes
 //! `.status` only.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use common::{
     answered, ends_within, get_expecting, json, next_line, request_typed, start, stream_lines,

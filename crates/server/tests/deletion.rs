@@ -2,7 +2,7 @@
 //! (`ValidateDeleteOptions`), dependents collected per `propagationPolicy` as kube's
 //! garbage collector would leave them.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use common::{get, json, request, start};
 use listwatch_server::ServerConfig;

@@ -2,7 +2,7 @@
 //! answered as it would be, nothing is committed, the revision does not move and no watcher
 //! sees it; an unknown value is refused as kube-apiserver's `ValidateDryRun` refuses it.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use common::{answered, get, json, request, start};
 use listwatch_server::ServerConfig;

@@ -2,7 +2,7 @@
 //! event decodes as soon as it arrives — and is one gzip member that single-member decoders
 //! (curl, tower-http) read to the end.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use std::io::Read;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Hostile requests: each gets the right `Status` (or is cut off), and the server keeps
 //! serving everyone else. Memory under never-reading clients is measured in memory.rs.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use std::time::Duration;
 

@@ -35,11 +35,12 @@ async fn an_idle_watch_body_holds_at_most_768_bytes() {
     let filter = Arc::new(Filter::everything());
     let mut cx = Context::from_waker(Waker::noop());
     let mut bodies = Vec::with_capacity(WATCHES);
+    let sharing = listwatch_codec::Sharing::default();
     // Process-wide tables loaded on first use (the protobuf schema a writer consults to
     // tell custom resources apart) are no watch's cost: load them before measuring.
     drop(
         Rendering::objects(listwatch_codec::Encoding::Json)
-            .writer(store.info())
+            .writer(store.info(), &sharing)
             .expect("writer"),
     );
     let before = dhat::HeapStats::get();
@@ -56,7 +57,7 @@ async fn an_idle_watch_body_holds_at_most_768_bytes() {
         };
         let cursor = store.watch_matching(11, &filter).expect("cursor");
         let writer = Rendering::objects(listwatch_codec::Encoding::Json)
-            .writer(store.info())
+            .writer(store.info(), &sharing)
             .expect("writer");
         let encoder = WatchEncoder::new(cursor, filter.clone(), writer, spec, now);
         let mut body = Box::new(StreamedBody::watch(encoder, None, false));

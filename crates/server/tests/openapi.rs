@@ -1,7 +1,7 @@
 //! `/openapi/v2` and `/openapi/v3` over real HTTP: negotiation, ETags, 304s, the v3 index's
 //! hashed URLs and their cache headers, as kube-apiserver's kube-openapi handlers answer.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use common::{json, start};
 use listwatch_server::ServerConfig;

@@ -3,7 +3,7 @@
 //! patch whose `test` fails 422, `dryRun=All` answered without storing, and the metric's
 //! `PATCH` / `APPLY` verb labels.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use common::{get, json, request, request_typed, start};
 use listwatch_server::ServerConfig;

@@ -1,7 +1,7 @@
 //! Removing a resource at runtime: 404 from then on, gone from discovery, and its open
 //! watches end spread over the grace period, as on shutdown.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! PATCH change `spec.replicas` only, a stale `resourceVersion` is 409, and kinds without
 //! the subresource answer 404.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use common::{answered, get, json, request, request_typed, start};
 use listwatch_server::ServerConfig;

@@ -2,7 +2,7 @@
 //! holds as core/v1 Events and autoscaling/v2 HPAs (crates/sources/src/views.rs): writes
 //! to the stored version show up converted, at the same resourceVersion, in every read.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use std::time::Duration;
 

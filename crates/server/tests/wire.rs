@@ -1,7 +1,7 @@
 //! Wire compatibility over real HTTP: the scenarios of shared/reference/ replayed against
 //! listwatch, comparing status codes, reasons, messages, causes and exact bytes.
 
-mod common;
+use listwatch_testkit::server as common;
 
 use std::time::{Duration, Instant};
 

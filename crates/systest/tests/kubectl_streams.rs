@@ -1,12 +1,11 @@
 //! Issue 26: kubectl's streaming commands — `logs` (and `-f`), `exec` (stdin, exit codes),
 //! `attach`, `port-forward`, `cp` both ways — with every kubectl found, against a
-//! kubeconfig naming only a front listwatch. The front follows a test upstream (common/
-//! kubelet.rs) that serves pods' `log` and the WebSocket upgrades itself and proxies the
+//! kubeconfig naming only a front listwatch. The front follows a test upstream (kubelet/
+//! mod.rs) that serves pods' `log` and the WebSocket upgrades itself and proxies the
 //! rest to listwatch on its embedded store, where the pod objects live. The same steps run
 //! straight against the test upstream too, so a failure through the front is the front's.
 
 mod common;
-#[path = "common/kubelet.rs"]
 mod kubelet;
 
 use std::net::SocketAddr;

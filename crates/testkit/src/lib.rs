@@ -6,6 +6,10 @@
 //! system tests.
 
 pub mod kube;
+#[cfg(feature = "server")]
+pub mod server;
+#[cfg(feature = "server")]
+pub mod tls;
 
 use std::io::BufRead;
 use std::net::SocketAddr;

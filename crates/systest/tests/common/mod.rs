@@ -1,12 +1,9 @@
 //! The system tests' helpers: the server's own test helpers (one copy, in
-//! crates/server/tests/common) plus real etcd members.
+//! listwatch-testkit's `server` module) plus real etcd members.
 #![allow(dead_code, unused_imports)]
 
-#[path = "../../../server/tests/common/mod.rs"]
-mod server;
-
 pub mod etcd;
-pub use server::*;
+pub use listwatch_testkit::server::*;
 
 /// Runs `cmd` to its end, asserts that it succeeded (its stderr the message) and returns
 /// its stdout.

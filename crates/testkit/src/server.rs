@@ -1,7 +1,7 @@
-//! Test helpers: start a real listwatch server on 127.0.0.1 and talk raw HTTP to it.
-#![allow(dead_code)]
+//! A real listwatch server on 127.0.0.1 in the test's process, and raw HTTP to it: the
+//! server's integration tests and the system tests share these (feature `server`).
 
-pub mod tls;
+pub use crate::tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,13 +12,17 @@ use listwatch_store::StoreConfig;
 
 /// A server running in this process; stops when dropped.
 pub struct TestServer {
+    /// Where it listens.
     pub addr: SocketAddr,
+    /// Its embedded store (the demo pods, if any).
     pub source: Arc<EmbeddedSource>,
+    /// The app it serves.
     pub app: Arc<App>,
     /// Dropped with the server, it ends the server's shutdown future (`rx.await` returns).
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
+/// A server on the embedded source with `demo_pods` demo pods, configured by `config`.
 pub async fn start(demo_pods: usize, config: ServerConfig) -> TestServer {
     let (source, pods) = demo::pods_source();
     if demo_pods > 0 {
@@ -41,7 +45,7 @@ pub async fn serve_views(
     source: Arc<dyn listwatch_sources::Source>,
     config: ServerConfig,
 ) -> (SocketAddr, Arc<App>, tokio::sync::oneshot::Sender<()>) {
-    let (listener, addr) = listwatch_testkit::listen_local().await;
+    let (listener, addr) = crate::listen_local().await;
     let app = App::new(
         listwatch_sources::Views::start(source, &StoreConfig::default()),
         ServerConfig {
@@ -59,14 +63,18 @@ pub async fn serve_views(
 
 /// A raw HTTP response.
 pub struct Raw {
+    /// The status code.
     pub status: u16,
+    /// The headers, in order.
     pub headers: Vec<(String, String)>,
+    /// The de-chunked body.
     pub body: String,
 }
 
 impl Raw {
+    /// The first header named `name` (any case).
     pub fn header(&self, name: &str) -> Option<&str> {
-        listwatch_testkit::header(&self.headers, name)
+        crate::header(&self.headers, name)
     }
 }
 
@@ -84,7 +92,7 @@ pub async fn try_request(
     path: &str,
     body: Option<&str>,
 ) -> Option<Raw> {
-    let r = listwatch_testkit::send(
+    let r = crate::send(
         addr,
         method,
         path,
@@ -107,7 +115,7 @@ pub async fn request_typed(
     content_type: &str,
     body: &str,
 ) -> Raw {
-    let r = listwatch_testkit::send(
+    let r = crate::send(
         addr,
         method,
         path,
@@ -141,18 +149,19 @@ pub async fn get_expecting(addr: SocketAddr, path: &str, status: u16) -> Raw {
     answered(addr, "GET", path, None, status).await
 }
 
+/// A GET of `path`.
 pub async fn get(addr: SocketAddr, path: &str) -> Raw {
     request(addr, "GET", path, None).await
 }
 
-#[allow(unused_imports)] // each test binary uses some of them
-pub use listwatch_testkit::{Lines, ends_within, next_line, poll_until, try_stream_lines};
+pub use crate::{Lines, ends_within, next_line, poll_until, try_stream_lines};
 
 /// Opens a streaming GET and returns a line reader over the de-chunked body.
 pub async fn stream_lines(addr: SocketAddr, path: &str) -> Lines {
     try_stream_lines(addr, path).await.expect("connect")
 }
 
+/// `s` parsed as JSON (the test fails, showing it, when it is not).
 pub fn json(s: &str) -> serde_json::Value {
     serde_json::from_str(s).unwrap_or_else(|e| panic!("bad json {e}: {s}"))
 }
@@ -194,7 +203,7 @@ pub async fn serve_authenticated(
     app: Arc<App>,
     authenticator: Arc<dyn listwatch_auth::Authenticate>,
 ) -> SocketAddr {
-    let (listener, addr) = listwatch_testkit::listen_local().await;
+    let (listener, addr) = crate::listen_local().await;
     tokio::spawn(listwatch_server::serve_with(
         app,
         listener,

@@ -12,20 +12,27 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 /// A CA that signs server and client certificates.
 pub struct Ca {
+    /// Its certificate, PEM.
     pub cert_pem: String,
+    /// Its certificate, DER.
     pub cert_der: CertificateDer<'static>,
     issuer: Issuer<'static, KeyPair>,
 }
 
 /// A certificate and its key, PEM and DER.
 pub struct Leaf {
+    /// The certificate, PEM.
     pub cert_pem: String,
+    /// The key, PEM.
     pub key_pem: String,
+    /// The certificate, DER.
     pub cert_der: CertificateDer<'static>,
+    /// The key, DER (PKCS #8).
     pub key_der: Vec<u8>,
 }
 
 impl Ca {
+    /// A new self-signed CA named `name`.
     pub fn new(name: &str) -> Ca {
         let key = KeyPair::generate().expect("key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
@@ -68,6 +75,7 @@ impl Ca {
     }
 }
 
+/// Writes `text` to `dir/name`; returns the path.
 pub fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).expect("write");
@@ -76,9 +84,13 @@ pub fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
 
 /// A response read whole.
 pub struct Reply {
+    /// The status code.
     pub status: u16,
+    /// The headers.
     pub headers: http::HeaderMap,
+    /// The body.
     pub body: String,
+    /// The HTTP version ALPN chose.
     pub version: http::Version,
 }
 
@@ -118,9 +130,13 @@ pub async fn connect(
 
 /// An HTTPS client: whom it trusts, what it offers by ALPN, its certificate.
 pub struct Https<'a> {
+    /// The server's address.
     pub addr: std::net::SocketAddr,
+    /// The CA its certificate is checked against.
     pub ca: &'a Ca,
+    /// The protocols offered by ALPN.
     pub alpn: &'a [&'a str],
+    /// The client certificate, if any.
     pub cert: Option<&'a Leaf>,
 }
 
