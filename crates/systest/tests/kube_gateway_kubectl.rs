@@ -460,8 +460,51 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
             .to_string()
     };
     let (writer_token, nogrant_token) = (token("writer"), token("nogrant"));
+    eprintln!(
+        "{test}: cluster up at {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     let scratch = Scratch::new("kube-identity");
     let dir = &scratch.0;
+    // listwatch's own identity upstream is deploy/'s: the service account `listwatch` with
+    // deploy/gateway/rbac.yaml's ClusterRole (list and watch everything, token and access
+    // reviews, impersonation), not the admin: nothing passed through can borrow its rights.
+    let rbac = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/gateway/rbac.yaml"),
+    )
+    .expect("deploy/gateway/rbac.yaml");
+    let cluster_role = rbac.split("\n---\n").next().expect("the ClusterRole");
+    cluster.kubectl_ok_with(&["apply", "-f", "-"], Some(cluster_role));
+    cluster.kubectl_ok(&["create", "namespace", "listwatch-system"]);
+    cluster.kubectl_ok(&[
+        "create",
+        "serviceaccount",
+        "listwatch",
+        "-n",
+        "listwatch-system",
+    ]);
+    cluster.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        "listwatch",
+        "--clusterrole",
+        "listwatch",
+        "--serviceaccount",
+        "listwatch-system:listwatch",
+    ]);
+    let own = cluster
+        .kubectl_ok(&[
+            "create",
+            "token",
+            "listwatch",
+            "-n",
+            "listwatch-system",
+            "--duration",
+            "1h",
+        ])
+        .trim()
+        .to_string();
+    let own = cluster.kubeconfig_for(&dir.join("listwatch.kubeconfig"), &cluster.url(), &own);
     let (proxy_cert, proxy_key) = (
         cluster.file("front-proxy-client.pem"),
         cluster.file("front-proxy-client.key"),
@@ -478,7 +521,7 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
                 proxy_key.as_os_str(),
             ],
         ),
-        // The admin kubeconfig's token (system:masters) may impersonate.
+        // listwatch's own token may impersonate (deploy's ClusterRole).
         (
             "impersonate",
             vec!["--upstream-identity".as_ref(), "impersonate".as_ref()],
@@ -489,7 +532,7 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
         ),
     ];
     for (mode, extra) in &modes {
-        let lw = cluster.gateway(dir, &format!("gw-{mode}"), extra);
+        let lw = cluster.gateway_as(dir, &format!("gw-{mode}"), &own, extra);
         let kc = |who: &str, token: &str| {
             cluster.kubeconfig_for(
                 &dir.join(format!("{who}-{mode}.kubeconfig")),
@@ -626,6 +669,10 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
             lw.log_text()
         );
         assert!(served(&cluster, &lw, "GET", "configmaps") >= 2.0, "{mode}");
+        eprintln!(
+            "{test}: {mode} done at {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
     }
     eprintln!("{test}: {:.1} s", started.elapsed().as_secs_f64());
 }

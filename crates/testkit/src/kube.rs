@@ -434,6 +434,18 @@ impl KubeCluster {
     /// TLS with a certificate of the cluster CA (made under `dir` as `name`), with `extra`
     /// flags after those; ready within 90 s.
     pub fn gateway(&self, dir: &Path, name: &str, extra: &[&std::ffi::OsStr]) -> Listwatch {
+        self.gateway_as(dir, name, &self.kubeconfig, extra)
+    }
+
+    /// [`KubeCluster::gateway`] with `upstream_kubeconfig` (listwatch's own credential
+    /// upstream) instead of the admin's.
+    pub fn gateway_as(
+        &self,
+        dir: &Path,
+        name: &str,
+        upstream_kubeconfig: &Path,
+        extra: &[&std::ffi::OsStr],
+    ) -> Listwatch {
         let (cert, key) = self.serving_cert(dir, name);
         let upstream = self.url();
         let mut args: Vec<&std::ffi::OsStr> = vec![
@@ -442,7 +454,7 @@ impl KubeCluster {
             "--upstream".as_ref(),
             upstream.as_ref(),
             "--upstream-kubeconfig".as_ref(),
-            self.kubeconfig.as_os_str(),
+            upstream_kubeconfig.as_os_str(),
             "--tls-cert".as_ref(),
             cert.as_os_str(),
             "--tls-key".as_ref(),
