@@ -13,7 +13,8 @@
 //!   through the gateway, and the user its 403 names);
 //! - read-your-write across two gateways over one kube-apiserver: writers through gateway A
 //!   (creates, updates, deletes), consistent LISTs (no resourceVersion) through gateway B,
-//!   each read checked against every write acknowledged before it started.
+//!   each read checked against every write acknowledged before it started, and a watch
+//!   through B that delivers every write once, in order.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -723,12 +724,56 @@ fn writes_through_one_gateway_are_in_consistent_reads_through_another() {
         .enable_all()
         .build()
         .expect("runtime");
-    let (history, reads) = runtime.block_on(async {
+    let (history, reads, watched) = runtime.block_on(async {
+        use futures::StreamExt as _;
         use k8s_openapi::api::core::v1::ConfigMap;
-        use kube::api::{Api, DeleteParams, ListParams, PostParams};
+        use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
         let (ca, cb) = (client(&kc_a).await, client(&kc_b).await);
         // name → its writes, in order (one writer per name).
         let history: Arc<parking_lot::Mutex<BTreeMap<String, Vec<Write>>>> = Arc::default();
+        // A watch through B from before the first write: every event, per name.
+        let watch_api = Api::<ConfigMap>::namespaced(cb.clone(), "ryw");
+        let from = watch_api
+            .list(&ListParams::default())
+            .await
+            .expect("LIST through B")
+            .metadata
+            .resource_version
+            .expect("a list resourceVersion");
+        let mut stream = watch_api
+            .watch(&WatchParams::default().timeout(290), &from)
+            .await
+            .expect("watch through B")
+            .boxed();
+        let watched: Arc<parking_lot::Mutex<BTreeMap<String, Vec<Option<u64>>>>> = Arc::default();
+        let watcher = {
+            let watched = watched.clone();
+            tokio::spawn(async move {
+                while let Some(event) = stream.next().await {
+                    let (cm, deleted) = match event {
+                        Ok(WatchEvent::Added(cm) | WatchEvent::Modified(cm)) => (cm, false),
+                        Ok(WatchEvent::Deleted(cm)) => (cm, true),
+                        Ok(WatchEvent::Bookmark(_)) => continue,
+                        Ok(WatchEvent::Error(e)) => {
+                            eprintln!("the watch through B ended: {e:?}");
+                            return;
+                        }
+                        Err(e) => {
+                            eprintln!("the watch through B failed: {e}");
+                            return;
+                        }
+                    };
+                    let seq = cm.data.as_ref().and_then(|d| d.get("seq")?.parse().ok());
+                    let name = cm.metadata.name.unwrap_or_default();
+                    watched
+                        .lock()
+                        .entry(name)
+                        .or_default()
+                        .push(if deleted { None } else { seq });
+                }
+                eprintln!("the watch through B ended");
+            })
+        };
         let deadline = Instant::now() + Duration::from_secs(seconds);
         let mut writers = Vec::new();
         for w in 0..2 {
@@ -816,8 +861,31 @@ fn writes_through_one_gateway_are_in_consistent_reads_through_another() {
             reads.extend(r.await.expect("reader"));
         }
         let history = history.lock().clone();
-        (history, reads)
+        // The watch has every write's event once the count is reached (or 30 s pass).
+        let total: usize = history.values().map(Vec::len).sum();
+        let until = Instant::now() + Duration::from_secs(30);
+        while watched.lock().values().map(Vec::len).sum::<usize>() < total && Instant::now() < until
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        watcher.abort();
+        let watched = watched.lock().clone();
+        (history, reads, watched)
     });
+
+    // The watch through B: each name's events are its writes, each once, in order (a
+    // deletion's event carries the last state, not the delete's sequence number).
+    for (name, writes) in &history {
+        let want: Vec<Option<u64>> = writes
+            .iter()
+            .map(|w| (!w.deleted).then_some(w.seq))
+            .collect();
+        let got = watched.get(name).cloned().unwrap_or_default();
+        assert_eq!(
+            got, want,
+            "the watch through B of {name}: events (left; None a deletion) and writes through A (right)"
+        );
+    }
 
     // Each read against every write acknowledged before it began: the read shows that
     // write or a later one of the same name that was sent before the read ended.
