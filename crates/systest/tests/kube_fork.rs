@@ -10,13 +10,17 @@
 //!   to the unmodified kube-apiserver's;
 //! - a user without an RBAC grant gets kube-apiserver's own 403 (authorization runs before
 //!   listwatch in the chain) while a granted one reads;
-//! - read-your-write: each write through the fork is in the consistent LIST that follows.
+//! - read-your-write: each write through the fork is in the consistent LIST that follows;
+//! - the LISTs listwatch serves inside the fork are in kube-apiserver's audit log (the
+//!   fork started by hand beside the cluster's own kube-apiserver, with an audit policy)
+//!   and counted by API Priority and Fairness for their flow schema, as kube-apiserver's
+//!   own requests are.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use listwatch_testkit::kube::{KubeCluster, SecondApiServer};
+use listwatch_testkit::kube::{KubeCluster, SecondApiServer, fork_binary};
 
 /// Namespaces `alpha`, `beta` and `rw` with their `default` service accounts (no controller
 /// makes them here), pods, config maps; service accounts `reader` (bound in `alpha` to read
@@ -447,4 +451,202 @@ fn fork_serves_reads_as_kube_apiserver_does() {
         started.elapsed().as_secs_f64()
     );
     assert!(listwatch_requests(&cluster, "configmaps") >= writes as f64);
+}
+
+/// Every request is audited at Metadata level (enough for user, verb, URI and code).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n";
+
+/// Namespace `apf` with pods and the service account `lister`, bound there to list pods.
+const APF_WORKLOAD: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Namespace, metadata: {name: apf}}
+- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: apf}}
+- {apiVersion: v1, kind: ServiceAccount, metadata: {name: lister, namespace: apf}}
+- {apiVersion: v1, kind: Pod, metadata: {name: p1, namespace: apf}, spec: {containers: [{name: c, image: busybox}]}}
+- {apiVersion: v1, kind: Pod, metadata: {name: p2, namespace: apf}, spec: {containers: [{name: c, image: busybox}]}}
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: Role
+  metadata: {name: list, namespace: apf}
+  rules: [{apiGroups: [""], resources: [pods], verbs: [get, list]}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: RoleBinding
+  metadata: {name: list, namespace: apf}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: list}
+  subjects: [{kind: ServiceAccount, name: lister, namespace: apf}]
+"#;
+
+/// `GET url` with a bearer token and a user agent: status and body.
+fn get_as(cluster: &KubeCluster, url: &str, token: &str, agent: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "20",
+            "-A",
+            agent,
+            "-w",
+            "\n%{http_code}",
+            "--cacert",
+        ])
+        .arg(cluster.file("ca.pem"))
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(url)
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// The sum of the samples of `metric` whose labels contain every one of `labels`.
+fn metric_sum(metrics: &str, metric: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with(&format!("{metric}{{")) && labels.iter().all(|want| l.contains(want))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn reads_listwatch_serves_inside_the_fork_are_audited_and_counted_by_apf() {
+    let test = "reads_listwatch_serves_inside_the_fork_are_audited_and_counted_by_apf";
+    let started = Instant::now();
+    let Some(cluster) = KubeCluster::start_or_skip(test) else {
+        return;
+    };
+    let fork = match fork_binary() {
+        Ok(f) => f,
+        Err(why) if std::env::var("LISTWATCH_REQUIRE_KUBE").as_deref() == Ok("1") => {
+            panic!("{test}: {why} (LISTWATCH_REQUIRE_KUBE=1)")
+        }
+        Err(why) => {
+            eprintln!("{test}: skipped: {why}");
+            return;
+        }
+    };
+    // run.sh passes no extra flags: the fork runs beside the cluster's kube-apiserver, on
+    // its etcd, with run.sh's flags and an audit policy and log.
+    let policy = cluster.dir.join("audit-policy.yaml");
+    std::fs::write(&policy, AUDIT_POLICY).expect("audit policy");
+    let audit_log = cluster.dir.join("audit.log");
+    let fork = cluster
+        .second_apiserver_with(
+            &fork,
+            &[
+                format!("--audit-policy-file={}", policy.display()),
+                format!("--audit-log-path={}", audit_log.display()),
+            ],
+        )
+        .expect("the fork beside the cluster's kube-apiserver");
+    let built = started.elapsed();
+    cluster.kubectl_ok_with(&["apply", "-f", "-"], Some(APF_WORKLOAD));
+    let lister = cluster
+        .kubectl_ok(&["create", "token", "lister", "-n", "apf"])
+        .trim()
+        .to_string();
+    let admin = cluster.admin_token.clone();
+    let metrics = || {
+        let (code, text) = get_as(
+            &cluster,
+            &format!("{}/metrics", fork.url()),
+            &admin,
+            "metrics",
+        );
+        assert_eq!(code, 200, "fork /metrics: {text}");
+        text
+    };
+    // A service account's requests go to the `service-accounts` flow schema (the suggested
+    // configuration kube-apiserver creates): nothing else of this test's is in it.
+    let dispatched = |m: &str| {
+        metric_sum(
+            m,
+            "apiserver_flowcontrol_dispatched_requests_total",
+            &["flow_schema=\"service-accounts\""],
+        )
+    };
+    let executed = |m: &str| {
+        metric_sum(
+            m,
+            "apiserver_flowcontrol_request_execution_seconds_count",
+            &["flow_schema=\"service-accounts\""],
+        )
+    };
+    let listwatch_served = |m: &str| {
+        metric_sum(
+            m,
+            "listwatch_apiserver_request_total",
+            &["resource=\"pods\"", "verb=\"LIST\""],
+        )
+    };
+    let before = metrics();
+    let lists = 25;
+    let agent = format!("apf-audit-check-{}", std::process::id());
+    for _ in 0..lists {
+        let (code, body) = get_as(
+            &cluster,
+            &format!("{}/api/v1/namespaces/apf/pods", fork.url()),
+            &lister,
+            &agent,
+        );
+        assert_eq!(code, 200, "LIST through the fork: {body}");
+        assert!(body.contains("\"p1\"") && body.contains("\"p2\""), "{body}");
+    }
+    let after = metrics();
+    let served = listwatch_served(&after) - listwatch_served(&before);
+    assert!(
+        served >= f64::from(lists),
+        "listwatch served {served} of the {lists} LISTs (the fork's listwatch_apiserver_request_total)"
+    );
+    let (d, e) = (
+        dispatched(&after) - dispatched(&before),
+        executed(&after) - executed(&before),
+    );
+    assert!(
+        d >= f64::from(lists) && e >= f64::from(lists),
+        "APF counted {d} dispatched and {e} executed requests of flow schema service-accounts for {lists} LISTs"
+    );
+
+    // The audit log: each LIST, as the service account, at ResponseComplete with 200.
+    let deadline = Instant::now() + std::time::Duration::from_secs(20);
+    let audited = loop {
+        let text = std::fs::read_to_string(&audit_log).unwrap_or_default();
+        let events: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["userAgent"] == agent.as_str() && e["stage"] == "ResponseComplete")
+            .collect();
+        if events.len() >= lists as usize || Instant::now() > deadline {
+            break events;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(
+        audited.len(),
+        lists as usize,
+        "audited LISTs with user agent {agent} in {}",
+        audit_log.display()
+    );
+    for event in &audited {
+        assert_eq!(event["verb"], "list", "{event}");
+        assert_eq!(
+            event["requestURI"], "/api/v1/namespaces/apf/pods",
+            "{event}"
+        );
+        assert_eq!(
+            event["user"]["username"], "system:serviceaccount:apf:lister",
+            "{event}"
+        );
+        assert_eq!(event["responseStatus"]["code"], 200, "{event}");
+        assert_eq!(event["objectRef"]["resource"], "pods", "{event}");
+    }
+    eprintln!(
+        "{test}: {lists} LISTs: listwatch served {served}, APF dispatched {d}, audited {}; {:.1} s ({:.1} s to build and start)",
+        audited.len(),
+        started.elapsed().as_secs_f64(),
+        built.as_secs_f64()
+    );
 }

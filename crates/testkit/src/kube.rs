@@ -249,6 +249,16 @@ impl KubeCluster {
     /// run.sh gave the cluster's own (read from /proc), but on another port, and waits for
     /// its `/readyz`: two apiservers on one etcd, as in a highly available control plane.
     pub fn second_apiserver(&self, binary: &Path) -> Result<SecondApiServer, String> {
+        self.second_apiserver_with(binary, &[])
+    }
+
+    /// [`KubeCluster::second_apiserver`] with `extra` flags after run.sh's (run.sh itself
+    /// passes none: an audit policy and log, say, for one started by hand).
+    pub fn second_apiserver_with(
+        &self,
+        binary: &Path,
+        extra: &[String],
+    ) -> Result<SecondApiServer, String> {
         let pid = std::fs::read_to_string(self.dir.join("apiserver.pid"))
             .map_err(|e| format!("apiserver.pid: {e}"))?;
         let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim()))
@@ -266,6 +276,7 @@ impl KubeCluster {
                     a
                 }
             })
+            .chain(extra.iter().cloned())
             .collect();
         let log = self.dir.join(format!("apiserver-{port}.log"));
         let child = Command::new(binary)
@@ -416,6 +427,46 @@ impl KubeCluster {
             .arg("-extfile")
             .arg(&ext));
         (cert, key)
+    }
+
+    /// The gateway in front of this cluster as docs/gateway.md starts it: `listwatch serve
+    /// --source apiserver --upstream <kube-apiserver> --upstream-kubeconfig <admin>`, serving
+    /// TLS with a certificate of the cluster CA (made under `dir` as `name`), with `extra`
+    /// flags after those; ready within 90 s.
+    pub fn gateway(&self, dir: &Path, name: &str, extra: &[&std::ffi::OsStr]) -> Listwatch {
+        self.gateway_as(dir, name, &self.kubeconfig, extra)
+    }
+
+    /// [`KubeCluster::gateway`] with `upstream_kubeconfig` (listwatch's own credential
+    /// upstream) instead of the admin's.
+    pub fn gateway_as(
+        &self,
+        dir: &Path,
+        name: &str,
+        upstream_kubeconfig: &Path,
+        extra: &[&std::ffi::OsStr],
+    ) -> Listwatch {
+        let (cert, key) = self.serving_cert(dir, name);
+        let upstream = self.url();
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "--source".as_ref(),
+            "apiserver".as_ref(),
+            "--upstream".as_ref(),
+            upstream.as_ref(),
+            "--upstream-kubeconfig".as_ref(),
+            upstream_kubeconfig.as_os_str(),
+            "--tls-cert".as_ref(),
+            cert.as_os_str(),
+            "--tls-key".as_ref(),
+            key.as_os_str(),
+        ];
+        args.extend_from_slice(extra);
+        Listwatch::start(
+            &args,
+            &[],
+            &self.file("ca.pem"),
+            std::time::Duration::from_secs(90),
+        )
     }
 
     /// A kubeconfig at `path` naming `server` (trusting the cluster CA) with `token`.
