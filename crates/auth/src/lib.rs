@@ -22,6 +22,7 @@ pub mod config;
 pub mod node;
 pub mod rbac;
 pub mod review;
+mod rule;
 #[cfg(feature = "standalone")]
 pub mod tls;
 #[cfg(feature = "standalone")]

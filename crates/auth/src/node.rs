@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::authorizer::{Attributes, Decision, User};
-use crate::rbac::{Rule, rule_allows};
+use crate::rule::{Rule, rule_allows};
 
 /// The node a user is, as kube's default `NodeIdentifier` reads it: `Some(name)` for
 /// `system:node:<name>` in `system:nodes` (`Some("")` when the name is empty: a node the

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
+mod frame;
 pub mod gzip;
 mod list;
 pub mod printers;

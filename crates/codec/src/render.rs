@@ -16,13 +16,13 @@ use listwatch_protobuf::{MAGIC, ProtoError};
 use listwatch_store::record::EncodedForm;
 use listwatch_store::{Event, EventForm, EventType, FilteredEvent, Record, SnapshotReader};
 
+use crate::frame::{bookmark_object, partial_bookmark_object, write_error, write_event};
 use crate::protobuf::{
     self as pb, META_V1, PARTIAL_HEAD, ProtoObjects, field_len, write_watch_frame,
     write_watch_frame_head,
 };
 use crate::shared::Sharing;
 use crate::table::{IncludeObject, TableFormat};
-use crate::watch::{bookmark_object, partial_bookmark_object, write_error, write_event};
 use crate::{ChunkWriter, Encoding};
 
 /// What a read response holds per object.

@@ -19,6 +19,39 @@ use crate::response::{self, Answer};
 use crate::routes::Route;
 use crate::{RequestBody, ServerConfig, discovery, limits, metrics};
 
+/// Whether the housekeeping loop has measured protobuf lengths once with every cache then
+/// registered loaded: without it the first protobuf LISTs after readiness measured them
+/// themselves, and a storm of 64 right after a 40,000-pod start got its first bytes 0.8 s
+/// late (loadtest/README.md). Set once: caches registered later (custom resources, which
+/// have no protobuf form) or relisted later are not waited for.
+#[derive(Default)]
+pub(crate) struct LengthsMeasured(std::sync::atomic::AtomicU8);
+
+impl LengthsMeasured {
+    const UNCHECKED: u8 = 0;
+    const PENDING: u8 = 1;
+    const DONE: u8 = 2;
+
+    /// A housekeeping loop will measure: readiness waits for its first pass.
+    pub(crate) fn expect(&self) {
+        self.0
+            .fetch_max(Self::PENDING, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    pub(crate) fn done(&self) {
+        self.0
+            .store(Self::DONE, std::sync::atomic::Ordering::Release);
+    }
+
+    /// `None` when nothing measures, else whether the first pass is done.
+    pub(crate) fn get(&self) -> Option<bool> {
+        match self.0.load(std::sync::atomic::Ordering::Acquire) {
+            Self::UNCHECKED => None,
+            v => Some(v == Self::DONE),
+        }
+    }
+}
+
 /// Everything a request is served with: registry, source, configuration, metrics,
 /// authorizer and admission limits.
 pub(crate) struct Service {
@@ -35,8 +68,8 @@ pub(crate) struct Service {
     pub openapi: listwatch_openapi::OpenApiCache,
     /// Where requests not served here go, when an upstream is configured.
     pub pass_through: std::sync::OnceLock<Arc<dyn crate::PassThrough>>,
-    /// Readiness as far as protobuf lengths go (see [`crate::LengthsMeasured`]).
-    pub lengths: crate::LengthsMeasured,
+    /// Readiness as far as protobuf lengths go (see [`LengthsMeasured`]).
+    pub lengths: LengthsMeasured,
     /// Set by [`crate::App::begin_shutdown`]: readiness fails.
     pub shutting_down: std::sync::atomic::AtomicBool,
 }

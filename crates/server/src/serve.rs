@@ -13,7 +13,8 @@ use listwatch_auth::authn::PeerIdentity;
 use tokio::net::TcpListener;
 use tracing::warn;
 
-use crate::{App, box_body, connection};
+use crate::app::App;
+use crate::{box_body, connection};
 
 /// How the standalone server accepts connections.
 #[derive(Clone, Default)]

@@ -371,8 +371,7 @@ impl Record {
     /// The bytes a field selector compares ("" when absent). Bytes, not `&str`: ingest
     /// checked the UTF-8 once, and checking it again per watcher per event was 15 % of the
     /// server's CPU in a kubelet storm's churn (every node's watch matches every pod event).
-    pub(crate) fn selected_bytes(&self, f: &crate::snapshot::FieldRef) -> &[u8] {
-        use crate::snapshot::FieldRef;
+    pub(crate) fn selected_bytes(&self, f: &FieldRef) -> &[u8] {
         let r = match f {
             FieldRef::Name => self.name,
             FieldRef::Namespace => self.namespace,
@@ -510,6 +509,15 @@ fn write_metadata(
     }
     out.push(b'}');
     Ok(())
+}
+
+/// Which of a record's texts a field selector compares (a `Filter` resolves its terms to
+/// these once).
+pub(crate) enum FieldRef {
+    Name,
+    Namespace,
+    /// The resource's `i`-th selectable field.
+    Index(usize),
 }
 
 #[cfg(test)]

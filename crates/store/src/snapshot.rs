@@ -10,7 +10,7 @@ use listwatch_core::fields::FieldSelector;
 use listwatch_core::labels::LabelSelector;
 use listwatch_core::{ListOptions, ResourceInfo};
 
-use crate::record::{EncodedForm, Record};
+use crate::record::{EncodedForm, FieldRef, Record};
 
 /// The persistent map behind a snapshot: key → record, ordered by key bytes (the order
 /// etcd and kube-apiserver list in).
@@ -211,14 +211,6 @@ impl Snapshot {
             .take_while(move |(k, _)| in_prefix(k, prefix))
             .map(|(_, v)| v)
     }
-}
-
-/// Which of a record's texts a field selector compares.
-pub(crate) enum FieldRef {
-    Name,
-    Namespace,
-    /// The resource's `i`-th selectable field.
-    Index(usize),
 }
 
 /// What one request selects: a key prefix (namespace) plus label and field selectors,

@@ -7,7 +7,7 @@
 use listwatch_core::ResourceInfo;
 use serde_json::{Map, Value, json};
 
-use super::{ConvertError, go_json, non_empty, present};
+use super::json::{ConvertError, go_json, non_empty, present};
 
 /// What kube-apiserver 1.36 serves `events.k8s.io/v1` events as (discovery, selectors).
 pub(super) fn info() -> ResourceInfo {

@@ -9,7 +9,7 @@
 use listwatch_core::ResourceInfo;
 use serde_json::{Map, Value, json};
 
-use super::{ConvertError, go_json, non_empty, present};
+use super::json::{ConvertError, go_json, non_empty, present};
 
 /// Non-CPU-utilization metric specs (`autoscaling.MetricSpecsAnnotation`).
 pub const METRIC_SPECS_ANNOTATION: &str = "autoscaling.alpha.kubernetes.io/metrics";
