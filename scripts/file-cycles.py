@@ -31,10 +31,6 @@ KNOWN = {
         "crates/upstream/src/follower.rs",
         "crates/upstream/src/metadata.rs",
     ]): "the one client and the one follower replace client.rs and follower.rs",
-    # On main since the etcd client certificates are re-read (a4ae60e): the follower names
-    # the source's CurrentClient; the one follower rewrites follower.rs.
-    frozenset(["crates/etcd/src/follower.rs", "crates/etcd/src/source.rs"]):
-        "the one follower rewrites follower.rs (it names source.rs' CurrentClient)",
     frozenset(["crates/protobuf/src/encode.rs", "crates/protobuf/src/schema.rs"]):
         "the schema table is finished with the encoder's zero bytes (Field::zero)",
 }

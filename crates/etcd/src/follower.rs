@@ -138,7 +138,7 @@ impl Follower {
     /// Runs forever: load, follow, and relist whenever the cache becomes unsafe.
     pub(crate) async fn run(
         self: Arc<Self>,
-        clients: Arc<crate::source::CurrentClient>,
+        clients: Arc<crate::client::CurrentClient>,
         config: Arc<EtcdConfig>,
     ) {
         let info = self.store.info().clone();

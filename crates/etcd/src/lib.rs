@@ -6,6 +6,7 @@
 //! - [`follower`]: one resource's state machine — loading → following → unsafe → relisting.
 //! - [`EtcdSource`]: the followers, consistent-read revisions and the write verbs.
 
+mod client;
 mod config;
 pub mod convert;
 pub mod decode;

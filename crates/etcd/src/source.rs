@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use listwatch_core::{ApiError, ObjectRef, ResourceInfo, WriteOptions};
 use listwatch_sources::{
     BoxFuture, Registry, Source, SourceWriter, WriteOp, WriteRequest, WriteResult, objects,
@@ -13,9 +13,8 @@ use listwatch_sources::{
 use listwatch_store::{Record, Store};
 
 use crate::EtcdError;
-use crate::config::{
-    EtcdConfig, EtcdTls, EtcdTlsFiles, ProgressOrder, READ_ONLY, TLS_RELOAD_CHECK,
-};
+use crate::client::{CurrentClient, connect};
+use crate::config::{EtcdConfig, EtcdTlsFiles, ProgressOrder, READ_ONLY, TLS_RELOAD_CHECK};
 use crate::follower::{Follower, FollowerStats, call};
 use crate::layout::etcd_key;
 
@@ -142,41 +141,6 @@ async fn watch_health(source: std::sync::Weak<EtcdSource>) {
     }
 }
 
-/// The etcd client new requests and (re)started watches use. Replaced when the TLS files
-/// change: what is open on the old connection finishes there (a renewed certificate
-/// matters only to new handshakes), so nothing in flight is dropped.
-pub(crate) struct CurrentClient(parking_lot::RwLock<Client>);
-
-impl CurrentClient {
-    /// The client to use now (a cheap clone of its channel).
-    pub(crate) fn get(&self) -> Client {
-        self.0.read().clone()
-    }
-}
-
-/// A client to `endpoints` with `tls`, keep-alives and leader-required watches.
-async fn connect(endpoints: &[String], tls: Option<&EtcdTls>) -> Result<Client, EtcdError> {
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(3))
-        // Detects a dead member under an open watch (no TCP reset when it is killed -9
-        // behind a proxy, or frozen) and lets the balanced channel move on.
-        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
-        .with_keep_alive_while_idle(true)
-        // A member cut off from the quorum would otherwise keep our watch open silently.
-        .with_require_leader(true);
-    if let Some(tls) = tls {
-        let mut t = etcd_client::TlsOptions::new();
-        if let Some(ca) = &tls.ca_pem {
-            t = t.ca_certificate(etcd_client::Certificate::from_pem(ca));
-        }
-        if let (Some(cert), Some(key)) = (&tls.cert_pem, &tls.key_pem) {
-            t = t.identity(etcd_client::Identity::from_pem(cert, key));
-        }
-        options = options.with_tls(t);
-    }
-    Ok(Client::connect(endpoints, Some(options)).await?)
-}
-
 /// Looks at etcd's TLS files every [`TLS_RELOAD_CHECK`]; when one changed (kubeadm and
 /// cert-manager renew them in place), reads them again and makes new requests use a client
 /// built from them. A file half written, or a client that cannot be built, keeps the old
@@ -199,7 +163,7 @@ async fn follow_tls_files(source: std::sync::Weak<EtcdSource>, files: EtcdTlsFil
         };
         match connect(&s.config.endpoints, Some(&tls)).await {
             Ok(client) => {
-                *s.client.0.write() = client;
+                s.client.replace(client);
                 seen = now;
                 tracing::info!(files = ?files, "etcd TLS files reloaded: new requests use them");
             }
@@ -214,9 +178,9 @@ impl EtcdSource {
     /// Connects to etcd and starts a follower for every resource of `registry` (on the
     /// current tokio runtime). Stores stay unready until their first list completes.
     pub async fn start(registry: Registry, config: EtcdConfig) -> Result<Arc<Self>, EtcdError> {
-        let client = Arc::new(CurrentClient(parking_lot::RwLock::new(
+        let client = Arc::new(CurrentClient::new(
             connect(&config.endpoints, config.tls.as_ref()).await?,
-        )));
+        ));
         let mut config = config;
         // The first answer proves etcd reachable (address, TLS, credentials): a start-up
         // that cannot reach etcd fails here with the cause rather than serving nothing.
