@@ -19,6 +19,7 @@ pub mod authn;
 pub mod authorizer;
 pub mod cache;
 pub mod config;
+pub mod impersonation;
 pub mod node;
 pub mod rbac;
 pub mod review;

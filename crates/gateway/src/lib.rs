@@ -389,12 +389,31 @@ impl Gateway {
         let h = &mut parts.headers;
         let impersonating = h.keys().any(|k| k.as_str().starts_with("impersonate-"));
         if impersonating && self.identity != Identity::Forward {
-            self.counters.route("refused");
-            return Err(ApiError::ServerResponse {
-                code: 403,
-                message: "impersonation is not allowed through this listwatch gateway".into(),
-            });
+            // Authorized here already (the server's impersonation step): `user` is the
+            // impersonated user, carried across as any other; the headers themselves would be
+            // checked upstream against listwatch's identity, so they go.
+            if parts
+                .extensions
+                .get::<listwatch_auth::impersonation::Impersonated>()
+                .is_none()
+            {
+                self.counters.route("refused");
+                return Err(ApiError::ServerResponse {
+                    code: 403,
+                    message: "impersonation is not allowed through this listwatch gateway".into(),
+                });
+            }
+            let h = &mut parts.headers;
+            let asked: Vec<HeaderName> = h
+                .keys()
+                .filter(|k| k.as_str().starts_with("impersonate-"))
+                .cloned()
+                .collect();
+            for k in asked {
+                h.remove(k);
+            }
         }
+        let h = &mut parts.headers;
         let forged: Vec<HeaderName> = h
             .keys()
             .filter(|k| k.as_str().starts_with("x-remote-"))

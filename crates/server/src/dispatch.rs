@@ -80,6 +80,9 @@ impl Service {
     pub async fn handle(&self, req: Request<RequestBody>, route: Route) -> Response<ResponseBody> {
         let start = Instant::now();
         let uri_len = req.uri().path().len() + req.uri().query().map_or(0, str::len);
+        let (mut parts, body) = req.into_parts();
+        let impersonated = self.impersonate(&mut parts).await;
+        let req = Request::from_parts(parts, body);
         let mut req = ApiRequest::parse(req, route, self.pass_through.get().is_some());
         let in_flight = req.head.in_flight.take();
         let resource = req.resource_label();
@@ -91,7 +94,9 @@ impl Service {
             Box::default()
         };
         // Refused requests go the same way as failed ones: a Status, metered and logged.
-        let (admission, answer) = match self.admit(&req.head, in_flight.as_ref(), uri_len) {
+        let admitted =
+            impersonated.and_then(|()| self.admit(&req.head, in_flight.as_ref(), uri_len));
+        let (admission, answer) = match admitted {
             Err(e) => (None, Err(e)),
             Ok(mut admission) => {
                 // A watch-list's LIST share goes with its body (a LIST's stays held here).
@@ -115,6 +120,36 @@ impl Service {
             .hold(admission)
             .on_connection(in_flight);
         Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
+    }
+
+    /// kube-apiserver's impersonation step, after authentication and before anything else:
+    /// with `Impersonate-*` headers the request goes on as the impersonated user, once the
+    /// authorizer allowed the authenticated one to impersonate it (403 otherwise), so reads
+    /// served here are authorized and answered as that user. Only with an authorizer: under
+    /// `AlwaysAllow` anyone could become anyone, and a gateway would carry that identity
+    /// upstream, where the cluster's own rules apply; there the headers stay as they came
+    /// (the gateway refuses them unless it forwards the client's credential).
+    async fn impersonate(&self, parts: &mut http::request::Parts) -> Result<(), ApiError> {
+        use listwatch_auth::impersonation;
+        let Some(authorizer) = self.authorizer.as_deref() else {
+            return Ok(());
+        };
+        if !impersonation::requested(&parts.headers) {
+            return Ok(());
+        }
+        let requester = parts
+            .extensions
+            .get::<User>()
+            .cloned()
+            .unwrap_or_else(User::anonymous);
+        if let Some(user) =
+            impersonation::impersonate(authorizer, &requester, &parts.headers).await?
+        {
+            tracing::Span::current().record("user", user.name.as_str());
+            parts.extensions.insert(user);
+            parts.extensions.insert(impersonation::Impersonated);
+        }
+        Ok(())
     }
 
     /// The one `match`: each kind to its handler, resources after authorization.

@@ -289,22 +289,29 @@ impl Record {
             };
             lookup(b, &listed[at].1, key)
         };
+        let mut value_at = |f: &str| -> Option<Range32> {
+            let mut path = f.split('.');
+            let first = path.next().unwrap_or("");
+            let mut v = if first == "metadata" {
+                path.next().and_then(|k| lookup(b, &meta, k))
+            } else {
+                lookup(b, top, first)
+            };
+            for k in path {
+                v = v.and_then(|v| member(v, k));
+            }
+            v.and_then(|v| scan::plain_scalar(b, v)).map(r32)
+        };
         let fields = info
             .field_selectors
             .iter()
             .map(|f| {
-                let mut path = f.split('.');
-                let first = path.next().unwrap_or("");
-                let mut v = if first == "metadata" {
-                    path.next().and_then(|k| lookup(b, &meta, k))
-                } else {
-                    lookup(b, top, first)
-                };
-                for k in path {
-                    v = v.and_then(|v| member(v, k));
-                }
-                v.and_then(|v| scan::plain_scalar(b, v))
-                    .map(r32)
+                // The first path with a non-empty value (a selector compares "" for both
+                // absent and empty, so skipping an empty one changes nothing else).
+                field_paths(info, f)
+                    .iter()
+                    .filter_map(|p| value_at(p))
+                    .find(|r| r.1 > r.0)
                     .unwrap_or(MISSING)
             })
             .collect();
@@ -455,6 +462,18 @@ impl Record {
     }
 }
 
+/// Where in the object the selectable field `field` of `info` is read, in order: the first
+/// non-empty value is the field's. A field is its own JSON path, except core Event's `source`,
+/// which kube-apiserver selects on as `source.component`, or `reportingComponent` when that is
+/// empty (`pkg/registry/core/event`'s `ToSelectableFields`): events written through
+/// `events.k8s.io/v1` carry only the latter.
+fn field_paths<'a>(info: &ResourceInfo, field: &'a str) -> Vec<&'a str> {
+    if info.group.is_empty() && info.resource == "events" && field == "source" {
+        return vec!["source.component", "reportingComponent"];
+    }
+    vec![field]
+}
+
 fn write_metadata(
     out: &mut Vec<u8>,
     input: &[u8],
@@ -564,6 +583,32 @@ mod tests {
         assert_eq!(r.field(idx("spec.nodeName")), Some("node-1"));
         assert_eq!(r.field(idx("status.phase")), Some("Running"));
         assert_eq!(r.field(idx("status.podIP")), None);
+    }
+
+    #[test]
+    fn a_core_event_s_source_is_its_component_or_else_its_reporting_controller() {
+        // kube-apiserver's `source` field selector: `source.component`, falling back to
+        // `reportingComponent` (what an events.k8s.io/v1 write fills in).
+        let events = builtin_resource("events").expect("builtin");
+        let idx = events
+            .field_selectors
+            .iter()
+            .position(|x| x == "source")
+            .expect("source is selectable");
+        let ingest = |body: &str| {
+            let raw = format!(
+                r#"{{"kind":"Event","apiVersion":"v1","metadata":{{"name":"e","namespace":"n","resourceVersion":"7"}},{body}}}"#
+            );
+            Record::ingest(raw.as_bytes(), &events, 7).expect("ingest")
+        };
+        let kubelet =
+            ingest(r#""source":{"component":"kubelet","host":"n1"},"reportingComponent":"x""#);
+        assert_eq!(kubelet.field(idx), Some("kubelet"));
+        let reported = ingest(r#""source":{},"reportingComponent":"test-controller""#);
+        assert_eq!(reported.field(idx), Some("test-controller"));
+        let empty = ingest(r#""source":{"component":""},"reportingComponent":"rc""#);
+        assert_eq!(empty.field(idx), Some("rc"));
+        assert_eq!(ingest(r#""source":{}"#).field(idx), None);
     }
 
     #[test]
