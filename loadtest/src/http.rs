@@ -59,7 +59,8 @@ pub fn accept(protobuf: bool, metadata_only: bool, watch: bool) -> Option<String
     Some(format!("{media}{form}{stream}"))
 }
 
-/// A request with the harness's headers (host, user agent, token; JSON body when given).
+/// A request with the harness's headers (host, user agent, token; JSON body when given: a
+/// JSON merge patch for PATCH).
 pub fn request(
     method: Method,
     host: &str,
@@ -68,6 +69,7 @@ pub fn request(
     gzip: bool,
     body: Option<String>,
 ) -> Result<Request<Full<Bytes>>, String> {
+    let patch = method == Method::PATCH;
     let mut req = Request::builder()
         .method(method)
         .uri(path)
@@ -83,7 +85,12 @@ pub fn request(
         req = req.header("authorization", b);
     }
     if body.is_some() {
-        req = req.header("content-type", "application/json");
+        let json = if patch {
+            "application/merge-patch+json"
+        } else {
+            "application/json"
+        };
+        req = req.header("content-type", json);
     }
     req.body(Full::new(body.map(Bytes::from).unwrap_or_default()))
         .map_err(|e| e.to_string())
@@ -95,7 +102,7 @@ pub type H2Sender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
 /// Opens an HTTP/2 connection (prior knowledge: h2c, or h2 over TLS); its driver runs on
 /// its own task. It never caps the streams it resets itself (a harness drops many at once).
 pub async fn open_h2(host: &str) -> Result<H2Sender, String> {
-    handshake_h2(net::connect(host).await?).await
+    handshake_h2(net::connect_h2(host).await?).await
 }
 
 /// An HTTP/2 connection over `conn`.
@@ -174,7 +181,11 @@ pub async fn get_timed(
     let h2 = STREAMS_OVER_H2.load(Ordering::Relaxed);
     // An HTTP/2 server speaks first (its SETTINGS), so only HTTP/1.1's first bytes are the
     // response's.
-    let (conn, arrival) = net::connect_watched(host, watch_arrival && !h2).await?;
+    let (conn, arrival) = if h2 {
+        (net::connect_h2(host).await?, None)
+    } else {
+        net::connect_watched(host, watch_arrival).await?
+    };
     let (resp, sent) = if h2 {
         let req = h2_request(Method::GET, host, path, accept, gzip)?;
         let mut send = handshake_h2(conn).await?;

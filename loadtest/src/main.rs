@@ -107,7 +107,7 @@ pub(crate) struct Args {
     #[arg(long)]
     pub gzip: bool,
     /// Ask for `application/vnd.kubernetes.protobuf` (list, watch-list, churn, idle-watchers,
-    /// relist-storm, kubelet-storm).
+    /// relist-storm, kubelet-storm, informers).
     #[arg(long)]
     pub protobuf: bool,
     /// list / watchlist scenarios: ask for PartialObjectMetadata (what metadata informers,
@@ -145,6 +145,11 @@ pub(crate) struct Args {
     /// kubelet-storm: how many pods to create, cycling through --pods-from (default: once).
     #[arg(long)]
     pub pods: Option<u64>,
+    /// kubelet-storm: the pods are there already (`spec.nodeName` =
+    /// `storm-node-<i % clients>` for the file's `i`-th pod): create none, expect each
+    /// node's share.
+    #[arg(long)]
+    pub pods_exist: bool,
     /// writes: how many creates.
     #[arg(long, default_value_t = 10_000)]
     pub writes: u64,
@@ -278,7 +283,10 @@ async fn run_informers(args: Arc<Args>, host: String, mode: informers::Mode) -> 
                 host.clone(),
                 args.path.clone(),
                 mode,
-                args.gzip,
+                informers::Form {
+                    gzip: args.gzip,
+                    protobuf: args.protobuf,
+                },
                 args.discard_objects,
                 limiter.clone(),
                 start.clone(),

@@ -19,6 +19,11 @@ pub type Conn = Box<dyn Stream>;
 
 static TLS: OnceLock<Option<(tokio_rustls::TlsConnector, ServerName<'static>)>> = OnceLock::new();
 
+/// The same TLS set-up offering ALPN `h2`, for HTTP/2 connections: Go's server
+/// (kube-apiserver) speaks HTTP/2 over TLS only when ALPN chose it.
+static TLS_H2: OnceLock<Option<(tokio_rustls::TlsConnector, ServerName<'static>)>> =
+    OnceLock::new();
+
 static TOKEN: OnceLock<Option<String>> = OnceLock::new();
 
 /// The `Authorization` value every request sends, if a token was given.
@@ -44,6 +49,7 @@ pub fn init(
     let host = rest.trim_end_matches('/').to_string();
     if !tls {
         let _ = TLS.set(None);
+        let _ = TLS_H2.set(None);
         return Ok(host);
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -70,6 +76,12 @@ pub fn init(
     let name = host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h);
     let name = ServerName::try_from(name.trim_matches(['[', ']']).to_string())
         .map_err(|e| e.to_string())?;
+    let mut h2 = config.clone();
+    h2.alpn_protocols = vec![b"h2".to_vec()];
+    let _ = TLS_H2.set(Some((
+        tokio_rustls::TlsConnector::from(Arc::new(h2)),
+        name.clone(),
+    )));
     let _ = TLS.set(Some((
         tokio_rustls::TlsConnector::from(Arc::new(config)),
         name,
@@ -80,6 +92,13 @@ pub fn init(
 /// Opens a connection (TLS when the target is `https://`).
 pub async fn connect(host: &str) -> Result<Conn, String> {
     Ok(connect_watched(host, false).await?.0)
+}
+
+/// Opens a connection for HTTP/2 (TLS with ALPN `h2` when the target is `https://`).
+pub async fn connect_h2(host: &str) -> Result<Conn, String> {
+    let tcp = TcpStream::connect(host).await.map_err(|e| e.to_string())?;
+    let _ = tcp.set_nodelay(true);
+    connect_over(tcp, TLS_H2.get().and_then(Option::as_ref)).await
 }
 
 /// [`connect`], and, when `watch_arrival` and the connection is plain TCP, an [`Arrival`]

@@ -13,7 +13,7 @@ use crate::http::{KeepAlive, rv_of};
 
 /// One write: method, path, JSON body; `tag` groups its acknowledgement.
 pub struct Write {
-    /// POST, PUT or DELETE.
+    /// POST, PUT, PATCH (a JSON merge patch) or DELETE.
     pub method: Method,
     /// Collection or object path.
     pub path: String,
