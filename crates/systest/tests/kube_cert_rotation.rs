@@ -152,20 +152,7 @@ fn renewed_client_ca_and_front_proxy_certificate_apply_without_a_restart() {
     replace(&not_allowed.0, &proxy_cert);
     replace(&not_allowed.1, &proxy_key);
 
-    let kubeconfig = cluster.kubeconfig_for(
-        &dir.join("upstream.kubeconfig"),
-        &cluster.url(),
-        &cluster.admin_token,
-    );
-    let (serving, serving_key) = cluster.serving_cert(&dir, "gateway");
-    let upstream = cluster.url();
-    let args: Vec<&std::ffi::OsStr> = vec![
-        "--source".as_ref(),
-        "apiserver".as_ref(),
-        "--upstream".as_ref(),
-        upstream.as_ref(),
-        "--upstream-kubeconfig".as_ref(),
-        kubeconfig.as_os_str(),
+    let extra: Vec<&std::ffi::OsStr> = vec![
         "--upstream-identity".as_ref(),
         "front-proxy".as_ref(),
         "--proxy-client-cert-file".as_ref(),
@@ -174,13 +161,9 @@ fn renewed_client_ca_and_front_proxy_certificate_apply_without_a_restart() {
         proxy_key.as_os_str(),
         "--client-ca-file".as_ref(),
         client_ca.as_os_str(),
-        "--tls-cert-file".as_ref(),
-        serving.as_os_str(),
-        "--tls-private-key-file".as_ref(),
-        serving_key.as_os_str(),
     ];
+    let gateway = cluster.gateway(&dir, "gateway", &extra);
     let ca = cluster.file("ca.pem");
-    let gateway = Listwatch::start(&args, &[], &ca, Duration::from_secs(60));
     let configmaps = "/api/v1/namespaces/default/configmaps";
 
     // The old CA's user is known (a read served here), the new CA's is not (refused in the
