@@ -103,7 +103,7 @@ fn server_config(
     client_cas: Option<Arc<CaFiles>>,
 ) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
     let resolver = CertFiles::new(cert, key)?;
-    let provider = resolver.provider.clone();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid(cert, e))?;
@@ -119,65 +119,82 @@ fn server_config(
 /// How often certificate and CA files are looked at (a `stat` each, on a handshake).
 const RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A certificate and its key, read again from their files when they change (cert-manager
-/// and kubeadm renew them in place): each new handshake gets the current one, connections
-/// already open keep theirs. Files that do not parse keep the previous certificate (a
-/// warning is logged), as a half-written renewal must not take the server down. Serves
-/// as the serving certificate and as the client certificate presented to an upstream.
+/// A value read from files and read again when one of them changes: looked at (a `stat`
+/// each) at most every [`RELOAD_CHECK`], when the value is asked for. Files that no longer
+/// read keep the previous value (a warning is logged), as a half-written renewal must not
+/// take the server down.
 #[derive(Debug)]
-pub struct CertFiles {
-    cert: std::path::PathBuf,
-    key: std::path::PathBuf,
-    provider: Arc<rustls::crypto::CryptoProvider>,
-    current: parking_lot::Mutex<LoadedCert>,
+struct Reloading<T> {
+    files: Vec<std::path::PathBuf>,
+    load: fn(&[&Path]) -> Result<T, ConfigError>,
+    current: parking_lot::Mutex<Loaded<T>>,
 }
 
 #[derive(Debug)]
-struct LoadedCert {
-    key: Arc<rustls::sign::CertifiedKey>,
+struct Loaded<T> {
+    value: T,
     /// The files' modification times when read.
     stamp: Vec<Option<std::time::SystemTime>>,
     checked: std::time::Instant,
 }
 
-impl CertFiles {
-    /// Reads `cert` (PEM chain) and `key` (PEM private key) now: an error names the file.
-    pub fn new(cert: &Path, key: &Path) -> Result<Self, ConfigError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let loaded = LoadedCert {
-            stamp: stamps(&[cert, key]),
-            key: Arc::new(certified_key(cert, key, &provider)?),
-            checked: std::time::Instant::now(),
-        };
-        Ok(CertFiles {
-            cert: cert.to_path_buf(),
-            key: key.to_path_buf(),
-            provider,
-            current: parking_lot::Mutex::new(loaded),
+impl<T: Clone> Reloading<T> {
+    /// Reads `files` with `load` now: an error names the file.
+    fn new(
+        files: &[&Path],
+        load: fn(&[&Path]) -> Result<T, ConfigError>,
+    ) -> Result<Self, ConfigError> {
+        Ok(Reloading {
+            current: parking_lot::Mutex::new(Loaded {
+                stamp: stamps(files),
+                value: load(files)?,
+                checked: std::time::Instant::now(),
+            }),
+            files: files.iter().map(|f| f.to_path_buf()).collect(),
+            load,
         })
     }
 
-    /// The current certificate, read again first when a second has passed since the last
-    /// look and either file changed.
-    pub fn current(&self) -> Arc<rustls::sign::CertifiedKey> {
+    /// The current value, read again first when the files changed.
+    fn current(&self) -> T {
         let mut c = self.current.lock();
         if c.checked.elapsed() >= RELOAD_CHECK {
             c.checked = std::time::Instant::now();
-            let stamp = stamps(&[&self.cert, &self.key]);
+            let files: Vec<&Path> = self.files.iter().map(|f| f.as_path()).collect();
+            let stamp = stamps(&files);
             if stamp != c.stamp {
-                match certified_key(&self.cert, &self.key, &self.provider) {
-                    Ok(k) => {
-                        c.key = Arc::new(k);
+                match (self.load)(&files) {
+                    Ok(v) => {
+                        c.value = v;
                         c.stamp = stamp;
-                        tracing::info!(cert = %self.cert.display(), "certificate reloaded");
+                        tracing::info!(files = ?self.files, "reloaded");
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "certificate not reloaded; keeping the previous one")
+                        tracing::warn!(error = %e, "not reloaded; keeping the previous one")
                     }
                 }
             }
         }
-        c.key.clone()
+        c.value.clone()
+    }
+}
+
+/// A certificate and its key, read again from their files when they change (cert-manager
+/// and kubeadm renew them in place): each new handshake gets the current one, connections
+/// already open keep theirs. Serves as the serving certificate and as the client
+/// certificate presented to an upstream.
+#[derive(Debug)]
+pub struct CertFiles(Reloading<Arc<rustls::sign::CertifiedKey>>);
+
+impl CertFiles {
+    /// Reads `cert` (PEM chain) and `key` (PEM private key) now: an error names the file.
+    pub fn new(cert: &Path, key: &Path) -> Result<Self, ConfigError> {
+        Reloading::new(&[cert, key], |f| certified_key(f[0], f[1]).map(Arc::new)).map(CertFiles)
+    }
+
+    /// The current certificate.
+    pub fn current(&self) -> Arc<rustls::sign::CertifiedKey> {
+        self.0.current()
     }
 }
 
@@ -206,58 +223,26 @@ impl rustls::client::ResolvesClientCert for CertFiles {
 
 /// Client certificates verified against CA bundles read again when their files change
 /// (kube-apiserver reloads `--client-ca-file` and `--requestheader-client-ca-file` the same
-/// way): each handshake and each identification uses the current roots. A bundle that no
-/// longer parses keeps the previous roots (a warning is logged).
+/// way): each handshake and each identification uses the current roots.
 #[derive(Debug)]
 struct CaFiles {
-    files: Vec<std::path::PathBuf>,
+    verifier: Reloading<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
     /// The CA names offered in the handshake, as first read: hints only (clients present
     /// their certificate without a match too), and a borrowed slice cannot follow a reload.
     hints: Vec<rustls::DistinguishedName>,
-    current: parking_lot::Mutex<LoadedRoots>,
-}
-
-#[derive(Debug)]
-struct LoadedRoots {
-    verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
-    stamp: Vec<Option<std::time::SystemTime>>,
-    checked: std::time::Instant,
 }
 
 impl CaFiles {
     fn new(files: &[&Path]) -> Result<Self, ConfigError> {
-        let verifier = verifier_of(files)?;
+        let verifier = Reloading::new(files, verifier_of)?;
         Ok(CaFiles {
-            files: files.iter().map(|f| f.to_path_buf()).collect(),
-            hints: verifier.root_hint_subjects().to_vec(),
-            current: parking_lot::Mutex::new(LoadedRoots {
-                verifier,
-                stamp: stamps(files),
-                checked: std::time::Instant::now(),
-            }),
+            hints: verifier.current().root_hint_subjects().to_vec(),
+            verifier,
         })
     }
 
     fn current(&self) -> Arc<dyn rustls::server::danger::ClientCertVerifier> {
-        let mut c = self.current.lock();
-        if c.checked.elapsed() >= RELOAD_CHECK {
-            c.checked = std::time::Instant::now();
-            let files: Vec<&Path> = self.files.iter().map(|f| f.as_path()).collect();
-            let stamp = stamps(&files);
-            if stamp != c.stamp {
-                match verifier_of(&files) {
-                    Ok(v) => {
-                        c.verifier = v;
-                        c.stamp = stamp;
-                        tracing::info!(files = ?self.files, "client CA bundle reloaded");
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "client CA bundle not reloaded; keeping the previous one")
-                    }
-                }
-            }
-        }
-        c.verifier.clone()
+        self.verifier.current()
     }
 }
 
@@ -331,11 +316,7 @@ fn stamps(files: &[&Path]) -> Vec<Option<std::time::SystemTime>> {
 }
 
 /// The certificate chain and key of two PEM files, checked to belong together.
-fn certified_key(
-    cert: &Path,
-    key: &Path,
-    provider: &rustls::crypto::CryptoProvider,
-) -> Result<rustls::sign::CertifiedKey, ConfigError> {
+fn certified_key(cert: &Path, key: &Path) -> Result<rustls::sign::CertifiedKey, ConfigError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
         .collect::<Result<_, _>>()
         .map_err(|e| invalid(cert, e))?;
@@ -343,7 +324,8 @@ fn certified_key(
         return Err(invalid(cert, "no certificate in the file"));
     }
     let key_der = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| invalid(key, e))?;
-    rustls::sign::CertifiedKey::from_der(certs, key_der, provider).map_err(|e| invalid(key, e))
+    rustls::sign::CertifiedKey::from_der(certs, key_der, &rustls::crypto::ring::default_provider())
+        .map_err(|e| invalid(key, e))
 }
 
 /// The certificates of the PEM bundle `ca` as trust roots.
