@@ -191,7 +191,7 @@ def cmd_aborted(row, target, why):
     save(path, data)
 
 
-# --- issue 49 item 3: consistent reads through the gateway, proven by metadata ---------------
+# --- issue 49 item 3: consistent reads through the gateway, proven by a bookmark or metadata ---------------
 
 class Client:
     def __init__(self, url, token, ca):
@@ -267,7 +267,7 @@ def cmd_proof(gateway, kas, token, ca, bursts, reads):
         return gw.request("GET", "/metrics", accept="text/plain")[1].decode()
 
     before = metrics()
-    acked, per_burst, bad = [], [], []
+    acked, per_burst, bad, burst_seconds = [], [], [], []
     t0 = time.time()
     for b in range(bursts):
         name = f"versus-acked-{stamp}-{b:02d}"
@@ -283,9 +283,11 @@ def cmd_proof(gateway, kas, token, ca, bursts, reads):
                     "metadata": {"name": f"versus-moves-rv-{stamp}-{b:02d}"}})
         m0 = metrics()
         needles = [f'"name":"{a}"'.encode() for a in acked]
+        tb = time.time()
         with concurrent.futures.ThreadPoolExecutor(reads) as ex:
             outs = list(ex.map(lambda _: gw.scan("/api/v1/pods", needles, ITEM),
                                range(reads)))
+        burst_seconds.append(round(time.time() - tb, 2))
         m1 = metrics()
         per_burst.append(counter(m1, "listwatch_upstream_proof_bytes_total")
                          - counter(m0, "listwatch_upstream_proof_bytes_total"))
@@ -307,9 +309,12 @@ def cmd_proof(gateway, kas, token, ca, bursts, reads):
         "probes": delta("listwatch_upstream_consistent_probes_total"),
         "caught_up_by_stream": delta("listwatch_upstream_consistent_by_stream_total"),
         "proof_lists": delta("listwatch_upstream_proof_lists_total"),
+        "proof_watches": delta("listwatch_upstream_proof_watches_total"),
+        "proved_by_bookmark": delta("listwatch_upstream_consistent_by_bookmark_total"),
         "proof_bytes": delta("listwatch_upstream_proof_bytes_total"),
         "proof_bytes_per_burst_max": max(per_burst) if per_burst else None,
         "proof_bytes_per_burst_mean": sum(per_burst) / len(per_burst) if per_burst else None,
+        "burst_seconds": burst_seconds,
         "every_read_holds_every_acknowledged_write": not bad,
         "failures": bad[:5],
         "seconds": round(time.time() - t0, 1),
@@ -530,7 +535,7 @@ def cmd_render():
                                 d[t].get("first_error") and f"first error: `{d[t]['first_error']}`")
                     if s))
         w("")
-    w("## Consistent reads through the gateway, proven by metadata (issue 49 item 3)")
+    w("## Consistent reads through the gateway, proven by a bookmark (issue 49 item 3)")
     w("")
     if proof:
         w(f"`{meta.get('commands', {}).get('proof', '')}`")
@@ -546,10 +551,16 @@ def cmd_render():
           f"{fmt(proof['full_list_json_bytes'])} B / {fmt(proof['full_list_protobuf_bytes'])} B |")
         w(f"| upstream probes / caught up by the stream / proof LISTs | {fmt(int(proof['probes']))}"
           f" / {fmt(int(proof['caught_up_by_stream']))} / {fmt(int(proof['proof_lists']))} |")
+        if "proof_watches" in proof:
+            w(f"| proof watches / proved by their bookmark | {fmt(int(proof['proof_watches']))}"
+              f" / {fmt(int(proof['proved_by_bookmark']))} |")
         w(f"| upstream proof bytes, all bursts | {fmt(int(proof['proof_bytes']))} B |")
         w(f"| per burst, largest | {fmt(int(proof['proof_bytes_per_burst_max']))} B: "
           f"**{proof['max_burst_over_full_json']:.3f}** of a full JSON LIST, "
           f"{proof['max_burst_over_full_protobuf']:.3f} of a protobuf one |")
+        if "burst_seconds" in proof:
+            w(f"| a burst's time, until its last LIST ended | "
+              f"{', '.join(f'{x:.1f} s' for x in proof['burst_seconds'])} |")
         w(f"| every read held every acknowledged pod | "
           f"{fmt(proof['every_read_holds_every_acknowledged_write'])} |")
         for f_ in proof.get("failures", []):

@@ -31,8 +31,11 @@ CHURN_WATCHERS=${VERSUS_CHURN_WATCHERS:-1000} CHURN_RATE=${VERSUS_CHURN_RATE:-10
 ROWS=${VERSUS_ROWS:-lists informers idle relist proof churn storm}
 TARGETS=${VERSUS_TARGETS:-kube-apiserver fork lw-etcd lw-gateway}
 MEM_FLOOR_MIB=${VERSUS_MEM_FLOOR_MIB:-2500}
-KPORT=18643 EPORT=19643 FPORT=18644 LEPORT=18645 LGPORT=18646
-K8S=$REPO/../shared/k8s R=/tmp/k8s-run-$KPORT W=/tmp/versus OUT=loadtest/results/versus
+# VERSUS_PORT_BASE and VERSUS_WORK let a second run share the machine (ports and work dir).
+KPORT=${VERSUS_PORT_BASE:-18643}
+EPORT=$((KPORT + 1000)) FPORT=$((KPORT + 1)) LEPORT=$((KPORT + 2)) LGPORT=$((KPORT + 3))
+K8S=$REPO/../shared/k8s R=/tmp/k8s-run-$KPORT W=${VERSUS_WORK:-/tmp/versus} OUT=loadtest/results/versus
+export VERSUS_WORK=$W VERSUS_RUN_DIR=$R VERSUS_FORK_PORT=$FPORT
 BIN=${CARGO_TARGET_DIR:-$REPO/target}/release
 LW=$BIN/listwatch LT=$BIN/listwatch-loadtest PY="python3 loadtest/scripts/versus.py"
 # Limits: kube-apiserver's defaults (400 / 200) refuse most of 64 LISTs and 5,000
@@ -273,7 +276,7 @@ row_storm() { # the pods are there already (spec.nodeName set at load): every no
 write_meta() {
   python3 - "$@" <<'PY'
 import json, os, sys, platform
-W = "/tmp/versus"
+W = os.environ["VERSUS_WORK"]
 started, ended, dur, commit, load_start, pods, nodes, load_s = sys.argv[1:9]
 cmds = {}
 for line in open(f"{W}/commands.tsv"):
@@ -298,13 +301,14 @@ PY
 
 write_flags() { # what each server ran with, for the doc
   python3 - "$FORK" "${KAS_LIMITS[*]}" "${LW_ETCD_ARGS[*]:-}" "${LW_GW_ARGS[*]:-}" <<'PY'
-import json, sys
+import json, os, sys
 fork, limits, etcd, gw = sys.argv[1:5]
-tidy = lambda s: s.replace("/tmp/k8s-run-18643/", "").replace("/tmp/k8s-run-18643", ".")
+run = os.environ["VERSUS_RUN_DIR"]
+tidy = lambda s: s.replace(run + "/", "").replace(run, ".")
 json.dump({
     "targets": {
         "kube-apiserver": "/tmp/k8s-bin/kube-apiserver (v1.36.2, ../shared/k8s/build.sh) with run.sh's kubeadm flags + " + limits,
-        "fork": (fork or "not run") + " (go/kube-apiserver-listwatch/build.sh) with the same flags, --secure-port=18644",
+        "fork": (fork or "not run") + " (go/kube-apiserver-listwatch/build.sh) with the same flags, --secure-port=" + os.environ.get("VERSUS_FORK_PORT", "18644"),
         "lw-etcd": "listwatch " + tidy(etcd),
         "lw-gateway": "listwatch " + tidy(gw),
     },
@@ -312,7 +316,7 @@ json.dump({
         "kube-apiserver and the fork": "run.sh's flags (Node,RBAC, NodeRestriction, front proxy, service accounts, etcd over mutual TLS, protobuf storage, watch cache on) + " + limits,
         "listwatch (both)": "--max-requests-inflight 5000 --max-lists-per-user 0 (what loadtest/README.md's storm lifts); TLS with kube-apiserver's serving certificate; the admin token from run.sh's tokens.csv (--token-auth-file), Node,RBAC from the followed objects; writes passed to kube-apiserver as the front proxy",
     },
-}, open("/tmp/versus/flags.json", "w"), indent=1)
+}, open(os.environ["VERSUS_WORK"] + "/flags.json", "w"), indent=1)
 PY
 }
 

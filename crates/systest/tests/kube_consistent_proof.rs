@@ -165,9 +165,13 @@ fn consistent_reads_of_an_idle_collection_are_proven_by_metadata() {
         delta("listwatch_upstream_proof_lists_total"),
         delta("listwatch_upstream_proof_bytes_total"),
     );
+    let (watches, by_bookmark) = (
+        delta("listwatch_upstream_proof_watches_total"),
+        delta("listwatch_upstream_consistent_by_bookmark_total"),
+    );
     let per_burst = bytes / BURSTS as u64;
     eprintln!(
-        "{PODS} pods: full JSON LIST {full_bytes} B; {BURSTS} bursts of {READS} consistent reads: {probes} probes, {by_stream} caught up by the stream, {lists} proof LISTs of {bytes} B ({per_burst} B a burst, {:.3} of a full LIST)",
+        "{PODS} pods: full JSON LIST {full_bytes} B; {BURSTS} bursts of {READS} consistent reads: {probes} probes, {by_stream} caught up by the stream, {watches} proof watches ({by_bookmark} proved by a bookmark), {lists} proof LISTs; {bytes} B read ({per_burst} B a burst, {:.3} of a full LIST)",
         per_burst as f64 / full_bytes as f64
     );
     assert!(

@@ -1,8 +1,10 @@
 //! `--source apiserver`: listwatch's stores kept equal to an upstream kube-apiserver.
 //! Discovery decides what is served; one follower per resource loads it by watch-list (or
 //! paged LIST + WATCH) and follows its events; consistent reads learn the upstream's RV
-//! and, for a resource whose stream has nothing newer, prove the cache current by a LIST.
+//! and, for a resource whose stream has nothing newer, prove the cache current by a
+//! watch's bookmark or a metadata LIST.
 
+mod bookmark;
 mod client;
 mod discovery;
 mod follower;
@@ -17,7 +19,7 @@ use listwatch_core::ApiError;
 use listwatch_gateway::GatewayConfig;
 use listwatch_sources::{BoxFuture, Registry, Source};
 use listwatch_store::{Store, StoreConfig};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::client::{ListPage, Upstream, parse_rv};
 use crate::discovery::collection_path;
@@ -85,7 +87,11 @@ pub struct ConsistentStats {
     pub by_stream: AtomicU64,
     /// Metadata-only LISTs made to prove an idle resource's cache current.
     pub proof_lists: AtomicU64,
-    /// Bytes those LISTs read from the upstream.
+    /// Short watches opened to prove a large idle resource unchanged by a bookmark.
+    pub proof_watches: AtomicU64,
+    /// Probes such a bookmark settled.
+    pub by_bookmark: AtomicU64,
+    /// Bytes the proof LISTs and proof watches read from the upstream.
     pub proof_bytes: AtomicU64,
 }
 
@@ -288,9 +294,40 @@ impl UpstreamSource {
             return Ok(target);
         }
         let info = store.info();
+        // A bookmark proves a large collection unchanged for a few hundred bytes; it takes a
+        // second or two, so a small one (one page of metadata) is compared item by item.
+        let mut by_watch = store.current().len() > follower::PAGE;
         for _ in 0..PROOF_ROUNDS {
             if !store.is_ready() || store.rv() >= target {
                 break;
+            }
+            if by_watch {
+                let from = store.rv();
+                let mut bytes = 0;
+                self.stats.proof_watches.fetch_add(1, Ordering::Relaxed);
+                let shown = bookmark::prove(&self.up, path, from, target, &mut bytes).await;
+                self.stats
+                    .proof_bytes
+                    .fetch_add(bytes as u64, Ordering::Relaxed);
+                match shown {
+                    bookmark::Shown::Unchanged(at) => {
+                        // Only if the stream applied nothing since `from`.
+                        if store.progress_from(from, at) {
+                            self.stats.by_bookmark.fetch_add(1, Ordering::Relaxed);
+                            return Ok(target);
+                        }
+                        continue;
+                    }
+                    bookmark::Shown::Changed(at) => {
+                        // The stream has that event to deliver: wait for it, prove again.
+                        let _ = store.wait_for(at.min(target), Duration::from_secs(1)).await;
+                        continue;
+                    }
+                    bookmark::Shown::Unknown(why) => {
+                        debug!(resource = %path, %why, "no bookmark proof: comparing metadata");
+                        by_watch = false;
+                    }
+                }
             }
             let snap = store.current();
             self.stats.proof_lists.fetch_add(1, Ordering::Relaxed);
@@ -371,8 +408,18 @@ impl Source for UpstreamSource {
                 &s.proof_lists,
             ),
             (
+                "listwatch_upstream_proof_watches",
+                "Short watches opened to prove a large idle resource unchanged by a bookmark",
+                &s.proof_watches,
+            ),
+            (
+                "listwatch_upstream_consistent_by_bookmark",
+                "Probes a proof watch's bookmark settled",
+                &s.by_bookmark,
+            ),
+            (
                 "listwatch_upstream_proof_bytes",
-                "Bytes the proof LISTs read from the upstream",
+                "Bytes the proof LISTs and proof watches read from the upstream",
                 &s.proof_bytes,
             ),
         ] {
