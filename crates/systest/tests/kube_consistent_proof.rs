@@ -1,6 +1,6 @@
 //! Consistent reads through the gateway (`--source apiserver`) of an idle collection in
-//! front of a real kube-apiserver 1.36: the cache is proven current by the collection's
-//! metadata alone (PartialObjectMetadataList), not by a full LIST. Each burst of
+//! front of a real kube-apiserver 1.36: the cache of a large collection is proven current by
+//! a short watch's bookmark (a small one by its metadata alone), not by a full LIST. Each burst of
 //! consistent reads costs the upstream at most a quarter of one full LIST of the
 //! collection, and every read contains every write acknowledged before it.
 
@@ -37,8 +37,8 @@ fn counter(metrics: &str, name: &str) -> u64 {
 }
 
 #[test]
-fn consistent_reads_of_an_idle_collection_are_proven_by_metadata() {
-    let test = "consistent_reads_of_an_idle_collection_are_proven_by_metadata";
+fn consistent_reads_of_an_idle_collection_are_proven_by_a_bookmark() {
+    let test = "consistent_reads_of_an_idle_collection_are_proven_by_a_bookmark";
     let Some(cluster) = KubeCluster::start_or_skip(test) else {
         return;
     };
@@ -178,12 +178,33 @@ fn consistent_reads_of_an_idle_collection_are_proven_by_metadata() {
         probes >= BURSTS as u64,
         "every burst asked the upstream for its RV"
     );
-    // kube-apiserver usually brings the followed stream up to date within the grace (a
-    // bookmark after the probe's quorum read), so a proof is rare; when one runs, it reads
-    // metadata only.
+    // Each burst's first probe finds the pods stream idle short of the ConfigMap's RV;
+    // with more than a page of pods the proof is a short watch's bookmark, never a LIST.
+    assert!(
+        by_bookmark >= 1 && watches >= by_bookmark,
+        "{watches} proof watches, {by_bookmark} proved by a bookmark"
+    );
+    assert_eq!(lists, 0, "a proof fell back to a metadata LIST");
     assert!(
         per_burst * 4 <= full_bytes,
         "{per_burst} B a burst against a full LIST of {full_bytes} B"
+    );
+
+    // A collection of a page or less (services: `kubernetes` alone) is compared item by
+    // item instead: one metadata LIST, quicker than waiting for a bookmark.
+    cluster.kubectl_ok(&["create", "configmap", "moves-rv-last", "-n", "default"]);
+    let services = lw.curl(&ca, &["-H", &admin, "/api/v1/services"]);
+    assert!(
+        String::from_utf8_lossy(&services.stdout).contains("\"name\":\"kubernetes\""),
+        "{}",
+        String::from_utf8_lossy(&services.stdout)
+    );
+    let last = metrics();
+    let lists_now = |m: &str| counter(m, "listwatch_upstream_proof_lists_total");
+    assert_eq!(
+        lists_now(&last) - lists_now(&after),
+        1,
+        "the services read was proven by one metadata LIST"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -641,6 +641,59 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
             !ok && forbidden(&text) && text.contains("system:serviceaccount:team:nogrant"),
             "{mode}: nogrant patches: {text}"
         );
+        // Impersonation (kubectl --as) of reads served here: authorized as kube-apiserver
+        // does, then the read runs as the one impersonated; writes reach kube-apiserver as
+        // that user too.
+        let admin = kc("admin", &cluster.admin_token);
+        let as_sa = |sa: &str| format!("--as=system:serviceaccount:team:{sa}");
+        let (ok, text) = cluster.kubectl_as(
+            &admin,
+            &[
+                &as_sa("writer"),
+                "get",
+                "configmaps",
+                "-n",
+                "team",
+                "-o",
+                "name",
+            ],
+        );
+        assert!(
+            ok && text.contains("configmap/existing\n"),
+            "{mode}: admin as writer lists: {text}"
+        );
+        let (ok, text) = cluster.kubectl_as(
+            &admin,
+            &[&as_sa("nogrant"), "get", "configmaps", "-n", "team"],
+        );
+        assert!(
+            !ok && forbidden(&text) && text.contains("system:serviceaccount:team:nogrant"),
+            "{mode}: admin as nogrant lists: {text}"
+        );
+        let (ok, who) = cluster.kubectl_as(
+            &admin,
+            &[
+                &as_sa("writer"),
+                "auth",
+                "whoami",
+                "-o",
+                "jsonpath={.status.userInfo.username}",
+            ],
+        );
+        assert!(
+            ok && who == "system:serviceaccount:team:writer",
+            "{mode}: admin as writer: whoami {who}"
+        );
+        // The writer may not impersonate: refused before anything is read.
+        let (ok, text) = cluster.kubectl_as(
+            &writer,
+            &[&as_sa("nogrant"), "get", "configmaps", "-n", "team"],
+        );
+        assert!(
+            !ok && forbidden(&text) && text.contains("impersonate"),
+            "{mode}: writer as nogrant: {text}"
+        );
+
         // What was written is there for the admin, straight from kube-apiserver; what was
         // refused is not.
         let names = cluster.kubectl_ok(&["get", "configmaps", "-n", "team", "-o", "name"]);
