@@ -12,14 +12,17 @@
 #     certificate signed by the cluster CA; the admin token is reviewed upstream), the bar's specs
 #     with e2e.test's kubeconfig naming listwatch (OUT/gateway/);
 #  5. etcd source: listwatch `serve --source etcd` over etcd's mutual TLS, kube-apiserver as
-#     `--upstream` in front-proxy mode (as deploy/etcd-source runs it), the bar's specs (OUT/etcd/).
+#     `--upstream` in front-proxy mode (as deploy/etcd-source runs it), the bar's specs (OUT/etcd/);
+#  6. fork: kube-apiserver with listwatch inside (go/kube-apiserver-listwatch/build.sh, or FORK=path)
+#     started by run.sh with kubeadm's flags in a cluster of its own (etcd over mutual TLS,
+#     kube-controller-manager) on PORT+2, the bar's specs (OUT/fork/).
 # Each mode's directory: passed.txt, failed.txt (junit names), e2e.log, junit_01.xml; the listwatch
 # modes also metrics-before.txt/metrics-after.txt and listwatch.log. OUT/summary.txt: the counts and
 # the reads listwatch served (its apiserver_request_total for LIST/GET/WATCH).
 #
 # Environment: PORT (17443) ETCD_PORT (17379) LW_PORT (17543, and LW_PORT+1 for the etcd source),
 # PROCS (parallel ginkgo processes, 20: most pod-needing specs just wait 5 min for a kubelet),
-# MODES ("baseline gateway etcd"; a listwatch mode alone takes its bar from OUT/baseline/passed.txt),
+# MODES ("baseline gateway etcd fork"; a listwatch mode alone takes its bar from OUT/baseline/passed.txt),
 # FOCUS (a regex narrowing the baseline, e.g. '\[sig-api-machinery\]'), KEEP=1 leaves the cluster up.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +30,7 @@ K8S=${K8S_SCRIPTS:-$ROOT/../shared/k8s}
 [ -d "$K8S" ] || K8S=/work/shared/k8s
 OUT=$(mkdir -p "${1:-/tmp/e2e-conformance}" && cd "${1:-/tmp/e2e-conformance}" && pwd)
 PORT=${PORT:-17443} ETCD_PORT=${ETCD_PORT:-17379} LW_PORT=${LW_PORT:-17543} PROCS=${PROCS:-20}
-MODES=${MODES:-baseline gateway etcd} FOCUS=${FOCUS:-}
+MODES=${MODES:-baseline gateway etcd fork} FOCUS=${FOCUS:-}
 SKIP='\[Serial\]|\[Slow\]|\[Disruptive\]|\[Flaky\]'
 R=/tmp/k8s-run-$PORT GINKGO=/tmp/e2e-ginkgo
 log() { echo "e2e-conformance: $*" >&2; }
@@ -51,6 +54,7 @@ LW_PIDS=()
 cleanup() {
   for p in "${LW_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   [ "${KEEP:-0}" = 1 ] || "$K8S/run.sh" stop "$PORT"
+  [ -z "${FORK_STARTED:-}" ] || "$K8S/run.sh" stop $((PORT + 2))
 }
 trap cleanup EXIT
 TOKEN=$(cut -d, -f1 $R/tokens.csv)
@@ -136,14 +140,15 @@ bar_focus() {
     "$OUT/baseline/passed.txt"
 }
 
-# reads listwatch served itself: apiserver_request_total's LIST/GET/WATCH samples (after - before)
+# reads listwatch served itself: apiserver_request_total's LIST/GET/WATCH samples (after - before);
+# in the fork, listwatch's families carry the prefix listwatch_ (FAMILY overrides the name)
 served_reads() {
-  python3 - "$1/metrics-before.txt" "$1/metrics-after.txt" <<'PY'
-import re, sys
+  FAMILY=${2:-apiserver_request_total} python3 - "$1/metrics-before.txt" "$1/metrics-after.txt" <<'PY'
+import os, re, sys
 def reads(path):
     n = 0
     for line in open(path):
-        m = re.match(r'apiserver_request_total\{([^}]*)\} ([0-9.e+]+)', line)
+        m = re.match(re.escape(os.environ["FAMILY"]) + r'\{([^}]*)\} ([0-9.e+]+)', line)
         if m and re.search(r'verb="(LIST|GET|WATCH|WATCHLIST)"', m.group(1)):
             n += float(m.group(2))
     return n
@@ -186,6 +191,20 @@ KC
       --client-ca-file $R/ca.pem --token-auth-file $R/tokens.csv --service-account-key-file $R/sa.pub \
       --service-account-issuer https://kubernetes.default.svc.cluster.local
     run_mode etcd $((LW_PORT + 1)) ;;
+  fork)
+    # a cluster of its own, started as baseline's is (run.sh makes a CA and an admin
+    # kubeconfig per run directory)
+    FORK=${FORK:-$(cd "$ROOT" && go/kube-apiserver-listwatch/build.sh | tail -1)}
+    FORK_STARTED=1
+    KUBE_APISERVER=$FORK CONTROLLERS=1 ETCD_TLS=1 "$K8S/run.sh" $((PORT + 2)) $((ETCD_PORT + 2)) >/dev/null
+    FR=/tmp/k8s-run-$((PORT + 2))
+    fork_metrics() { curl -s --max-time 10 --cacert $FR/ca.pem -H "Authorization: Bearer $(cut -d, -f1 $FR/tokens.csv)" "https://127.0.0.1:$((PORT + 2))/metrics"; }
+    d=$OUT/fork; mkdir -p "$d"
+    fork_metrics >"$d/metrics-before.txt"
+    run_specs "$d" "$FR/kubeconfig" "$(bar_focus)"
+    fork_metrics >"$d/metrics-after.txt"
+    echo "$(served_reads "$d" listwatch_apiserver_request_total)" >"$d/served-reads.txt"
+    comm -23 "$OUT/baseline/passed.txt" "$d/passed.txt" >"$d/missing.txt" ;;
   *) log "unknown mode $mode"; exit 2 ;;
   esac
 done
@@ -193,7 +212,7 @@ done
 {
   echo "kube-apiserver v1.36.2 (no kubelets, kube-controller-manager running); specs: [Conformance] minus $SKIP"
   [ -f "$OUT/baseline/passed.txt" ] && echo "baseline (kube-apiserver): $(wc -l <"$OUT/baseline/passed.txt") passed, $(wc -l <"$OUT/baseline/failed.txt") failed"
-  for m in gateway etcd; do
+  for m in gateway etcd fork; do
     [ -f "$OUT/$m/passed.txt" ] || continue
     echo "$m: $(wc -l <"$OUT/$m/passed.txt") of the bar's $(wc -l <"$OUT/baseline/passed.txt") passed, $(wc -l <"$OUT/$m/missing.txt") did not; listwatch served $(cat "$OUT/$m/served-reads.txt") reads (LIST/GET/WATCH)"
   done
