@@ -1,58 +1,26 @@
-//! One resource's follower: the state machine that keeps a [`Store`] equal to etcd.
+//! etcd as a follower's [`Backend`]: the resource's prefix listed page by page at one
+//! revision, then watched from the next with `prev_kv` and progress notifications. The
+//! state machine (load, follow, resume, relist, readiness, backoff, counters) is
+//! `listwatch_sources::follower`'s, shared with the apiserver source.
 //!
-//! ```text
-//!  Loading ──list ok──▶ Following ──watch error / reconnect──▶ Following (resume at rev+1)
-//!                          │
-//!        compacted, event without prev_kv, unknown delete, revision backwards
-//!                          ▼
-//!                       Unsafe ──▶ Relisting ──list ok──▶ Following (watchers got 410)
-//! ```
-//!
-//! While a resource is not `Following`, its store is marked unready and readers get 429
-//! instead of data that may be stale.
+//! What makes the cache unsafe here (a relist follows): the watch's revision compacted, an
+//! update or delete without `prev_kv`, a delete of an object the cache never held, an event
+//! at or below the cache's RV, etcd's revision going backwards.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchResponse};
 use listwatch_core::ResourceInfo;
+use listwatch_sources::follower::{Backend, Ended, Follower, FollowerSet};
 use listwatch_store::{Change, Record, Store, StoreError};
-use parking_lot::Mutex;
-use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::EtcdError;
+use crate::client::CurrentClient;
 use crate::config::{EtcdConfig, ProgressOrder};
 use crate::decode::ValueDecoder;
 use crate::layout::{prefix_end, store_key};
-
-/// Where a follower is in its state machine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FollowerState {
-    /// First list in progress.
-    Loading,
-    /// Watching; the cache is exact at its RV.
-    Following,
-    /// The cache may be stale; a relist follows at once.
-    Unsafe,
-    /// Listing again after `Unsafe`.
-    Relisting,
-}
-
-/// A follower's counters and state, for readiness and metrics.
-#[derive(Clone, Debug)]
-pub struct FollowerStats {
-    /// Current state.
-    pub state: FollowerState,
-    /// Relists after the first load.
-    pub relists: u64,
-    /// Values skipped because they were not JSON (protobuf, encrypted).
-    pub skipped: u64,
-    /// Watch reconnects (without relist).
-    pub reconnects: u64,
-    /// Why the cache was last declared unsafe.
-    pub last_unsafe: Option<String>,
-}
 
 /// A watched key-value, independent of the client library (so the checks are testable).
 #[derive(Clone, Debug)]
@@ -83,257 +51,188 @@ pub struct WatchedEvent {
 #[error("{0}")]
 pub struct Unsafe(pub String);
 
-/// How one watch ended.
-enum Ended {
-    /// The stream broke (etcd restart, network): resume from the last revision.
-    Disconnected(String),
-    /// The cache may be stale: relist.
-    Unsafe(Unsafe),
-}
-
-/// Follows one resource prefix.
-pub struct Follower {
+/// Starts a follower of `store`, one of `set`'s, with etcd as its backend.
+pub(crate) fn follow(
     store: Arc<Store>,
-    nudge: Notify,
-    status: Mutex<FollowerStats>,
+    set: &Arc<FollowerSet>,
+    clients: &Arc<CurrentClient>,
+    config: &Arc<EtcdConfig>,
+) -> (Arc<Follower>, tokio::task::JoinHandle<()>) {
+    let follower = Follower::new(store, set.clone());
+    let backend = EtcdBackend {
+        clients: clients.clone(),
+        config: config.clone(),
+    };
+    let task = tokio::spawn(follower.clone().run(backend, None));
+    (follower, task)
 }
 
-impl Follower {
-    pub(crate) fn new(store: Arc<Store>) -> Arc<Follower> {
-        store.set_ready(false);
-        Arc::new(Follower {
-            store,
-            nudge: Notify::new(),
-            status: Mutex::new(FollowerStats {
-                state: FollowerState::Loading,
-                relists: 0,
-                skipped: 0,
-                reconnects: 0,
-                last_unsafe: None,
-            }),
+/// etcd behind one resource's follower.
+struct EtcdBackend {
+    /// The client in use, taken anew for each list and watch: one renewed with new TLS
+    /// files is used from the next list or resumed watch on.
+    clients: Arc<CurrentClient>,
+    config: Arc<EtcdConfig>,
+}
+
+impl Backend for EtcdBackend {
+    const NAME: &'static str = "etcd";
+
+    async fn list(&mut self, follower: &Follower) -> Result<u64, Ended> {
+        let rev = list(follower, &self.clients.get(), &self.config)
+            .await
+            .map_err(|e| Ended::Disconnected(e.to_string()))?;
+        Ok(u64::try_from(rev).unwrap_or(0))
+    }
+
+    async fn watch(&mut self, follower: &Follower, from: u64, last: &mut u64) -> Ended {
+        let mut rev = i64::try_from(from).unwrap_or(i64::MAX);
+        let ended = watch(follower, &self.clients.get(), &self.config, &mut rev).await;
+        *last = (*last).max(u64::try_from(rev).unwrap_or(0));
+        ended
+    }
+}
+
+/// Reads the whole prefix at one revision, page by page, and replaces the store with it.
+async fn list(follower: &Follower, client: &Client, config: &EtcdConfig) -> Result<i64, EtcdError> {
+    let store = follower.store();
+    let info = store.info().clone();
+    let relist = follower.relisting();
+    let prefix = info.etcd_prefix.as_bytes().to_vec();
+    let end = prefix_end(&prefix);
+    // A 10,000-key page of real objects is tens of MB: lift gRPC's 4 MiB default, as
+    // kube-apiserver does for its etcd client.
+    let kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+    let mut from = prefix.clone();
+    let mut revision = 0;
+    let mut records = Vec::new();
+    let mut skipped = 0;
+    loop {
+        let mut opts = GetOptions::new()
+            .with_range(end.clone())
+            .with_limit(config.page_size);
+        if revision > 0 {
+            opts = opts.with_revision(revision);
+        }
+        let resp = call(config.request_timeout, || {
+            let mut kv = kv.clone();
+            let (from, opts) = (from.clone(), opts.clone());
+            async move { kv.get(from, Some(opts)).await }
         })
+        .await?;
+        if revision == 0 {
+            revision = resp.header().ok_or(EtcdError::NoHeader)?.revision();
+        }
+        for kv in resp.kvs() {
+            match ingest(
+                &info,
+                &config.decoder,
+                kv.key(),
+                kv.value(),
+                kv.mod_revision(),
+            ) {
+                Some(r) => records.push(r),
+                None => skipped += 1,
+            }
+        }
+        match (resp.more(), resp.kvs().last()) {
+            (true, Some(last)) => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => break,
+        }
     }
+    let n = records.len();
+    let rv = u64::try_from(revision).unwrap_or(0);
+    store.replace(rv, records);
+    follower.count_skipped(skipped);
+    info!(resource = %info.resource, objects = n, skipped, revision, relist, "listed from etcd");
+    Ok(revision)
+}
 
-    /// The store this follower keeps.
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
-    }
-
-    /// State and counters.
-    pub fn stats(&self) -> FollowerStats {
-        self.status.lock().clone()
-    }
-
-    /// Asks etcd for a progress notification now, so the store's RV reaches etcd's current
-    /// revision without waiting for the next periodic one (consistent reads, RV waits).
-    pub fn request_progress(&self) {
-        self.nudge.notify_one();
-    }
-
-    fn set_state(&self, state: FollowerState) {
-        self.status.lock().state = state;
-        self.store.set_ready(state == FollowerState::Following);
-    }
-
-    /// Runs forever: load, follow, and relist whenever the cache becomes unsafe.
-    pub(crate) async fn run(
-        self: Arc<Self>,
-        clients: Arc<crate::client::CurrentClient>,
-        config: Arc<EtcdConfig>,
-    ) {
-        let info = self.store.info().clone();
-        let mut resume: Option<i64> = None;
-        let mut backoff = config.min_backoff;
-        loop {
-            // Taken anew each round: a client renewed with new TLS files is used from the
-            // next list or resumed watch on.
-            let client = clients.get();
-            let from = match resume {
-                Some(rev) => rev,
-                None => match self.list(&client, &config).await {
-                    Ok(rev) => {
-                        backoff = config.min_backoff;
-                        rev
-                    }
-                    Err(e) => {
-                        if connection_log_due() {
-                            warn!(resource = %info.resource, error = %e, ?backoff, "etcd list failed; retrying (such lines: one per 30 s)");
-                        } else {
-                            debug!(resource = %info.resource, error = %e, ?backoff, "etcd list failed; retrying");
-                        }
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(config.max_backoff);
-                        continue;
-                    }
-                },
-            };
-            let mut last = from;
-            match self.follow(&client, &config, &mut last).await {
-                Ended::Disconnected(why) => {
-                    self.status.lock().reconnects += 1;
-                    if connection_log_due() {
-                        warn!(resource = %info.resource, %why, revision = last, ?backoff, "etcd watch ended; resuming (such lines: one per 30 s)");
-                    } else {
-                        debug!(resource = %info.resource, %why, revision = last, ?backoff, "etcd watch ended; resuming");
-                    }
-                    resume = Some(last);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(config.max_backoff);
+/// Watches from `*last + 1` until the watch ends; `*last` advances with every applied
+/// event and every ordered progress notification.
+async fn watch(follower: &Follower, client: &Client, config: &EtcdConfig, last: &mut i64) -> Ended {
+    let info = follower.store().info().clone();
+    let opts = WatchOptions::new()
+        .with_prefix()
+        .with_prev_key()
+        .with_progress_notify()
+        .with_start_revision(*last + 1);
+    let stream = match call(config.request_timeout, || {
+        let mut w = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
+        let (prefix, opts) = (info.etcd_prefix.clone(), opts.clone());
+        async move { w.watch(prefix, Some(opts)).await }
+    })
+    .await
+    {
+        Ok(s) => s,
+        Err(e) => return Ended::Disconnected(e.to_string()),
+    };
+    let (mut requests, mut responses) = stream.split();
+    let mut tick = tokio::time::interval(config.progress_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut state = Watch {
+        follower,
+        id: None,
+        header_rev: *last,
+        order: config.progress_order,
+        decoder: &config.decoder,
+    };
+    loop {
+        tokio::select! {
+            _ = follower.progress_requested() => {
+                if let Err(e) = requests.request_progress().await {
+                    return Ended::Disconnected(e.to_string());
                 }
-                Ended::Unsafe(Unsafe(why)) => {
-                    warn!(resource = %info.resource, %why, "cache unsafe; relisting");
-                    {
-                        let mut s = self.status.lock();
-                        s.last_unsafe = Some(why);
-                    }
-                    self.set_state(FollowerState::Unsafe);
-                    resume = None;
+            }
+            _ = tick.tick() => {
+                if let Err(e) = requests.request_progress().await {
+                    return Ended::Disconnected(e.to_string());
+                }
+            }
+            msg = responses.message() => {
+                let resp = match msg {
+                    Ok(Some(r)) => r,
+                    Ok(None) => return Ended::Disconnected("watch stream closed".into()),
+                    Err(e) => return Ended::Disconnected(e.to_string()),
+                };
+                if let Err(end) = state.on_response(&resp, last) {
+                    return end;
                 }
             }
         }
     }
+}
 
-    /// Reads the whole prefix at one revision, page by page, and replaces the store with it.
-    async fn list(&self, client: &Client, config: &EtcdConfig) -> Result<i64, EtcdError> {
-        let info = self.store.info().clone();
-        let relist = self.status.lock().state != FollowerState::Loading;
-        if relist {
-            self.set_state(FollowerState::Relisting);
-        }
-        let prefix = info.etcd_prefix.as_bytes().to_vec();
-        let end = prefix_end(&prefix);
-        // A 10,000-key page of real objects is tens of MB: lift gRPC's 4 MiB default, as
-        // kube-apiserver does for its etcd client.
-        let kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
-        let mut from = prefix.clone();
-        let mut revision = 0;
-        let mut records = Vec::new();
-        let mut skipped = 0;
-        loop {
-            let mut opts = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(config.page_size);
-            if revision > 0 {
-                opts = opts.with_revision(revision);
-            }
-            let resp = call(config.request_timeout, || {
-                let mut kv = kv.clone();
-                let (from, opts) = (from.clone(), opts.clone());
-                async move { kv.get(from, Some(opts)).await }
-            })
-            .await?;
-            if revision == 0 {
-                revision = resp.header().ok_or(EtcdError::NoHeader)?.revision();
-            }
-            for kv in resp.kvs() {
-                match ingest(
-                    &info,
-                    &config.decoder,
-                    kv.key(),
-                    kv.value(),
-                    kv.mod_revision(),
-                ) {
-                    Some(r) => records.push(r),
-                    None => skipped += 1,
-                }
-            }
-            match (resp.more(), resp.kvs().last()) {
-                (true, Some(last)) => {
-                    from = last.key().to_vec();
-                    from.push(0);
-                }
-                _ => break,
-            }
-        }
-        let n = records.len();
-        let rv = u64::try_from(revision).unwrap_or(0);
-        self.store.replace(rv, records);
-        {
-            let mut s = self.status.lock();
-            s.skipped += skipped;
-            if relist {
-                s.relists += 1;
-            }
-        }
-        self.set_state(FollowerState::Following);
-        info!(resource = %info.resource, objects = n, skipped, revision, relist, "listed from etcd");
-        Ok(revision)
-    }
+/// One open watch's bookkeeping.
+struct Watch<'a> {
+    follower: &'a Follower,
+    /// Our watch's id, once etcd confirmed it.
+    id: Option<i64>,
+    /// Highest header revision seen: etcd's revision never goes backwards on one stream.
+    header_rev: i64,
+    order: ProgressOrder,
+    decoder: &'a ValueDecoder,
+}
 
-    /// Watches from `*last + 1` until the watch ends; `*last` advances with every applied
-    /// event and every ordered progress notification.
-    async fn follow(&self, client: &Client, config: &EtcdConfig, last: &mut i64) -> Ended {
-        let info = self.store.info().clone();
-        let opts = WatchOptions::new()
-            .with_prefix()
-            .with_prev_key()
-            .with_progress_notify()
-            .with_start_revision(*last + 1);
-        let stream = match call(config.request_timeout, || {
-            let mut w = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
-            let (prefix, opts) = (info.etcd_prefix.clone(), opts.clone());
-            async move { w.watch(prefix, Some(opts)).await }
-        })
-        .await
-        {
-            Ok(s) => s,
-            Err(e) => return Ended::Disconnected(e.to_string()),
-        };
-        let (mut requests, mut responses) = stream.split();
-        let mut tick = tokio::time::interval(config.progress_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut watch_id = None;
-        // Highest header revision seen: etcd's revision never goes backwards on one stream.
-        let mut header_rev = *last;
-        let order = config.progress_order;
-        loop {
-            tokio::select! {
-                _ = self.nudge.notified() => {
-                    if let Err(e) = requests.request_progress().await {
-                        return Ended::Disconnected(e.to_string());
-                    }
-                }
-                _ = tick.tick() => {
-                    if let Err(e) = requests.request_progress().await {
-                        return Ended::Disconnected(e.to_string());
-                    }
-                }
-                msg = responses.message() => {
-                    let resp = match msg {
-                        Ok(Some(r)) => r,
-                        Ok(None) => return Ended::Disconnected("watch stream closed".into()),
-                        Err(e) => return Ended::Disconnected(e.to_string()),
-                    };
-                    if let Some(end) = self.on_response(&resp, &mut watch_id, &mut header_rev, last, order, &config.decoder) {
-                        return end;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Handles one watch response; `Some` ends the watch.
-    fn on_response(
-        &self,
-        resp: &WatchResponse,
-        watch_id: &mut Option<i64>,
-        header_rev: &mut i64,
-        last: &mut i64,
-        order: ProgressOrder,
-        decoder: &ValueDecoder,
-    ) -> Option<Ended> {
+impl Watch<'_> {
+    /// Handles one watch response; `Err` ends the watch.
+    fn on_response(&mut self, resp: &WatchResponse, last: &mut i64) -> Result<(), Ended> {
+        let store = self.follower.store();
         if resp.created() {
-            *watch_id = Some(resp.watch_id());
+            self.id = Some(resp.watch_id());
         }
         if resp.canceled() {
             if resp.compact_revision() > 0 {
-                return Some(Ended::Unsafe(Unsafe(format!(
+                return Err(Ended::Relist(format!(
                     "watch from revision {} compacted (compact revision {})",
                     *last + 1,
                     resp.compact_revision()
-                ))));
+                )));
             }
-            return Some(Ended::Disconnected(format!(
+            return Err(Ended::Disconnected(format!(
                 "watch canceled: {}",
                 resp.cancel_reason()
             )));
@@ -341,15 +240,15 @@ impl Follower {
         let rev = resp.header().map_or(0, |h| h.revision());
         // Responses on our watch id are ordered; a requested progress response (another id
         // in etcd < 3.4.24 / 3.5.8) may overtake them (etcd#15220), so it is not compared.
-        let ordered = Some(resp.watch_id()) == *watch_id || !resp.events().is_empty();
-        if rev > 0 && ordered {
-            if rev < *header_rev {
-                return Some(Ended::Unsafe(Unsafe(format!(
+        let own = Some(resp.watch_id()) == self.id;
+        if rev > 0 && (own || !resp.events().is_empty()) {
+            if rev < self.header_rev {
+                return Err(Ended::Relist(format!(
                     "etcd revision went backwards ({rev} after {})",
-                    *header_rev
-                ))));
+                    self.header_rev
+                )));
             }
-            *header_rev = rev;
+            self.header_rev = rev;
         }
         if resp.events().is_empty() {
             if rev > 0 && !resp.created() {
@@ -357,16 +256,15 @@ impl Follower {
                 // the watch, after every event it covers, and only once the watch has caught
                 // up: it is always safe. A requested one (watch id -1) is safe only where
                 // etcd sends it the same way (see `ProgressOrder`).
-                let own = Some(resp.watch_id()) == *watch_id;
-                if own || order == ProgressOrder::Ordered {
-                    self.store.progress(u64::try_from(rev).unwrap_or(0));
-                    debug!(resource = %self.store.info().resource, rev, own, "progress");
+                if own || self.order == ProgressOrder::Ordered {
+                    store.progress(u64::try_from(rev).unwrap_or(0));
+                    debug!(resource = %store.info().resource, rev, own, "progress");
                 }
                 if own {
                     *last = (*last).max(rev);
                 }
             }
-            return None;
+            return Ok(());
         }
         let events: Vec<WatchedEvent> = resp
             .events()
@@ -381,16 +279,10 @@ impl Follower {
             })
             .collect();
         let newest = events.iter().map(|e| e.kv.mod_revision).max().unwrap_or(0);
-        match apply_events(&self.store, decoder, &events) {
-            Ok(skipped) => {
-                if skipped > 0 {
-                    self.status.lock().skipped += skipped;
-                }
-                *last = (*last).max(newest);
-                None
-            }
-            Err(u) => Some(Ended::Unsafe(u)),
-        }
+        let skipped = apply_events(store, self.decoder, &events).map_err(|u| Ended::Relist(u.0))?;
+        self.follower.count_skipped(skipped);
+        *last = (*last).max(newest);
+        Ok(())
     }
 }
 
@@ -528,22 +420,6 @@ pub fn apply_events(
 /// Runs one etcd call with a time limit, retrying while the connection to the chosen
 /// member cannot even be opened (a killed member in a cluster: the request never reached
 /// etcd, so repeating it is safe even for a write).
-/// Whether a follower's connection trouble may be logged at WARN now: every follower meets
-/// the same outage at once, so one such line per 30 s across them (the source's health
-/// probe logs the outage and the recovery once each); the rest go to DEBUG.
-fn connection_log_due() -> bool {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let last = LAST.load(Ordering::Relaxed);
-    now >= last + 30
-        && LAST
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-}
-
 pub(crate) async fn call<T, Fut>(
     limit: Duration,
     mut f: impl FnMut() -> Fut,

@@ -3,7 +3,8 @@
 //! revision, and sends writes to etcd in transactions.
 //!
 //! - [`layout`]: etcd keys ↔ store keys (`/registry/pods/<ns>/<name>` ↔ `<ns>/<name>`).
-//! - [`follower`]: one resource's state machine — loading → following → unsafe → relisting.
+//! - [`follower`]: etcd as the backend of a follower (`listwatch_sources::follower`'s state
+//!   machine: loading → following → unsafe → relisting), and how watch events are applied.
 //! - [`EtcdSource`]: the followers, consistent-read revisions and the write verbs.
 
 mod client;
@@ -18,7 +19,7 @@ mod source;
 pub use config::{EtcdConfig, EtcdTls, EtcdTlsFiles, ProgressOrder, READ_ONLY, TLS_RELOAD_CHECK};
 pub use decode::{DecodeError, ValueDecoder};
 pub use encryption::Decryptor;
-pub use follower::{FollowerState, FollowerStats};
+pub use listwatch_sources::follower::{FollowerState, FollowerStats};
 pub use source::{CRD_DRAIN, EtcdSource};
 
 use listwatch_core::ApiError;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use listwatch_core::{ApiError, ObjectRef, ResourceInfo, WriteOptions};
+use listwatch_sources::follower::{Follower, FollowerSet, FollowerStats};
 use listwatch_sources::{
     BoxFuture, Registry, Source, SourceWriter, WriteOp, WriteRequest, WriteResult, objects,
 };
@@ -15,7 +16,7 @@ use listwatch_store::{Record, Store};
 use crate::EtcdError;
 use crate::client::{CurrentClient, connect};
 use crate::config::{EtcdConfig, EtcdTlsFiles, ProgressOrder, READ_ONLY, TLS_RELOAD_CHECK};
-use crate::follower::{Follower, FollowerStats, call};
+use crate::follower::{call, follow};
 use crate::layout::etcd_key;
 
 /// How long a custom resource's open watches take to end once its CRD stops serving it.
@@ -61,6 +62,8 @@ pub struct EtcdSource {
     registry: Registry,
     config: Arc<EtcdConfig>,
     followers: parking_lot::Mutex<HashMap<(String, String, String), Arc<Follower>>>,
+    /// What the followers share: backoff, `/metrics` counters, log rate limit.
+    follower_set: Arc<FollowerSet>,
     /// The followers' tasks (and the CRD reconciler's), owned so [`Source::close`] can end
     /// and await them.
     tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -196,11 +199,12 @@ impl EtcdSource {
             config.progress_order = ProgressOrder::OwnWatchOnly;
         }
         let config = Arc::new(config);
+        let follower_set = Arc::new(FollowerSet::new(config.min_backoff, config.max_backoff));
         let mut followers = HashMap::new();
         let mut tasks = Vec::new();
         for store in registry.stores() {
-            let f = Follower::new(store.clone());
-            tasks.push(tokio::spawn(f.clone().run(client.clone(), config.clone())));
+            let (f, task) = follow(store.clone(), &follower_set, &client, &config);
+            tasks.push(task);
             let i = store.info();
             followers.insert((i.group.clone(), i.version.clone(), i.resource.clone()), f);
         }
@@ -209,6 +213,7 @@ impl EtcdSource {
             registry,
             config,
             followers: parking_lot::Mutex::new(followers),
+            follower_set,
             tasks: parking_lot::Mutex::new(tasks),
             custom: parking_lot::Mutex::new(HashMap::new()),
             down: parking_lot::Mutex::new(None),
@@ -282,8 +287,7 @@ impl EtcdSource {
             else {
                 continue;
             };
-            let f = Follower::new(store);
-            let task = tokio::spawn(f.clone().run(self.client.clone(), self.config.clone()));
+            let (f, task) = follow(store, &self.follower_set, &self.client, &self.config);
             custom.insert(key.clone(), task.abort_handle());
             self.followers.lock().insert(key.clone(), f);
             self.tasks.lock().push(task);
@@ -585,6 +589,11 @@ impl Source for EtcdSource {
 
     fn skipped_values(&self) -> Vec<(String, &'static str, u64)> {
         self.config.decoder.skipped()
+    }
+
+    /// Per followed resource, watches resumed and relists.
+    fn metrics_text(&self) -> String {
+        self.follower_set.metrics_text()
     }
 
     fn health(&self) -> Result<(), String> {

@@ -8,11 +8,14 @@
 //!   `scale` on top of any source's writer, and the consistent read they start from.
 //! - [`views::Views`]: resources served as conversions of stored ones (events.k8s.io/v1
 //!   Events, autoscaling/v1 HPAs), wrapping any source.
+//! - [`follower`]: the one follower state machine (load, follow, resume, relist) that the
+//!   etcd and apiserver sources drive with their own backend.
 //! - [`demo`]: realistic demo pods; [`load`]: objects from JSON/NDJSON files.
 
 pub mod crd;
 pub mod demo;
 pub mod embedded;
+pub mod follower;
 pub mod host;
 pub mod load;
 pub mod objects;

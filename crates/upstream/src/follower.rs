@@ -1,26 +1,21 @@
-//! One resource's follower: keeps a [`Store`] equal to the upstream's collection.
+//! The upstream kube-apiserver as a follower's [`Backend`]: the collection loaded by
+//! watch-list (or paged LIST where refused), then followed by a watch from the last RV. The
+//! state machine (load, follow, resume, relist, readiness, backoff, counters) is
+//! `listwatch_sources::follower`'s, shared with the etcd source.
 //!
-//! ```text
-//!  Loading ──watch-list (or LIST + WATCH)──▶ Following ──disconnect──▶ Following (resume at last RV)
-//!                                               │
-//!                          410, an event the cache cannot take
-//!                                               ▼
-//!                                           Relisting ──▶ Following (open watches got 410)
-//! ```
-//!
-//! The store is unready (readers get 429) until the first sync and while relisting.
+//! What makes the cache unsafe here (a relist follows): 410 Gone (the answer or an `ERROR`
+//! event), an event the cache cannot take (at or below its RV and not a repeat, an object
+//! that cannot be read).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use listwatch_core::scan::{self, Span};
+use listwatch_sources::follower::{Backend, Ended, Follower, FollowerSet, Synced};
 use listwatch_store::{Change, Record, Store};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use serde::Deserialize;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::UpstreamError;
 use crate::client::{Lines, Upstream, encode, parse_rv, unsupported};
@@ -30,16 +25,9 @@ use crate::discovery::collection_path;
 pub(crate) const PAGE: usize = 500;
 /// A watch silent this long is taken as dead and resumed.
 const IDLE: Duration = Duration::from_secs(300);
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// How one watch ended.
-enum Ended {
-    /// Broken stream (upstream restart, network, timeout): resume from the last RV.
-    Disconnected(String),
-    /// The cache can no longer be trusted (410, an impossible event): relist.
-    Relist(String),
-}
+/// What the upstream's followers share (backoff, `/metrics` counters), held by [`Upstream`].
+pub(crate) type FollowerCounts = Arc<FollowerSet>;
 
 impl From<UpstreamError> for Ended {
     fn from(e: UpstreamError) -> Self {
@@ -141,174 +129,112 @@ pub(crate) fn install<'a>(
     Ok(())
 }
 
-/// Told once, when a follower's store first holds the upstream's collection.
-pub(crate) type Synced = Option<tokio::sync::oneshot::Sender<()>>;
-
-/// Marks `store` current (readers served again) and tells `synced`, the first time.
-fn mark_synced(store: &Store, synced: &mut Synced) {
-    store.set_ready(true);
-    if let Some(tell) = synced.take() {
-        let _ = tell.send(());
-    }
-}
-
 /// Follows `store`'s resource on `up` forever; `synced` is told after the first sync.
-/// Per followed resource (`pods`, `deployments.apps`): streams resumed after a disconnect and
-/// relists (for `/metrics`).
-#[derive(Default)]
-pub(crate) struct FollowerCounts {
-    pub resumes: Family<ResourceLabel, Counter>,
-    pub relists: Family<ResourceLabel, Counter>,
+pub(crate) async fn run(store: Arc<Store>, up: Arc<Upstream>, synced: Synced) {
+    let follower = Follower::new(store, up.counts.clone());
+    let backend = ApiserverBackend { up, open: None };
+    follower.run(backend, synced).await;
 }
 
-/// A followed resource, as `/metrics` names it.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ResourceLabel {
-    resource: String,
+/// The upstream behind one resource's follower.
+struct ApiserverBackend {
+    up: Arc<Upstream>,
+    /// A watch-list past its initial events, and the RV it was listed at: the watch that
+    /// follows that list.
+    open: Option<(u64, Lines)>,
 }
 
-pub(crate) async fn run(store: Arc<Store>, up: Arc<Upstream>, mut synced: Synced) {
-    store.set_ready(false);
-    let info = store.info().clone();
-    let mut resume: Option<u64> = None;
-    let mut backoff = MIN_BACKOFF;
-    let label = ResourceLabel {
-        resource: info.group_resource(),
-    };
-    loop {
-        let start = resume.unwrap_or(0);
-        let mut last = start;
-        let ended = match resume {
-            Some(rv) => follow(&store, &up, rv, &mut last, &mut synced).await,
-            None => sync_and_follow(&store, &up, &mut last, &mut synced).await,
-        };
-        if last > start {
-            // The stream worked for a while: the next failure's backoff starts afresh.
-            backoff = MIN_BACKOFF;
-        }
-        match ended {
-            Ended::Disconnected(why) => {
-                debug!(resource = %info.resource, %why, rv = last, "upstream watch ended; resuming");
-                up.counts.resumes.get_or_create(&label).inc();
-                if last > 0 {
-                    resume = Some(last);
-                }
-            }
-            Ended::Relist(why) => {
-                warn!(resource = %info.resource, %why, "cache unsafe; relisting from the upstream");
-                up.counts.relists.get_or_create(&label).inc();
-                store.set_ready(false);
-                resume = None;
-            }
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
-}
+impl Backend for ApiserverBackend {
+    const NAME: &'static str = "upstream";
 
-/// Loads the collection by watch-list, or by paged LIST where the upstream refuses
-/// watch-list, then follows it.
-async fn sync_and_follow(
-    store: &Store,
-    up: &Upstream,
-    last: &mut u64,
-    synced: &mut Synced,
-) -> Ended {
-    let info = store.info().clone();
-    let path = collection_path(&info);
-    let q = format!(
-        "{path}?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
-    );
-    let resp = match up.get(&q).await {
-        Ok(r) => r,
-        Err(e) => return e.into(),
-    };
-    if resp.status().is_success() {
-        let mut lines = Lines::new(resp);
-        let mut initial = Vec::new();
-        loop {
-            let line = match lines.next(IDLE).await {
-                Ok(Some(l)) => l,
-                Ok(None) => {
-                    return Ended::Disconnected(
-                        "watch-list ended before its initial events".into(),
-                    );
-                }
-                Err(e) => return Ended::Disconnected(e),
-            };
-            let Some((kind, object)) = watch_event(&line) else {
-                return Ended::Disconnected("bad watch event".into());
-            };
-            let json = &line[object.0..object.1];
-            match kind {
-                // Copied out (as before): a slice would keep the read buffer it shares
-                // with neighbouring lines alive, slack included, until the install.
-                "ADDED" => initial.push(Bytes::copy_from_slice(json)),
-                "BOOKMARK"
-                    if memchr::memmem::find(json, b"\"k8s.io/initial-events-end\"").is_some() =>
-                {
-                    let rv = match key_and_rv(store, json) {
-                        Ok((_, rv)) => rv,
-                        Err(e) => return Ended::Disconnected(e.to_string()),
-                    };
-                    if let Err(e) = install(store, rv, initial.iter().map(|o| &o[..])) {
-                        return Ended::Relist(e.to_string());
+    /// Loads the collection by watch-list (its stream then kept for [`Self::watch`]), or by
+    /// paged LIST where the upstream refuses watch-list.
+    async fn list(&mut self, follower: &Follower) -> Result<u64, Ended> {
+        self.open = None;
+        let store = follower.store();
+        let info = store.info().clone();
+        let path = collection_path(&info);
+        let q = format!(
+            "{path}?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
+        );
+        let resp = self.up.get(&q).await?;
+        if resp.status().is_success() {
+            let mut lines = Lines::new(resp);
+            let mut initial = Vec::new();
+            loop {
+                let line = match lines.next(IDLE).await {
+                    Ok(Some(l)) => l,
+                    Ok(None) => {
+                        return Err(Ended::Disconnected(
+                            "watch-list ended before its initial events".into(),
+                        ));
                     }
-                    info!(resource = %info.resource, objects = initial.len(), rv, "synced from the upstream (watch-list)");
-                    mark_synced(store, synced);
-                    *last = rv;
-                    return stream(store, lines, last).await;
-                }
-                "BOOKMARK" => {}
-                "ERROR" => return error_event(json),
-                other => {
-                    return Ended::Relist(format!(
-                        "{other} event among a watch-list's initial events"
-                    ));
+                    Err(e) => return Err(Ended::Disconnected(e)),
+                };
+                let Some((kind, object)) = watch_event(&line) else {
+                    return Err(Ended::Disconnected("bad watch event".into()));
+                };
+                let json = &line[object.0..object.1];
+                match kind {
+                    // Copied out (as before): a slice would keep the read buffer it shares
+                    // with neighbouring lines alive, slack included, until the install.
+                    "ADDED" => initial.push(Bytes::copy_from_slice(json)),
+                    "BOOKMARK"
+                        if memchr::memmem::find(json, b"\"k8s.io/initial-events-end\"")
+                            .is_some() =>
+                    {
+                        let (_, rv) = key_and_rv(store, json)
+                            .map_err(|e| Ended::Disconnected(e.to_string()))?;
+                        install(store, rv, initial.iter().map(|o| &o[..]))
+                            .map_err(|e| Ended::Relist(e.to_string()))?;
+                        info!(resource = %info.resource, objects = initial.len(), rv, "synced from the upstream (watch-list)");
+                        self.open = Some((rv, lines));
+                        return Ok(rv);
+                    }
+                    "BOOKMARK" => {}
+                    "ERROR" => return Err(error_event(json)),
+                    other => {
+                        return Err(Ended::Relist(format!(
+                            "{other} event among a watch-list's initial events"
+                        )));
+                    }
                 }
             }
         }
+        if !unsupported(resp.status()) {
+            return Err(UpstreamError::Status(resp.status().as_u16(), "watch-list".into()).into());
+        }
+        debug!(resource = %info.resource, status = %resp.status(), "watch-list refused; LIST + WATCH");
+        let (rv, items) = self.up.list_all(&path, PAGE).await?;
+        install(store, rv, items.iter().map(|o| o.get().as_bytes()))
+            .map_err(|e| Ended::Relist(e.to_string()))?;
+        info!(resource = %info.resource, objects = items.len(), rv, "synced from the upstream (LIST)");
+        Ok(rv)
     }
-    if !unsupported(resp.status()) {
-        return UpstreamError::Status(resp.status().as_u16(), "watch-list".into()).into();
-    }
-    debug!(resource = %info.resource, status = %resp.status(), "watch-list refused; LIST + WATCH");
-    let (rv, items) = match up.list_all(&path, PAGE).await {
-        Ok(l) => l,
-        Err(e) => return e.into(),
-    };
-    if let Err(e) = install(store, rv, items.iter().map(|o| o.get().as_bytes())) {
-        return Ended::Relist(e.to_string());
-    }
-    info!(resource = %info.resource, objects = items.len(), rv, "synced from the upstream (LIST)");
-    mark_synced(store, synced);
-    *last = rv;
-    follow(store, up, rv, last, synced).await
-}
 
-/// Watches from `rv` (exclusive) until the watch ends.
-async fn follow(
-    store: &Store,
-    up: &Upstream,
-    rv: u64,
-    last: &mut u64,
-    synced: &mut Synced,
-) -> Ended {
-    let path = collection_path(store.info());
-    let q = format!(
-        "{path}?watch=1&allowWatchBookmarks=true&resourceVersion={}",
-        encode(&rv.to_string())
-    );
-    let resp = match up.get(&q).await {
-        Ok(r) => r,
-        Err(e) => return e.into(),
-    };
-    if !resp.status().is_success() {
-        let code = resp.status().as_u16();
-        return UpstreamError::Status(code, "watch".into()).into();
+    /// Follows the watch-list just made, or watches from `from`.
+    async fn watch(&mut self, follower: &Follower, from: u64, last: &mut u64) -> Ended {
+        let store = follower.store();
+        if let Some((rv, lines)) = self.open.take()
+            && rv == from
+        {
+            return stream(store, lines, last).await;
+        }
+        let path = collection_path(store.info());
+        let q = format!(
+            "{path}?watch=1&allowWatchBookmarks=true&resourceVersion={}",
+            encode(&from.to_string())
+        );
+        let resp = match self.up.get(&q).await {
+            Ok(r) => r,
+            Err(e) => return e.into(),
+        };
+        if !resp.status().is_success() {
+            let code = resp.status().as_u16();
+            return UpstreamError::Status(code, "watch".into()).into();
+        }
+        stream(store, Lines::new(resp), last).await
     }
-    mark_synced(store, synced);
-    stream(store, Lines::new(resp), last).await
 }
 
 /// Applies a watch's live events to the store; `*last` follows the newest RV seen.
@@ -316,7 +242,7 @@ async fn stream(store: &Store, mut lines: Lines, last: &mut u64) -> Ended {
     loop {
         let line: Bytes = match lines.next(IDLE).await {
             Ok(Some(l)) => l,
-            Ok(None) => return Ended::Disconnected("watch ended".into()),
+            Ok(None) => return Ended::Closed,
             Err(e) => return Ended::Disconnected(e),
         };
         let Some((kind, object)) = watch_event(&line) else {

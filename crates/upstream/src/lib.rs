@@ -425,17 +425,7 @@ impl Source for UpstreamSource {
         ] {
             r.register(name, help, ConstCounter::new(count.load(Ordering::Relaxed)));
         }
-        let c = &self.up.counts;
-        r.register(
-            "listwatch_upstream_watch_resumes",
-            "Followed streams resumed from their last resourceVersion after a disconnect",
-            c.resumes.clone(),
-        );
-        r.register(
-            "listwatch_upstream_relists",
-            "Followed resources relisted (410 or a cache found unsafe)",
-            c.relists.clone(),
-        );
+        self.up.counts.register(&mut r);
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode_registry(&mut text, &r);
