@@ -39,3 +39,17 @@ pub(crate) fn read(path: &Path) -> Result<Vec<u8>, ConfigError> {
         source,
     })
 }
+
+/// A TLS file listwatch-kubeclient read (the serving certificate) as a [`ConfigError`].
+#[cfg(feature = "standalone")]
+impl From<listwatch_kubeclient::Error> for ConfigError {
+    fn from(e: listwatch_kubeclient::Error) -> Self {
+        match e {
+            listwatch_kubeclient::Error::File { path, why } => ConfigError::Invalid { path, why },
+            other => ConfigError::Invalid {
+                path: String::new(),
+                why: other.to_string(),
+            },
+        }
+    }
+}

@@ -8,11 +8,13 @@
 //!   [`webhook`]: `SubjectAccessReview`s asked of a webhook or the upstream, cached.
 //! - [`authn`]: the standalone authenticator (static token file, client-certificate user,
 //!   JWTs and webhook, anonymous).
-//! - With the `standalone` feature: [`tls`] (rustls, client certificates) and [`tokens`]
-//!   (service-account and OIDC JWTs, the token webhook).
+//! - With the `standalone` feature: [`tls`] (rustls, client certificates; the certificate
+//!   files read again as listwatch-kubeclient's `CertFiles`), [`tokens`] (service-account
+//!   and OIDC JWTs, the token webhook) and `webhook::ReviewClient`, the webhooks' transport
+//!   on listwatch-kubeclient.
 //!
 //! It depends on listwatch-core, -store and -sources (the caches the authorizers and the
-//! service-account lookups read), never on the server.
+//! service-account lookups read) and, standalone, listwatch-kubeclient; never on the server.
 
 pub mod abac;
 pub mod authn;

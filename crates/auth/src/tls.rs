@@ -4,7 +4,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use listwatch_kubeclient::tls::{Reloading, roots_of};
+use rustls::pki_types::CertificateDer;
+
+/// The serving certificate's files (and the client certificate presented upstream):
+/// listwatch-kubeclient's, read again as they are renewed.
+pub use listwatch_kubeclient::tls::CertFiles;
 
 use crate::authn::PeerIdentity;
 use crate::authorizer::User;
@@ -116,117 +121,12 @@ fn server_config(
     Ok(Arc::new(config))
 }
 
-/// How often certificate and CA files are looked at (a `stat` each, on a handshake).
-const RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// A value read from files and read again when one of them changes: looked at (a `stat`
-/// each) at most every [`RELOAD_CHECK`], when the value is asked for. Files that no longer
-/// read keep the previous value (a warning is logged), as a half-written renewal must not
-/// take the server down.
-#[derive(Debug)]
-struct Reloading<T> {
-    files: Vec<std::path::PathBuf>,
-    load: fn(&[&Path]) -> Result<T, ConfigError>,
-    current: parking_lot::Mutex<Loaded<T>>,
-}
-
-#[derive(Debug)]
-struct Loaded<T> {
-    value: T,
-    /// The files' modification times when read.
-    stamp: Vec<Option<std::time::SystemTime>>,
-    checked: std::time::Instant,
-}
-
-impl<T: Clone> Reloading<T> {
-    /// Reads `files` with `load` now: an error names the file.
-    fn new(
-        files: &[&Path],
-        load: fn(&[&Path]) -> Result<T, ConfigError>,
-    ) -> Result<Self, ConfigError> {
-        Ok(Reloading {
-            current: parking_lot::Mutex::new(Loaded {
-                stamp: stamps(files),
-                value: load(files)?,
-                checked: std::time::Instant::now(),
-            }),
-            files: files.iter().map(|f| f.to_path_buf()).collect(),
-            load,
-        })
-    }
-
-    /// The current value, read again first when the files changed.
-    fn current(&self) -> T {
-        let mut c = self.current.lock();
-        if c.checked.elapsed() >= RELOAD_CHECK {
-            c.checked = std::time::Instant::now();
-            let files: Vec<&Path> = self.files.iter().map(|f| f.as_path()).collect();
-            let stamp = stamps(&files);
-            if stamp != c.stamp {
-                match (self.load)(&files) {
-                    Ok(v) => {
-                        c.value = v;
-                        c.stamp = stamp;
-                        tracing::info!(files = ?self.files, "reloaded");
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "not reloaded; keeping the previous one")
-                    }
-                }
-            }
-        }
-        c.value.clone()
-    }
-}
-
-/// A certificate and its key, read again from their files when they change (cert-manager
-/// and kubeadm renew them in place): each new handshake gets the current one, connections
-/// already open keep theirs. Serves as the serving certificate and as the client
-/// certificate presented to an upstream.
-#[derive(Debug)]
-pub struct CertFiles(Reloading<Arc<rustls::sign::CertifiedKey>>);
-
-impl CertFiles {
-    /// Reads `cert` (PEM chain) and `key` (PEM private key) now: an error names the file.
-    pub fn new(cert: &Path, key: &Path) -> Result<Self, ConfigError> {
-        Reloading::new(&[cert, key], |f| certified_key(f[0], f[1]).map(Arc::new)).map(CertFiles)
-    }
-
-    /// The current certificate.
-    pub fn current(&self) -> Arc<rustls::sign::CertifiedKey> {
-        self.0.current()
-    }
-}
-
-impl rustls::server::ResolvesServerCert for CertFiles {
-    fn resolve(
-        &self,
-        _hello: rustls::server::ClientHello<'_>,
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(self.current())
-    }
-}
-
-impl rustls::client::ResolvesClientCert for CertFiles {
-    fn resolve(
-        &self,
-        _root_hint_subjects: &[&[u8]],
-        _sigschemes: &[rustls::SignatureScheme],
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(self.current())
-    }
-
-    fn has_certs(&self) -> bool {
-        true
-    }
-}
-
 /// Client certificates verified against CA bundles read again when their files change
 /// (kube-apiserver reloads `--client-ca-file` and `--requestheader-client-ca-file` the same
 /// way): each handshake and each identification uses the current roots.
 #[derive(Debug)]
 struct CaFiles {
-    verifier: Reloading<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    verifier: Reloading<Arc<dyn rustls::server::danger::ClientCertVerifier>, ConfigError>,
     /// The CA names offered in the handshake, as first read: hints only (clients present
     /// their certificate without a match too), and a borrowed slice cannot follow a reload.
     hints: Vec<rustls::DistinguishedName>,
@@ -308,35 +208,9 @@ fn verifier_of(
         .map_err(|e| invalid(files.first().copied().unwrap_or(Path::new("")), e))
 }
 
-fn stamps(files: &[&Path]) -> Vec<Option<std::time::SystemTime>> {
-    files
-        .iter()
-        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .collect()
-}
-
-/// The certificate chain and key of two PEM files, checked to belong together.
-fn certified_key(cert: &Path, key: &Path) -> Result<rustls::sign::CertifiedKey, ConfigError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
-        .collect::<Result<_, _>>()
-        .map_err(|e| invalid(cert, e))?;
-    if certs.is_empty() {
-        return Err(invalid(cert, "no certificate in the file"));
-    }
-    let key_der = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| invalid(key, e))?;
-    rustls::sign::CertifiedKey::from_der(certs, key_der, &rustls::crypto::ring::default_provider())
-        .map_err(|e| invalid(key, e))
-}
-
 /// The certificates of the PEM bundle `ca` as trust roots.
 pub(crate) fn roots(ca: &Path) -> Result<rustls::RootCertStore, ConfigError> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(&read(ca)?) {
-        roots
-            .add(c.map_err(|e| invalid(ca, e))?)
-            .map_err(|e| invalid(ca, e))?;
-    }
-    Ok(roots)
+    roots_of(&read(ca)?).map_err(|e| invalid(ca, e))
 }
 
 /// The user named by a verified client certificate: CN is the user, each O a group.

@@ -16,12 +16,74 @@ use crate::cache::TtlCache;
 pub type SendFuture<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, String>> + Send + 'a>>;
 
-/// Carries a `SubjectAccessReview` (JSON) to whoever answers it; the transport (TLS,
-/// credentials, pool) is the caller's.
+/// Carries a `SubjectAccessReview` or `TokenReview` (JSON) to whoever answers it: over
+/// HTTPS, `ReviewClient` (the `standalone` feature); in tests, a table.
 pub trait ReviewSender: Send + Sync + 'static {
     /// POSTs `review` and returns the answer's body when the status is 2xx; gives up (an
     /// error) when no answer comes in bounded time.
     fn send(&self, review: Bytes) -> SendFuture<'_>;
+}
+
+/// `SubjectAccessReview`s or `TokenReview`s POSTed to one URL — a webhook's, or the
+/// upstream's `/apis/authorization.k8s.io/v1/subjectaccessreviews` (`tokenreviews`) — with
+/// listwatch's own credential, over listwatch-kubeclient: the webhooks' transport.
+#[cfg(feature = "standalone")]
+pub struct ReviewClient {
+    client: listwatch_kubeclient::Client,
+}
+
+/// The largest answer read from a review.
+#[cfg(feature = "standalone")]
+const REVIEW_MAX_BODY: usize = 1 << 20;
+
+#[cfg(feature = "standalone")]
+impl ReviewClient {
+    /// A client POSTing to `config.server` itself (path included), with its CA, client
+    /// certificate or token; an answer must come within `config.response_timeout`.
+    pub fn new(
+        config: &listwatch_kubeclient::ClientConfig,
+    ) -> Result<ReviewClient, listwatch_kubeclient::Error> {
+        Ok(ReviewClient {
+            client: listwatch_kubeclient::Client::new(config)?,
+        })
+    }
+
+    async fn post(&self, review: Bytes) -> Result<Bytes, String> {
+        use http_body_util::BodyExt;
+        let uri = self.client.base();
+        let exchange = async {
+            let json = "application/json";
+            let resp = self
+                .client
+                .request(http::Method::POST, "", json, Some((json, review)))
+                .await
+                .map_err(|e| match e {
+                    listwatch_kubeclient::Error::Send(
+                        listwatch_kubeclient::SendError::Connect(_),
+                    ) => format!("cannot connect to {uri}"),
+                    e => format!("{uri}: {e}"),
+                })?;
+            if !resp.status().is_success() {
+                return Err(format!("{uri} answered {}", resp.status()));
+            }
+            http_body_util::Limited::new(resp.into_body(), REVIEW_MAX_BODY)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .map_err(|e| format!("{uri}: {e}"))
+        };
+        let timeout = self.client.response_timeout();
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| format!("{uri} did not answer within {timeout:?}"))?
+    }
+}
+
+#[cfg(feature = "standalone")]
+impl ReviewSender for ReviewClient {
+    fn send(&self, review: Bytes) -> SendFuture<'_> {
+        Box::pin(self.post(review))
+    }
 }
 
 /// Answers kept at most.

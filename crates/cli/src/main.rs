@@ -639,15 +639,16 @@ fn own_upstream_credential(args: &ServeArgs) -> anyhow::Result<bool> {
 }
 
 /// Whether `k` names listwatch's own credential (a client certificate or a token).
-fn has_credential(k: &listwatch_gateway::Kubeconfig) -> bool {
+fn has_credential(k: &listwatch_kubeclient::Kubeconfig) -> bool {
     k.client_cert.is_some() || k.token.is_some()
 }
 
 /// `--authorization-mode Webhook`: the `--authorization-webhook-config-file` webhook, or the
 /// upstream's SubjectAccessReviews with listwatch's own `--upstream-kubeconfig` credential.
 fn webhook_authorizer(args: &ServeArgs) -> anyhow::Result<Arc<dyn listwatch_auth::Authorizer>> {
+    use listwatch_auth::webhook::ReviewClient;
     use listwatch_auth::webhook::{CacheTtl, WebhookAuthorizer};
-    use listwatch_gateway::{GatewayConfig, Kubeconfig, ReviewClient};
+    use listwatch_kubeclient::{ClientConfig, Kubeconfig};
     let (url, kubeconfig, flag) = match &args.authorization_webhook_config_file {
         Some(p) => {
             let k = Kubeconfig::from_file(p)
@@ -674,7 +675,7 @@ fn webhook_authorizer(args: &ServeArgs) -> anyhow::Result<Arc<dyn listwatch_auth
             ),
         },
     };
-    let mut config = GatewayConfig::with_own_credential(url.clone(), kubeconfig);
+    let mut config = ClientConfig::with_own_credential(url.clone(), kubeconfig);
     config.response_timeout = std::time::Duration::from_secs(10);
     let client = ReviewClient::new(&config).map_err(|e| anyhow!("{flag} {url}: {e}"))?;
     let ttl = CacheTtl {
@@ -763,7 +764,8 @@ fn authenticator(
 fn token_reviewer(
     args: &ServeArgs,
 ) -> anyhow::Result<Option<Arc<dyn listwatch_auth::webhook::ReviewSender>>> {
-    use listwatch_gateway::{GatewayConfig, Kubeconfig, ReviewClient};
+    use listwatch_auth::webhook::ReviewClient;
+    use listwatch_kubeclient::{ClientConfig, Kubeconfig};
     let timeout = std::time::Duration::from_secs(10);
     if let Some(url) = &args.authentication_token_webhook_url {
         let flag = "--authentication-token-webhook-url";
@@ -783,7 +785,7 @@ fn token_reviewer(
             ca_pem,
             ..Kubeconfig::default()
         };
-        let mut config = GatewayConfig::with_own_credential(url.clone(), kubeconfig);
+        let mut config = ClientConfig::with_own_credential(url.clone(), kubeconfig);
         config.response_timeout = timeout;
         let client = ReviewClient::new(&config).map_err(|e| anyhow!("{flag} {url}: {e}"))?;
         return Ok(Some(Arc::new(client)));
@@ -799,7 +801,7 @@ fn token_reviewer(
         "{}/apis/authentication.k8s.io/v1/tokenreviews",
         base.trim_end_matches('/')
     );
-    let mut config = GatewayConfig::with_own_credential(url.clone(), kubeconfig);
+    let mut config = ClientConfig::with_own_credential(url.clone(), kubeconfig);
     config.response_timeout = timeout;
     let client = ReviewClient::new(&config).map_err(|e| anyhow!("--upstream {base}: {e}"))?;
     tracing::info!(url = %url, "bearer tokens not known here are reviewed by the upstream");
@@ -812,19 +814,19 @@ fn token_reviewer(
 /// account's token kept current as the kubelet rotates it).
 fn upstream_target(
     args: &ServeArgs,
-) -> anyhow::Result<Option<(String, listwatch_gateway::Kubeconfig)>> {
+) -> anyhow::Result<Option<(String, listwatch_kubeclient::Kubeconfig)>> {
     let kubeconfig = match &args.upstream_kubeconfig {
-        Some(p) => listwatch_gateway::Kubeconfig::from_file(p)
+        Some(p) => listwatch_kubeclient::Kubeconfig::from_file(p)
             .map_err(|e| anyhow!("--upstream-kubeconfig {e}"))?,
         None if args.upstream.is_none() && args.source == SourceKind::Apiserver => {
             let dir = std::env::var_os("LISTWATCH_SERVICE_ACCOUNT_DIR").map_or_else(
-                || PathBuf::from(listwatch_gateway::credentials::SERVICE_ACCOUNT_DIR),
+                || PathBuf::from(listwatch_kubeclient::SERVICE_ACCOUNT_DIR),
                 PathBuf::from,
             );
-            return listwatch_gateway::credentials::in_cluster(&dir)
+            return listwatch_kubeclient::Kubeconfig::in_cluster(&dir)
                 .map_err(|e| anyhow!("in-cluster configuration (no --upstream): {e}"));
         }
-        None => listwatch_gateway::Kubeconfig::default(),
+        None => listwatch_kubeclient::Kubeconfig::default(),
     };
     Ok(args
         .upstream
@@ -836,13 +838,13 @@ fn upstream_target(
 /// The apiserver source: follows the upstream with listwatch's own credential from the
 /// `--upstream-kubeconfig` (it must be allowed to list and watch what it serves).
 async fn apiserver_source(args: &ServeArgs) -> anyhow::Result<Arc<dyn Source>> {
-    use listwatch_gateway::GatewayConfig;
+    use listwatch_kubeclient::ClientConfig;
     let Some((url, kubeconfig)) = upstream_target(args)? else {
         bail!(
             "--source apiserver needs --upstream (or an --upstream-kubeconfig naming the server), or to run in a pod (KUBERNETES_SERVICE_HOST/PORT and its service account's token)"
         );
     };
-    let mut config = GatewayConfig::with_own_credential(url.clone(), kubeconfig);
+    let mut config = ClientConfig::with_own_credential(url.clone(), kubeconfig);
     config.response_timeout = std::time::Duration::from_secs(args.upstream_timeout.max(1));
     let source = listwatch_upstream::UpstreamSource::start(&config, &StoreConfig::default())
         .await
@@ -882,15 +884,15 @@ fn gateway(args: &ServeArgs) -> anyhow::Result<Option<Arc<listwatch_gateway::Gat
         None => Identity::Forward,
     };
     let mut config = GatewayConfig::new(url.clone(), identity);
-    config.ca_pem = kubeconfig.ca_pem;
-    config.client_cert = match identity {
+    config.client.ca_pem = kubeconfig.ca_pem;
+    config.client.client_cert = match identity {
         Identity::FrontProxy => proxy_cert,
         _ => kubeconfig.client_cert,
     };
-    config.token = kubeconfig
+    config.client.token = kubeconfig
         .token
         .filter(|_| identity == Identity::Impersonate);
-    config.response_timeout = std::time::Duration::from_secs(args.upstream_timeout.max(1));
+    config.client.response_timeout = std::time::Duration::from_secs(args.upstream_timeout.max(1));
     config.max_in_flight = args.upstream_max_in_flight;
     Ok(Some(
         Gateway::new(config).map_err(|e| anyhow!("--upstream {url}: {e}"))?,

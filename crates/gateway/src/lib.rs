@@ -2,13 +2,12 @@
 //! (`log` streamed, `exec`/`attach`/`portforward` over HTTP/1.1 Upgrade), aggregated APIs,
 //! discovery, `/openapi`, `/version`, unknown paths — goes on to an upstream apiserver.
 //!
-//! Bodies stream both ways (nothing is buffered whole); connections come from a bounded
-//! pool; the upstream's silence or absence is a 504 or 503 `Status`, never a hang. The
+//! Bodies stream both ways (nothing is buffered whole); connections come from
+//! listwatch-kubeclient's pool; the upstream's silence or absence is a 504 or 503 `Status`, never a hang. The
 //! client's identity crosses the hop in one of three ways ([`Identity`]); identity headers
 //! the client sent itself (`X-Remote-*`, and `Impersonate-*` unless the token is forwarded)
 //! never reach the upstream.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,11 +16,10 @@ use futures::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, header};
 use http_body::{Body, Frame};
 use http_body_util::Either;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use listwatch_auth::User;
 use listwatch_core::ApiError;
+use listwatch_kubeclient::{Client, SendError};
 use listwatch_server::body::{BodyCut, ResponseBody};
 use listwatch_server::{PassThrough, RequestBody};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -29,25 +27,20 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::Semaphore;
 
-pub mod credentials;
-mod kubeconfig;
-mod pool;
-pub use credentials::{Bearer, TokenSource};
-pub use kubeconfig::Kubeconfig;
+/// The connection half of [`GatewayConfig`], and the client certificate it may name.
+pub use listwatch_kubeclient::{ClientCert, ClientConfig};
 
 /// Why the gateway cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
-    /// A flag or file is wrong.
+    /// A flag is wrong.
     #[error("{0}")]
     Config(String),
-    /// The TLS material is unusable.
-    #[error("TLS: {0}")]
-    Tls(#[from] rustls::Error),
+    /// The client to the upstream cannot be made (URL, TLS material, token file).
+    #[error("{0}")]
+    Client(#[from] listwatch_kubeclient::Error),
 }
 
 /// How the client's identity is carried to the upstream.
@@ -64,86 +57,30 @@ pub enum Identity {
     Forward,
 }
 
-/// A client certificate and its key.
-#[derive(Clone)]
-pub enum ClientCert {
-    /// PEM given inline (a kubeconfig's `*-data`): fixed for the process.
-    Pem {
-        /// The certificate chain.
-        cert: Vec<u8>,
-        /// The private key.
-        key: Vec<u8>,
-    },
-    /// PEM files, read again when they change (cert-manager and kubeadm renew them in
-    /// place): new connections present the current certificate, open ones keep theirs.
-    Files {
-        /// The certificate chain's file.
-        cert: PathBuf,
-        /// The private key's file.
-        key: PathBuf,
-    },
-}
-
-impl std::fmt::Debug for ClientCert {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the key.
-        match self {
-            ClientCert::Pem { .. } => f.write_str("ClientCert::Pem"),
-            ClientCert::Files { cert, .. } => write!(f, "ClientCert::Files({})", cert.display()),
-        }
-    }
-}
-
 /// How to reach the upstream and carry identities there.
 #[derive(Clone, Debug)]
 pub struct GatewayConfig {
-    /// The upstream's base URL (`https://host:6443`).
-    pub upstream: String,
-    /// CA bundle (PEM) the upstream's serving certificate is verified against (https).
-    pub ca_pem: Option<Vec<u8>>,
-    /// Client certificate presented to the upstream: the front-proxy certificate, or
-    /// listwatch's own from its kubeconfig.
-    pub client_cert: Option<ClientCert>,
-    /// listwatch's own bearer token (with [`Identity::Impersonate`]), kept current.
-    pub token: Option<TokenSource>,
+    /// The upstream (`client.server`, `https://host:6443`), its CA, and the client
+    /// certificate presented there: the front-proxy certificate, or listwatch's own from
+    /// its kubeconfig. Its token, listwatch's own, is sent with [`Identity::Impersonate`]
+    /// only. Connecting gives up after `connect_timeout` (503); the upstream's response
+    /// head must arrive within `response_timeout` (504; bodies then stream for as long as
+    /// they last: watches, `logs -f`).
+    pub client: ClientConfig,
     /// How identities cross the hop.
     pub identity: Identity,
-    /// Connecting (TCP and TLS) gives up after this: 503.
-    pub connect_timeout: Duration,
-    /// The upstream's response head must arrive within this: 504 (bodies then stream
-    /// for as long as they last: watches, `logs -f`).
-    pub response_timeout: Duration,
     /// Requests in flight to the upstream at once, streams and upgraded connections
     /// included: 429 beyond.
     pub max_in_flight: usize,
-    /// Idle connections kept per upstream host.
-    pub max_idle: usize,
 }
 
 impl GatewayConfig {
-    /// Defaults for calling `upstream` as listwatch itself, with `kubeconfig`'s CA and
-    /// credential (client certificate or token) and nothing added for the client.
-    pub fn with_own_credential(upstream: impl Into<String>, kubeconfig: Kubeconfig) -> Self {
-        GatewayConfig {
-            ca_pem: kubeconfig.ca_pem,
-            client_cert: kubeconfig.client_cert,
-            token: kubeconfig.token,
-            ..GatewayConfig::new(upstream, Identity::Forward)
-        }
-    }
-
     /// Defaults for `upstream` with `identity`.
     pub fn new(upstream: impl Into<String>, identity: Identity) -> Self {
         GatewayConfig {
-            upstream: upstream.into(),
-            ca_pem: None,
-            client_cert: None,
-            token: None,
+            client: ClientConfig::new(upstream),
             identity,
-            connect_timeout: Duration::from_secs(5),
-            response_timeout: Duration::from_secs(60),
             max_in_flight: 2048,
-            max_idle: 64,
         }
     }
 }
@@ -228,13 +165,10 @@ impl Counters {
 
 /// The pass-through to one upstream.
 pub struct Gateway {
-    /// Protocol upgrades (exec, attach, port-forward), whose connection leaves the pool.
-    client: UpstreamClient<RequestBody>,
-    /// Everything else.
-    inline: Arc<pool::InlinePool>,
-    base: Uri,
+    /// The pool of connections to the upstream (upgrades on connections of their own),
+    /// and listwatch's own token.
+    client: Client,
     identity: Identity,
-    token: Option<Bearer>,
     response_timeout: Duration,
     slots: Arc<Semaphore>,
     counters: Arc<Counters>,
@@ -243,26 +177,16 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway as `config` says; fails on a bad URL or unusable TLS material.
     pub fn new(config: GatewayConfig) -> Result<Arc<Gateway>, GatewayError> {
-        let base = base_uri(&config)?;
-        if config.identity == Identity::FrontProxy && config.client_cert.is_none() {
+        if config.identity == Identity::FrontProxy && config.client.client_cert.is_none() {
             return Err(GatewayError::Config(
                 "front-proxy identity needs --proxy-client-cert-file and --proxy-client-key-file"
                     .into(),
             ));
         }
-        let client = https_client(&config)?;
-        let inline = pool::InlinePool::new(connector(&config)?, &base, config.max_idle, IDLE_FOR)
-            .map_err(|_| {
-            GatewayError::Config(format!("--upstream {base}: not a Host value"))
-        })?;
-        let token = bearer(&config)?;
         Ok(Arc::new(Gateway {
-            client,
-            inline,
-            base,
+            client: Client::new(&config.client)?,
             identity: config.identity,
-            token,
-            response_timeout: config.response_timeout,
+            response_timeout: config.client.response_timeout,
             slots: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
             counters: Arc::default(),
         }))
@@ -270,7 +194,7 @@ impl Gateway {
 
     /// The upstream's base URL.
     pub fn upstream(&self) -> &Uri {
-        &self.base
+        self.client.base()
     }
 
     /// Forwards one request, or says why not as a `Status`.
@@ -294,33 +218,31 @@ impl Gateway {
         let req = Request::from_parts(parts, body);
         let exchange = async {
             if upgrade {
-                let r = self.client.request(req).await;
+                let r = self.client.upgrade(req).await;
                 r.map(|r| r.map(Either::Left))
-                    .map_err(|e| (e.is_connect(), e.to_string()))
             } else {
-                let r = self.inline.send(req).await;
+                let r = self.client.send(req).await;
                 r.map(|r| r.map(Either::Right))
-                    .map_err(|e| (matches!(e, pool::SendError::Connect(_)), e.to_string()))
             }
         };
         let sent = tokio::time::timeout(self.response_timeout, exchange).await;
         let counters = &self.counters;
+        let base = self.client.base();
         counters.latency.observe(start.elapsed().as_secs_f64());
         let mut resp = match sent {
             Err(_) => {
                 counters.errors.inc();
                 return Err(ApiError::Timeout(format!(
-                    "the upstream {} did not answer within {:?}",
-                    self.base, self.response_timeout
+                    "the upstream {base} did not answer within {:?}",
+                    self.response_timeout
                 )));
             }
-            Ok(Err((connect, e))) => {
+            Ok(Err(e)) => {
                 counters.errors.inc();
-                tracing::warn!(upstream = %self.base, error = %e, "upstream request failed");
+                tracing::warn!(upstream = %base, error = %e, "upstream request failed");
                 return Err(ApiError::Unavailable(format!(
-                    "the upstream {} is unavailable: {}",
-                    self.base,
-                    if connect {
+                    "the upstream {base} is unavailable: {}",
+                    if matches!(e, SendError::Connect(_)) {
                         "cannot connect"
                     } else {
                         "request failed"
@@ -378,8 +300,7 @@ impl Gateway {
     }
 
     /// Points the request at the upstream and puts the identity on it: identity headers
-    /// the client sent are removed (or refused) first. An `upgrade` goes through
-    /// hyper-util's client, which wants the absolute URI; the pool sends the path as is.
+    /// the client sent are removed (or refused) first.
     fn rewrite(
         &self,
         parts: &mut http::request::Parts,
@@ -434,20 +355,16 @@ impl Gateway {
             }
             Identity::Impersonate => {
                 h.remove(header::AUTHORIZATION);
-                if let Some(t) = &self.token {
-                    h.insert(header::AUTHORIZATION, t.header());
+                if let Some(t) = self.client.authorization() {
+                    h.insert(header::AUTHORIZATION, t);
                 }
                 put_identity(h, IdentityHeaders::IMPERSONATE, &user)?;
             }
         }
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let base = self.base.path().trim_end_matches('/');
-        let mut uri = Uri::builder().path_and_query(format!("{base}{path}"));
-        if let (true, Some(s), Some(a)) = (upgrade, self.base.scheme(), self.base.authority()) {
-            uri = uri.scheme(s.clone()).authority(a.clone());
-        }
-        parts.uri = uri
-            .build()
+        parts.uri = self
+            .client
+            .target(path)
             .map_err(|e| ApiError::BadRequest(format!("invalid path: {e}")))?;
         // The upstream connection is HTTP/1.1 whatever the client spoke.
         parts.version = http::Version::HTTP_11;
@@ -485,10 +402,7 @@ impl Gateway {
     fn clone_handle(&self) -> Gateway {
         Gateway {
             client: self.client.clone(),
-            inline: self.inline.clone(),
-            base: self.base.clone(),
             identity: self.identity,
-            token: self.token.clone(),
             response_timeout: self.response_timeout,
             slots: self.slots.clone(),
             counters: self.counters.clone(),
@@ -607,99 +521,6 @@ fn strip_hop_by_hop(h: &mut HeaderMap, upgrade: bool) {
     }
 }
 
-/// The upstream's base URL (`http(s)://host:port`), checked.
-pub fn base_uri(config: &GatewayConfig) -> Result<Uri, GatewayError> {
-    let base: Uri = config
-        .upstream
-        .parse()
-        .map_err(|e| GatewayError::Config(format!("--upstream {}: {e}", config.upstream)))?;
-    if base.authority().is_none() || !matches!(base.scheme_str(), Some("http" | "https")) {
-        return Err(GatewayError::Config(format!(
-            "--upstream {}: expected http(s)://host:port",
-            config.upstream
-        )));
-    }
-    Ok(base)
-}
-
-/// The `Authorization` header carrying the configured token, if any, kept current as a
-/// token file rotates.
-pub fn bearer(config: &GatewayConfig) -> Result<Option<Bearer>, GatewayError> {
-    config.token.as_ref().map(Bearer::new).transpose()
-}
-
-/// The pooled hyper client over rustls that `config` describes (CA, client certificate,
-/// connect timeout, idle pool): shared by the gateway and the apiserver source.
-pub fn https_client<B>(config: &GatewayConfig) -> Result<UpstreamClient<B>, GatewayError>
-where
-    B: Body + Send + 'static,
-    B::Data: Send,
-{
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(config.max_idle)
-        .pool_idle_timeout(IDLE_FOR)
-        .build(connector(config)?))
-}
-
-/// How long an idle connection to the upstream is kept: well inside kube-apiserver's own
-/// idle timeout (90 s) and a cloud load balancer's (60 s), so a write is rarely sent on a
-/// connection the upstream is closing at that moment (a GET would be sent again).
-const IDLE_FOR: Duration = Duration::from_secs(45);
-
-/// TCP (with `TCP_NODELAY` and the connect timeout) and TLS as `config` says, HTTP/1.1.
-fn connector(
-    config: &GatewayConfig,
-) -> Result<hyper_rustls::HttpsConnector<HttpConnector>, GatewayError> {
-    let tls = tls_config(config)?;
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(config.connect_timeout));
-    http.set_nodelay(true);
-    Ok(hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http))
-}
-
-/// A pooled HTTP(S) client to the upstream, sending bodies of type `B`.
-pub type UpstreamClient<B> = Client<hyper_rustls::HttpsConnector<HttpConnector>, B>;
-
-/// The rustls client configuration: the CA to verify the upstream against, the client
-/// certificate to present.
-fn tls_config(config: &GatewayConfig) -> Result<rustls::ClientConfig, GatewayError> {
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(ca) = &config.ca_pem {
-        for c in CertificateDer::pem_slice_iter(ca) {
-            let c = c.map_err(|e| GatewayError::Config(format!("CA bundle: {e}")))?;
-            roots.add(c)?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots);
-    // ALPN is hyper-rustls's: HTTP/1.1 only, as protocol upgrades (exec, attach,
-    // port-forward) need it.
-    let tls = match &config.client_cert {
-        Some(ClientCert::Pem { cert, key }) => {
-            let chain = CertificateDer::pem_slice_iter(cert)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| GatewayError::Config(format!("client certificate: {e}")))?;
-            let key = PrivateKeyDer::from_pem_slice(key)
-                .map_err(|e| GatewayError::Config(format!("client key: {e}")))?;
-            builder.with_client_auth_cert(chain, key)?
-        }
-        Some(ClientCert::Files { cert, key }) => {
-            let files = listwatch_auth::tls::CertFiles::new(cert, key)
-                .map_err(|e| GatewayError::Config(e.to_string()))?;
-            builder.with_client_cert_resolver(Arc::new(files))
-        }
-        None => builder.with_no_client_auth(),
-    };
-    Ok(tls)
-}
-
 /// Counts a stream or upgraded connection as open while it lives.
 struct Open(Arc<Counters>);
 
@@ -719,7 +540,7 @@ impl Drop for Open {
 /// The upstream's response body relayed chunk by chunk, holding its in-flight slot until
 /// it ends.
 struct Relay {
-    inner: Either<hyper::body::Incoming, pool::InlineBody>,
+    inner: Either<hyper::body::Incoming, listwatch_kubeclient::ResponseBody>,
     _permit: tokio::sync::OwnedSemaphorePermit,
     _open: Open,
 }
@@ -752,70 +573,5 @@ impl Body for Relay {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
-    }
-}
-
-/// `SubjectAccessReview`s POSTed to one URL — an authorization webhook's, or the upstream's
-/// `/apis/authorization.k8s.io/v1/subjectaccessreviews` — with listwatch's own credential:
-/// the webhook authorizer's transport.
-pub struct ReviewClient {
-    client: UpstreamClient<http_body_util::Full<Bytes>>,
-    uri: Uri,
-    token: Option<Bearer>,
-    timeout: Duration,
-}
-
-/// The largest answer read from a review.
-const REVIEW_MAX_BODY: usize = 1 << 20;
-
-impl ReviewClient {
-    /// A client POSTing to `config.upstream` itself (path included), with its CA, client
-    /// certificate or token; an answer must come within `config.response_timeout`.
-    pub fn new(config: &GatewayConfig) -> Result<ReviewClient, GatewayError> {
-        Ok(ReviewClient {
-            client: https_client(config)?,
-            uri: base_uri(config)?,
-            token: bearer(config)?,
-            timeout: config.response_timeout,
-        })
-    }
-
-    async fn post(&self, review: Bytes) -> Result<Bytes, String> {
-        use http_body_util::BodyExt;
-        let mut req = Request::post(self.uri.clone())
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json");
-        if let Some(t) = &self.token {
-            req = req.header(header::AUTHORIZATION, t.header());
-        }
-        let req = req
-            .body(http_body_util::Full::new(review))
-            .map_err(|e| e.to_string())?;
-        let exchange = async {
-            let resp = self.client.request(req).await.map_err(|e| {
-                if e.is_connect() {
-                    format!("cannot connect to {}", self.uri)
-                } else {
-                    format!("{}: {e}", self.uri)
-                }
-            })?;
-            if !resp.status().is_success() {
-                return Err(format!("{} answered {}", self.uri, resp.status()));
-            }
-            http_body_util::Limited::new(resp.into_body(), REVIEW_MAX_BODY)
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .map_err(|e| format!("{}: {e}", self.uri))
-        };
-        tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| format!("{} did not answer within {:?}", self.uri, self.timeout))?
-    }
-}
-
-impl listwatch_auth::webhook::ReviewSender for ReviewClient {
-    fn send(&self, review: Bytes) -> listwatch_auth::webhook::SendFuture<'_> {
-        Box::pin(self.post(review))
     }
 }

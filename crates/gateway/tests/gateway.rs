@@ -126,9 +126,9 @@ async fn gateway(upstream: SocketAddr, identity: Identity, anonymous: bool) -> S
 }
 
 async fn gateway_with(mut config: GatewayConfig, anonymous: bool) -> SocketAddr {
-    config.token = Some("listwatch-own-token".into());
+    config.client.token = Some("listwatch-own-token".into());
     if config.identity == Identity::FrontProxy {
-        config.client_cert = Some(proxy_cert());
+        config.client.client_cert = Some(proxy_cert());
     }
     let dir = std::env::temp_dir().join(format!("lw-gw-{}-{}", std::process::id(), rand_id()));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -485,7 +485,7 @@ async fn a_silent_upstream_is_a_504_status() {
         }
     });
     let mut config = GatewayConfig::new(format!("http://{addr}"), Identity::FrontProxy);
-    config.response_timeout = Duration::from_millis(300);
+    config.client.response_timeout = Duration::from_millis(300);
     let gw = gateway_with(config, false).await;
     let (status, body) = send(gw, "GET", "/version", ALICE).await;
     assert_eq!(status, 504, "{body}");
@@ -609,7 +609,7 @@ async fn a_client_certificate_failing_verification_never_reaches_the_upstream() 
     );
     let tls = listwatch_auth::tls::tls_config(&cert, &key, Some(&client_ca)).expect("tls");
     let mut config = GatewayConfig::new(format!("http://{up}"), Identity::FrontProxy);
-    config.client_cert = Some(proxy_cert());
+    config.client.client_cert = Some(proxy_cert());
     let app = front(config);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -663,7 +663,7 @@ async fn a_trusted_front_proxy_s_headers_name_the_user() {
     )
     .expect("tls");
     let mut config = GatewayConfig::new(format!("http://{up}"), Identity::FrontProxy);
-    config.client_cert = Some(proxy_cert());
+    config.client.client_cert = Some(proxy_cert());
     let mut authn = Authenticator::certificates_only(false);
     authn.request_headers = Some(Default::default());
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");

@@ -1,6 +1,6 @@
 //! The token webhook: tokens nothing else knows are asked of a `TokenReview` endpoint (a
-//! real HTTP server in the test) through the gateway's review client, the transport the
-//! upstream's own TokenReviews use too; answers are cached for the TTL, refusals briefly, a
+//! real HTTP server in the test) through listwatch-auth's review client (on
+//! listwatch-kubeclient), the transport the upstream's own TokenReviews use too; answers are cached for the TTL, refusals briefly, a
 //! webhook that is down means 401, never a guess, and an https webhook is verified against
 //! its CA.
 
@@ -12,8 +12,9 @@ use std::time::Duration;
 use http_body_util::BodyExt;
 use listwatch_auth::authn::Authenticator;
 use listwatch_auth::tokens::WebhookTokens;
+use listwatch_auth::webhook::ReviewClient;
 use listwatch_auth::{Attributes, Authorizer, Decision};
-use listwatch_gateway::{GatewayConfig, Kubeconfig, ReviewClient};
+use listwatch_kubeclient::{ClientConfig, Kubeconfig};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 
 /// Allows the webhook's user, in its group, everything.
@@ -113,7 +114,7 @@ fn hook(url: &str, ca_pem: Option<Vec<u8>>, ttl: Duration) -> WebhookTokens {
         ca_pem,
         ..Kubeconfig::default()
     };
-    let mut config = GatewayConfig::with_own_credential(url, kubeconfig);
+    let mut config = ClientConfig::with_own_credential(url, kubeconfig);
     config.response_timeout = Duration::from_secs(10);
     let client = ReviewClient::new(&config).expect("review client");
     WebhookTokens::new(Arc::new(client), vec![], ttl)

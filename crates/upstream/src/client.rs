@@ -1,13 +1,12 @@
-//! Requests to the upstream apiserver: one-shot JSON GETs (discovery, LIST pages) and
-//! watch streams read line by line.
+//! Requests to the upstream apiserver over listwatch-kubeclient: one-shot JSON GETs
+//! (discovery, LIST pages) and watch streams read line by line.
 
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{Request, StatusCode, Uri, header};
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Incoming;
-use listwatch_gateway::{GatewayConfig, UpstreamClient};
+use http::{Method, StatusCode, header};
+use http_body_util::BodyExt;
+use listwatch_kubeclient::{Client, ClientConfig, ResponseBody};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -15,9 +14,7 @@ use crate::UpstreamError;
 
 /// The upstream: its base URL, listwatch's own credential and a pooled client.
 pub(crate) struct Upstream {
-    client: UpstreamClient<Empty<Bytes>>,
-    base: String,
-    token: Option<listwatch_gateway::Bearer>,
+    client: Client,
     timeout: Duration,
     /// How often each followed resource's stream was resumed or relisted.
     pub(crate) counts: crate::follower::FollowerCounts,
@@ -44,15 +41,9 @@ pub(crate) struct ListMeta {
 
 impl Upstream {
     /// A client for the upstream `config` names (URL, CA, client certificate, token).
-    pub(crate) fn new(config: &GatewayConfig) -> Result<Upstream, UpstreamError> {
-        let base = listwatch_gateway::base_uri(config)
-            .map_err(|e| UpstreamError::Config(e.to_string()))?;
+    pub(crate) fn new(config: &ClientConfig) -> Result<Upstream, UpstreamError> {
         Ok(Upstream {
-            client: listwatch_gateway::https_client(config)
-                .map_err(|e| UpstreamError::Config(e.to_string()))?,
-            base: base.to_string().trim_end_matches('/').to_string(),
-            token: listwatch_gateway::bearer(config)
-                .map_err(|e| UpstreamError::Config(e.to_string()))?,
+            client: Client::new(config).map_err(|e| UpstreamError::Config(e.to_string()))?,
             timeout: config.response_timeout,
             counts: Default::default(),
         })
@@ -62,7 +53,7 @@ impl Upstream {
     pub(crate) async fn get(
         &self,
         path_and_query: &str,
-    ) -> Result<http::Response<Incoming>, UpstreamError> {
+    ) -> Result<http::Response<ResponseBody>, UpstreamError> {
         self.get_as(path_and_query, "application/json").await
     }
 
@@ -71,24 +62,15 @@ impl Upstream {
         &self,
         path_and_query: &str,
         accept: &str,
-    ) -> Result<http::Response<Incoming>, UpstreamError> {
-        let uri: Uri = format!("{}{path_and_query}", self.base)
-            .parse()
-            .map_err(|e| UpstreamError::Config(format!("{path_and_query}: {e}")))?;
-        let mut req = Request::get(uri).header(header::ACCEPT, accept);
-        if let Some(t) = &self.token {
-            req = req.header(header::AUTHORIZATION, t.header());
-        }
-        let req = req
-            .body(Empty::new())
-            .map_err(|e| UpstreamError::Config(e.to_string()))?;
-        match tokio::time::timeout(self.timeout, self.client.request(req)).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(UpstreamError::Http(e.to_string())),
-            Err(_) => Err(UpstreamError::Http(format!(
-                "no answer within {:?}",
-                self.timeout
-            ))),
+    ) -> Result<http::Response<ResponseBody>, UpstreamError> {
+        match self
+            .client
+            .request(Method::GET, path_and_query, accept, None)
+            .await
+        {
+            Ok(r) => Ok(r),
+            Err(listwatch_kubeclient::Error::Config(e)) => Err(UpstreamError::Config(e)),
+            Err(e) => Err(UpstreamError::Http(e.to_string())),
         }
     }
 
@@ -223,7 +205,7 @@ pub(crate) fn encode(s: &str) -> String {
 
 /// A watch response body read one newline-terminated JSON event at a time.
 pub(crate) struct Lines {
-    body: Incoming,
+    body: ResponseBody,
     buf: BytesMut,
     /// How much of `buf` is known to hold no newline (a large object arrives in many
     /// frames: each is searched once).
@@ -232,7 +214,7 @@ pub(crate) struct Lines {
 
 impl Lines {
     /// Reads the events of `resp` (a 200 to a watch).
-    pub(crate) fn new(resp: http::Response<Incoming>) -> Lines {
+    pub(crate) fn new(resp: http::Response<ResponseBody>) -> Lines {
         Lines {
             body: resp.into_body(),
             buf: BytesMut::new(),

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use listwatch_core::ApiError;
-use listwatch_gateway::GatewayConfig;
+use listwatch_kubeclient::ClientConfig;
 use listwatch_sources::{BoxFuture, Registry, Source};
 use listwatch_store::{Store, StoreConfig};
 use tracing::{debug, info, warn};
@@ -120,7 +120,7 @@ impl UpstreamSource {
     /// Discovers what the upstream `config` names serves, makes a store per followable
     /// resource and starts its follower. Stores are unready until their first sync.
     pub async fn start(
-        config: &GatewayConfig,
+        config: &ClientConfig,
         stores: &StoreConfig,
     ) -> Result<Arc<Self>, UpstreamError> {
         let up = Arc::new(Upstream::new(config)?);

@@ -68,7 +68,7 @@ pub async fn front_serving(
     use listwatch_gateway::{Gateway, GatewayConfig, Identity};
     let url = format!("http://{upstream}");
     let source = listwatch_upstream::UpstreamSource::start(
-        &GatewayConfig::new(url.clone(), Identity::Forward),
+        &listwatch_kubeclient::ClientConfig::new(url.clone()),
         &Default::default(),
     )
     .await

@@ -13,6 +13,7 @@ use http_body_util::Empty;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch_gateway::{Gateway, GatewayConfig, Identity};
+use listwatch_kubeclient::ClientConfig;
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use listwatch_sources::{EmbeddedSource, Registry, Source, demo};
 use listwatch_testkit::{listen_local, next_line, send, try_stream_lines};
@@ -38,7 +39,7 @@ async fn upstream() -> SocketAddr {
 /// `upstream`.
 async fn front(follow: SocketAddr, upstream: SocketAddr) -> (SocketAddr, Arc<UpstreamSource>) {
     let source = UpstreamSource::start(
-        &GatewayConfig::new(format!("http://{follow}"), Identity::Forward),
+        &ClientConfig::new(format!("http://{follow}")),
         &Default::default(),
     )
     .await

@@ -1,4 +1,4 @@
-//! HTTP/1.1 connections to the upstream that the request using them drives itself.
+//! HTTP/1.1 connections to the server that the request using them drives itself.
 //!
 //! hyper's pooled client runs each connection as its own task, so one passed-through
 //! request wakes three tasks, often on the other worker thread (10,000 small creates
@@ -17,19 +17,19 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, Uri, header};
 use http_body::{Body, Frame};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::client::conn::{TrySendError, http1};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
-use listwatch_server::RequestBody;
 use tower_service::Service;
+
+use crate::RequestBody;
 
 type Io = hyper_rustls::MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
 
-/// Why a request did not get the upstream's response head.
+/// Why a request did not get the server's response head.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum SendError {
+pub enum SendError {
     /// No connection could be made (TCP or TLS).
     #[error("cannot connect: {0}")]
     Connect(String),
@@ -38,10 +38,10 @@ pub(crate) enum SendError {
     Request(#[from] hyper::Error),
 }
 
-/// Idle connections to one upstream, at most `max_idle`, each dropped after `idle_for`.
+/// Idle connections to one server, at most `max_idle`, each dropped after `idle_for`.
 pub(crate) struct InlinePool {
     connector: hyper_rustls::HttpsConnector<HttpConnector>,
-    /// The upstream (scheme and authority are what is dialled).
+    /// The server (scheme and authority are what is dialled).
     base: Uri,
     /// `Host` for every request: the base's authority, without the scheme's default port
     /// (as Go and hyper's pooled client send it).
@@ -52,7 +52,7 @@ pub(crate) struct InlinePool {
 }
 
 /// One connection, checked out for one request at a time.
-pub(crate) struct Lease {
+struct Lease {
     sender: http1::SendRequest<RequestBody>,
     conn: http1::Connection<Io, RequestBody>,
     /// The connection future has completed (closed or failed): never poll it again.
@@ -114,7 +114,7 @@ impl InlinePool {
     pub(crate) async fn send(
         self: &Arc<Self>,
         mut req: Request<RequestBody>,
-    ) -> Result<Response<InlineBody>, SendError> {
+    ) -> Result<Response<ResponseBody>, SendError> {
         req.headers_mut().insert(header::HOST, self.host.clone());
         if let Some(lease) = self.checkout() {
             let replay = replayable(&req);
@@ -139,7 +139,7 @@ impl InlinePool {
         self: &Arc<Self>,
         mut lease: Lease,
         req: Request<RequestBody>,
-    ) -> Result<Response<InlineBody>, TrySendError<Request<RequestBody>>> {
+    ) -> Result<Response<ResponseBody>, TrySendError<Request<RequestBody>>> {
         let mut head = std::pin::pin!(lease.sender.try_send_request(req));
         let resp = std::future::poll_fn(|cx| {
             lease.drive(cx);
@@ -149,7 +149,7 @@ impl InlinePool {
         let (parts, body) = resp.into_parts();
         Ok(Response::from_parts(
             parts,
-            InlineBody {
+            ResponseBody {
                 body,
                 ended: false,
                 lease: Mutex::new(Some(lease)),
@@ -169,14 +169,34 @@ impl InlinePool {
         None
     }
 
-    async fn connect(&self) -> Result<Lease, SendError> {
-        let io = self
-            .connector
+    /// Sends `req` (a protocol upgrade: exec, attach, port-forward) on a new connection of
+    /// its own, run by a task of its own, which leaves the pool: after a `101` it is the
+    /// upgraded stream `hyper::upgrade::on` gives.
+    pub(crate) async fn send_upgrade(
+        &self,
+        mut req: Request<RequestBody>,
+    ) -> Result<Response<Incoming>, SendError> {
+        req.headers_mut().insert(header::HOST, self.host.clone());
+        let (mut sender, conn) = http1::handshake(self.dial().await?).await?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "upgrade connection ended");
+            }
+        });
+        Ok(sender.send_request(req).await?)
+    }
+
+    /// A new TCP (and TLS) connection to the server.
+    async fn dial(&self) -> Result<Io, SendError> {
+        self.connector
             .clone()
             .call(self.base.clone())
             .await
-            .map_err(|e| SendError::Connect(e.to_string()))?;
-        let (sender, conn) = http1::handshake(io).await?;
+            .map_err(|e| SendError::Connect(e.to_string()))
+    }
+
+    async fn connect(&self) -> Result<Lease, SendError> {
+        let (sender, conn) = http1::handshake(self.dial().await?).await?;
         Ok(Lease {
             sender,
             conn,
@@ -202,10 +222,7 @@ fn replayable(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
     if !idempotent || !req.body().is_end_stream() {
         return None;
     }
-    let empty = http_body_util::Empty::<Bytes>::new()
-        .map_err(|never| match never {})
-        .boxed_unsync();
-    let mut copy = Request::new(empty);
+    let mut copy = Request::new(crate::box_body(http_body_util::Empty::<Bytes>::new()));
     *copy.method_mut() = req.method().clone();
     *copy.uri_mut() = req.uri().clone();
     *copy.version_mut() = req.version();
@@ -213,8 +230,9 @@ fn replayable(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
     Some(copy)
 }
 
-/// The upstream's response body, driving its connection; back to the pool once read.
-pub(crate) struct InlineBody {
+/// A pooled response's body, driving its connection; the connection goes back to the pool
+/// once the body is read to the end.
+pub struct ResponseBody {
     body: Incoming,
     /// The body has ended (a chunked one says so only by its last poll).
     ended: bool,
@@ -223,7 +241,7 @@ pub(crate) struct InlineBody {
     pool: Arc<InlinePool>,
 }
 
-impl Body for InlineBody {
+impl Body for ResponseBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
@@ -251,7 +269,7 @@ impl Body for InlineBody {
     }
 }
 
-impl Drop for InlineBody {
+impl Drop for ResponseBody {
     fn drop(&mut self) {
         // Read to the end: the connection can take another request. Otherwise the rest of
         // this response is still on it, and it closes.

@@ -1,13 +1,18 @@
-//! The few kubeconfig fields the gateway needs: the current context's server, the CA its
+//! The few kubeconfig fields listwatch needs: the current context's server, the CA its
 //! serving certificate is verified against, and listwatch's own credential (client
-//! certificate or bearer token), inline (`*-data`) or as files (relative to the kubeconfig).
+//! certificate or bearer token), inline (`*-data`) or as files (relative to the kubeconfig);
+//! and the in-cluster configuration a pod is given (`KUBERNETES_SERVICE_HOST`/`_PORT`, the
+//! mounted token and CA), as client-go's `rest.InClusterConfig` finds it.
 
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use serde::Deserialize;
 
-use crate::GatewayError;
+use crate::Error;
+
+/// Where a pod's service-account credentials are mounted.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// What a kubeconfig says about reaching one cluster as one user.
 #[derive(Clone, Debug, Default)]
@@ -74,8 +79,8 @@ struct UserEntry {
 
 impl Kubeconfig {
     /// Reads `path`'s current context (the first context when none is current).
-    pub fn from_file(path: &Path) -> Result<Kubeconfig, GatewayError> {
-        let bad = |why: String| GatewayError::Config(format!("{}: {why}", path.display()));
+    pub fn from_file(path: &Path) -> Result<Kubeconfig, Error> {
+        let bad = |why: String| Error::Config(format!("{}: {why}", path.display()));
         let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
         let file: File = serde_yaml::from_slice(&text).map_err(|e| bad(e.to_string()))?;
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -147,5 +152,42 @@ impl Kubeconfig {
             client_cert,
             token,
         })
+    }
+
+    /// The in-cluster apiserver as client-go's `rest.InClusterConfig` finds it: the URL from
+    /// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`, the CA and the token (kept
+    /// current as the kubelet rotates it) from `dir`. `None` outside a pod (no such
+    /// environment); an error names what is missing inside one.
+    pub fn in_cluster(dir: &Path) -> Result<Option<(String, Kubeconfig)>, Error> {
+        let (Ok(host), Ok(port)) = (
+            std::env::var("KUBERNETES_SERVICE_HOST"),
+            std::env::var("KUBERNETES_SERVICE_PORT"),
+        ) else {
+            return Ok(None);
+        };
+        if host.is_empty() || port.is_empty() {
+            return Ok(None);
+        }
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        let ca_file = dir.join("ca.crt");
+        let ca_pem = std::fs::read(&ca_file)
+            .map_err(|e| Error::Config(format!("in-cluster CA {}: {e}", ca_file.display())))?;
+        let token = crate::TokenSource::File(dir.join("token"));
+        // Read now, so a pod without its token is told so at start-up.
+        crate::Bearer::new(&token)?;
+        let url = format!("https://{host}:{port}");
+        Ok(Some((
+            url.clone(),
+            Kubeconfig {
+                server: Some(url),
+                ca_pem: Some(ca_pem),
+                client_cert: None,
+                token: Some(token),
+            },
+        )))
     }
 }

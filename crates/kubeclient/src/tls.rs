@@ -1,0 +1,227 @@
+//! TLS material read from files and read again when they change — the client certificate
+//! presented to an apiserver here, the serving certificate and client CA bundles in
+//! listwatch-auth — and the rustls client configuration a [`crate::ClientConfig`] makes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+
+use crate::Error;
+
+/// How often certificate and CA files are looked at (a `stat` each, on a handshake).
+pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
+
+/// A value read from files and read again when one of them changes: looked at (a `stat`
+/// each) at most every [`RELOAD_CHECK`], when the value is asked for. Files that no longer
+/// read keep the previous value (a warning is logged), as a half-written renewal must not
+/// take a server or a client down.
+#[derive(Debug)]
+pub struct Reloading<T, E> {
+    files: Vec<PathBuf>,
+    load: fn(&[&Path]) -> Result<T, E>,
+    current: parking_lot::Mutex<Loaded<T>>,
+}
+
+#[derive(Debug)]
+struct Loaded<T> {
+    value: T,
+    /// The files' modification times when read.
+    stamp: Vec<Option<SystemTime>>,
+    checked: Instant,
+}
+
+impl<T: Clone, E: std::fmt::Display> Reloading<T, E> {
+    /// Reads `files` with `load` now: its error (which names the file) if that fails.
+    pub fn new(files: &[&Path], load: fn(&[&Path]) -> Result<T, E>) -> Result<Self, E> {
+        Ok(Reloading {
+            current: parking_lot::Mutex::new(Loaded {
+                stamp: stamps(files),
+                value: load(files)?,
+                checked: Instant::now(),
+            }),
+            files: files.iter().map(|f| f.to_path_buf()).collect(),
+            load,
+        })
+    }
+
+    /// The current value, read again first when the files changed.
+    pub fn current(&self) -> T {
+        let mut c = self.current.lock();
+        if c.checked.elapsed() >= RELOAD_CHECK {
+            c.checked = Instant::now();
+            let files: Vec<&Path> = self.files.iter().map(|f| f.as_path()).collect();
+            let stamp = stamps(&files);
+            if stamp != c.stamp {
+                match (self.load)(&files) {
+                    Ok(v) => {
+                        c.value = v;
+                        c.stamp = stamp;
+                        tracing::info!(files = ?self.files, "reloaded");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "not reloaded; keeping the previous one")
+                    }
+                }
+            }
+        }
+        c.value.clone()
+    }
+}
+
+fn stamps(files: &[&Path]) -> Vec<Option<SystemTime>> {
+    files
+        .iter()
+        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .collect()
+}
+
+/// A certificate and its key, read again from their files when they change (cert-manager
+/// and kubeadm renew them in place): each new handshake gets the current one, connections
+/// already open keep theirs. Serves as a server's certificate and as the client certificate
+/// presented to an apiserver.
+#[derive(Debug)]
+pub struct CertFiles(Reloading<Arc<rustls::sign::CertifiedKey>, Error>);
+
+impl CertFiles {
+    /// Reads `cert` (PEM chain) and `key` (PEM private key) now: an error names the file.
+    pub fn new(cert: &Path, key: &Path) -> Result<Self, Error> {
+        Reloading::new(&[cert, key], |f| certified_key(f[0], f[1]).map(Arc::new)).map(CertFiles)
+    }
+
+    /// The current certificate.
+    pub fn current(&self) -> Arc<rustls::sign::CertifiedKey> {
+        self.0.current()
+    }
+}
+
+impl rustls::server::ResolvesServerCert for CertFiles {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+impl rustls::client::ResolvesClientCert for CertFiles {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.current())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// Reads a file; the error names it.
+fn read(path: &Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|e| invalid(path, e))
+}
+
+/// An [`Error::File`] for `path`.
+fn invalid(path: &Path, why: impl std::fmt::Display) -> Error {
+    Error::File {
+        path: path.display().to_string(),
+        why: why.to_string(),
+    }
+}
+
+/// The certificate chain and key of two PEM files, checked to belong together.
+fn certified_key(cert: &Path, key: &Path) -> Result<rustls::sign::CertifiedKey, Error> {
+    let chain = chain_of(&read(cert)?).map_err(|e| invalid(cert, e))?;
+    let key_der = key_of(&read(key)?).map_err(|e| invalid(key, e))?;
+    rustls::sign::CertifiedKey::from_der(chain, key_der, &rustls::crypto::ring::default_provider())
+        .map_err(|e| invalid(key, e))
+}
+
+/// The certificates of a PEM chain (at least one).
+fn chain_of(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    if chain.is_empty() {
+        return Err("no certificate in the file".into());
+    }
+    Ok(chain)
+}
+
+/// The private key of a PEM file.
+fn key_of(pem: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| e.to_string())
+}
+
+/// The certificates of a PEM bundle as trust roots.
+pub fn roots_of(pem: &[u8]) -> Result<rustls::RootCertStore, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(pem) {
+        roots
+            .add(c.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(roots)
+}
+
+/// A client certificate and its key.
+#[derive(Clone)]
+pub enum ClientCert {
+    /// PEM given inline (a kubeconfig's `*-data`): fixed for the process.
+    Pem {
+        /// The certificate chain.
+        cert: Vec<u8>,
+        /// The private key.
+        key: Vec<u8>,
+    },
+    /// PEM files, read again when they change (cert-manager and kubeadm renew them in
+    /// place): new connections present the current certificate, open ones keep theirs.
+    Files {
+        /// The certificate chain's file.
+        cert: PathBuf,
+        /// The private key's file.
+        key: PathBuf,
+    },
+}
+
+impl std::fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        match self {
+            ClientCert::Pem { .. } => f.write_str("ClientCert::Pem"),
+            ClientCert::Files { cert, .. } => write!(f, "ClientCert::Files({})", cert.display()),
+        }
+    }
+}
+
+/// The rustls client configuration: the CA bundle (PEM) to verify the server against, the
+/// client certificate to present. ALPN is hyper-rustls's: HTTP/1.1 only, as protocol
+/// upgrades (exec, attach, port-forward) need it.
+pub(crate) fn client_config(
+    ca_pem: Option<&[u8]>,
+    client_cert: Option<&ClientCert>,
+) -> Result<rustls::ClientConfig, Error> {
+    let roots = match ca_pem {
+        Some(ca) => roots_of(ca).map_err(|e| Error::Config(format!("CA bundle: {e}")))?,
+        None => rustls::RootCertStore::empty(),
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    Ok(match client_cert {
+        Some(ClientCert::Pem { cert, key }) => {
+            let chain =
+                chain_of(cert).map_err(|e| Error::Config(format!("client certificate: {e}")))?;
+            let key = key_of(key).map_err(|e| Error::Config(format!("client key: {e}")))?;
+            builder.with_client_auth_cert(chain, key)?
+        }
+        Some(ClientCert::Files { cert, key }) => {
+            builder.with_client_cert_resolver(Arc::new(CertFiles::new(cert, key)?))
+        }
+        None => builder.with_no_client_auth(),
+    })
+}
