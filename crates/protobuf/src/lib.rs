@@ -4,6 +4,7 @@
 
 pub mod encode;
 pub mod schema;
+mod table;
 pub mod to_json;
 pub mod wire;
 

@@ -4,7 +4,6 @@
 //! loaded once.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
 
 use serde::Deserialize;
 
@@ -173,7 +172,7 @@ pub fn name_hash(head: u64, tail: u64, len: usize) -> u64 {
 pub struct Schema {
     /// Which crate versions the table was generated from.
     pub source: String,
-    messages: Vec<Message>,
+    pub(crate) messages: Vec<Message>,
     kinds: HashMap<(String, String), MessageId>,
     type_meta: Vec<Option<(String, String)>>,
 }
@@ -236,23 +235,10 @@ struct RawField {
     message: Option<u32>,
 }
 
-/// The table generated for the Kubernetes minor listwatch follows.
-const KUBE_SCHEMA: &str = include_str!("../schema/kube.json");
-
 impl Schema {
-    /// The built-in schema (parsed on first use).
-    pub fn kubernetes() -> &'static Schema {
-        static SCHEMA: OnceLock<Schema> = OnceLock::new();
-        SCHEMA.get_or_init(|| {
-            // The table is generated and checked in; a parse failure is a build defect
-            // caught by every test, not something a client can cause.
-            #[allow(clippy::expect_used)]
-            Schema::parse(KUBE_SCHEMA).expect("generated schema table parses")
-        })
-    }
-
-    /// Parses a schema table in the generator's JSON form.
-    pub fn parse(text: &str) -> Result<Schema, String> {
+    /// Parses a schema table in the generator's JSON form, every field's
+    /// [`Field::zero`] still empty: `table.rs` finishes it with the encoder's bytes.
+    pub(crate) fn parse_unfinished(text: &str) -> Result<Schema, String> {
         let raw: RawSchema = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let count = raw.messages.len();
         let mut messages = Vec::with_capacity(count);
@@ -362,44 +348,13 @@ impl Schema {
             }
             kinds.insert((k.api_version, k.kind.to_ascii_lowercase()), k.message);
         }
-        let mut schema = Schema {
+        let schema = Schema {
             source: raw.source,
             messages,
             kinds,
             type_meta,
         };
-        schema.fill_zeros()?;
         Ok(schema)
-    }
-
-    /// Computes every field's [`Field::zero`] bytes with the encoder's own rules.
-    fn fill_zeros(&mut self) -> Result<(), String> {
-        let zeros = {
-            let mut enc = crate::ProtoEncoder::new(self);
-            let mut all = Vec::with_capacity(self.messages.len());
-            for m in &self.messages {
-                let mut per_field = Vec::with_capacity(m.fields.len());
-                for f in &m.fields {
-                    let mut out = Vec::new();
-                    if !f.inline {
-                        enc.zero(f, &mut out, 0)
-                            .map_err(|e| format!("{}.{}: {e}", m.name, f.json))?;
-                    }
-                    per_field.push(out);
-                }
-                all.push(per_field);
-            }
-            all
-        };
-        for (m, per_field) in self.messages.iter_mut().zip(zeros) {
-            for (i, (f, zero)) in m.fields.iter_mut().zip(per_field).enumerate() {
-                if !zero.is_empty() {
-                    m.zero_mask |= 1 << i;
-                }
-                f.zero = zero.into();
-            }
-        }
-        Ok(())
     }
 
     /// The message with index `id`.

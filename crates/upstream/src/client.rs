@@ -16,8 +16,6 @@ use crate::UpstreamError;
 pub(crate) struct Upstream {
     client: Client,
     timeout: Duration,
-    /// How often each followed resource's stream was resumed or relisted.
-    pub(crate) counts: crate::follower::FollowerCounts,
 }
 
 /// One page of a LIST: the collection's RV, the continue token, the items as JSON.
@@ -45,7 +43,6 @@ impl Upstream {
         Ok(Upstream {
             client: Client::new(config).map_err(|e| UpstreamError::Config(e.to_string()))?,
             timeout: config.response_timeout,
-            counts: Default::default(),
         })
     }
 
@@ -84,7 +81,7 @@ impl Upstream {
 
     /// `GET path_and_query` asking for `accept`: the `Content-Type` and the whole body; a
     /// non-2xx answer is [`UpstreamError::Status`].
-    async fn get_body_as(
+    pub(crate) async fn get_body_as(
         &self,
         path_and_query: &str,
         accept: &str,
@@ -148,39 +145,6 @@ impl Upstream {
             cont = p.metadata.continue_;
         }
         Ok((rv.unwrap_or(0), items))
-    }
-}
-
-impl Upstream {
-    /// The whole collection at `path` as metadata only (`PartialObjectMetadataList`, by pages
-    /// of `page`, at the first page's RV): the RV, every object's namespace, name and RV,
-    /// and the bytes the upstream sent.
-    pub(crate) async fn list_metadata_all(
-        &self,
-        path: &str,
-        page: usize,
-    ) -> Result<(u64, Vec<crate::metadata::ItemMeta>, usize), UpstreamError> {
-        let mut items = Vec::new();
-        let (mut cont, mut rv, mut bytes) = (String::new(), None, 0);
-        loop {
-            let mut q = format!("{path}?limit={page}");
-            if !cont.is_empty() {
-                q.push_str("&continue=");
-                q.push_str(&encode(&cont));
-            }
-            let (content_type, body) = self.get_body_as(&q, crate::metadata::ACCEPT).await?;
-            bytes += body.len();
-            let p = crate::metadata::parse(&content_type, &body)?;
-            if rv.is_none() {
-                rv = Some(parse_rv(&p.resource_version)?);
-            }
-            items.extend(p.items);
-            if p.continue_.is_empty() {
-                break;
-            }
-            cont = p.continue_;
-        }
-        Ok((rv.unwrap_or(0), items, bytes))
     }
 }
 

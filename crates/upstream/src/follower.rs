@@ -129,9 +129,15 @@ pub(crate) fn install<'a>(
     Ok(())
 }
 
-/// Follows `store`'s resource on `up` forever; `synced` is told after the first sync.
-pub(crate) async fn run(store: Arc<Store>, up: Arc<Upstream>, synced: Synced) {
-    let follower = Follower::new(store, up.counts.clone());
+/// Follows `store`'s resource on `up` forever, counted in `counts`; `synced` is told after
+/// the first sync.
+pub(crate) async fn run(
+    store: Arc<Store>,
+    up: Arc<Upstream>,
+    counts: FollowerCounts,
+    synced: Synced,
+) {
+    let follower = Follower::new(store, counts);
     let backend = ApiserverBackend { up, open: None };
     follower.run(backend, synced).await;
 }

@@ -106,6 +106,8 @@ pub struct UpstreamSource {
     /// The loop that follows the upstream's discovery.
     rediscovery: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
     stats: ConsistentStats,
+    /// How often each followed resource's stream was resumed or relisted.
+    counts: follower::FollowerCounts,
 }
 
 fn key_of(info: &listwatch_core::ResourceInfo) -> Key {
@@ -127,10 +129,14 @@ impl UpstreamSource {
         let found = discovery::discover(&up).await?;
         let registry = Registry::new(found.resources, 1, stores);
         let mut followers = HashMap::new();
+        let counts = follower::FollowerCounts::default();
         for store in registry.stores() {
             store.set_ready(false);
             let key = key_of(store.info());
-            followers.insert(key, tokio::spawn(follower::run(store, up.clone(), None)));
+            followers.insert(
+                key,
+                tokio::spawn(follower::run(store, up.clone(), counts.clone(), None)),
+            );
         }
         let source = Arc::new(UpstreamSource {
             registry,
@@ -140,6 +146,7 @@ impl UpstreamSource {
             followers: parking_lot::Mutex::new(followers),
             rediscovery: parking_lot::Mutex::default(),
             stats: ConsistentStats::default(),
+            counts,
         });
         let watcher = tokio::spawn(Self::rediscover_loop(Arc::downgrade(&source)));
         *source.rediscovery.lock() = Some(watcher);
@@ -234,7 +241,12 @@ impl UpstreamSource {
             store.set_ready(false);
             let (synced, first_sync) = tokio::sync::oneshot::channel();
             let registry = self.registry.clone();
-            let follow = follower::run(store.clone(), self.up.clone(), Some(synced));
+            let follow = follower::run(
+                store.clone(),
+                self.up.clone(),
+                self.counts.clone(),
+                Some(synced),
+            );
             info!(group = %key.0, version = %key.1, resource = %key.2, "new upstream resource; following it");
             let task = tokio::spawn(async move {
                 tokio::pin!(follow);
@@ -331,7 +343,7 @@ impl UpstreamSource {
             }
             let snap = store.current();
             self.stats.proof_lists.fetch_add(1, Ordering::Relaxed);
-            let (at, items, bytes) = self.up.list_metadata_all(path, follower::PAGE).await?;
+            let (at, items, bytes) = metadata::list_all(&self.up, path, follower::PAGE).await?;
             self.stats
                 .proof_bytes
                 .fetch_add(bytes as u64, Ordering::Relaxed);
@@ -425,7 +437,7 @@ impl Source for UpstreamSource {
         ] {
             r.register(name, help, ConstCounter::new(count.load(Ordering::Relaxed)));
         }
-        self.up.counts.register(&mut r);
+        self.counts.register(&mut r);
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode_registry(&mut text, &r);

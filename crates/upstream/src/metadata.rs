@@ -6,6 +6,7 @@
 use listwatch_protobuf::wire::{FieldReader, Value, slice};
 
 use crate::UpstreamError;
+use crate::client::{Upstream, encode, parse_rv};
 
 /// The `Accept` of a metadata LIST: protobuf first (the smallest), JSON when the upstream
 /// cannot encode it so.
@@ -29,6 +30,36 @@ pub(crate) struct MetaPage {
 
 /// kube-apiserver's protobuf envelope: this magic, then a `runtime.Unknown` message.
 const MAGIC: &[u8] = b"k8s\0";
+/// The whole collection at `path` as metadata only (`PartialObjectMetadataList`, by pages of
+/// `page`, at the first page's RV): the RV, every object's namespace, name and RV, and the
+/// bytes the upstream sent.
+pub(crate) async fn list_all(
+    up: &Upstream,
+    path: &str,
+    page: usize,
+) -> Result<(u64, Vec<ItemMeta>, usize), UpstreamError> {
+    let mut items = Vec::new();
+    let (mut cont, mut rv, mut bytes) = (String::new(), None, 0);
+    loop {
+        let mut q = format!("{path}?limit={page}");
+        if !cont.is_empty() {
+            q.push_str("&continue=");
+            q.push_str(&encode(&cont));
+        }
+        let (content_type, body) = up.get_body_as(&q, ACCEPT).await?;
+        bytes += body.len();
+        let p = parse(&content_type, &body)?;
+        if rv.is_none() {
+            rv = Some(parse_rv(&p.resource_version)?);
+        }
+        items.extend(p.items);
+        if p.continue_.is_empty() {
+            break;
+        }
+        cont = p.continue_;
+    }
+    Ok((rv.unwrap_or(0), items, bytes))
+}
 
 /// The page in `body`, encoded as `content_type` says.
 pub(crate) fn parse(content_type: &str, body: &[u8]) -> Result<MetaPage, UpstreamError> {
