@@ -2,8 +2,10 @@
 // LIST, GET, WATCH and watch-list of the resources it knows, innermost in kube-apiserver's
 // handler chain (listwatch.patch puts it there). It takes kube-apiserver's flags unchanged
 // and builds listwatch's etcd source from them: --etcd-servers, --etcd-cafile,
-// --etcd-certfile, --etcd-keyfile, --encryption-provider-config. One flag is added:
-// --listwatch=false runs it as the unmodified kube-apiserver.
+// --etcd-certfile, --etcd-keyfile, --encryption-provider-config. Its own flags:
+// --listwatch=false runs it as the unmodified kube-apiserver; --listwatch-* set listwatch's
+// server tunables; kube-apiserver's watch cache is off for the resources listwatch serves
+// unless --watch-cache-sizes or --listwatch-keep-watch-cache is given.
 //
 // build.sh copies this file into a copy of the extracted kube-apiserver tree, beside the
 // build-info file of ../shared/k8s/build.sh's plain main, and builds it there.
@@ -13,6 +15,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 	_ "time/tzdata" // for CronJob time zones, as kube-apiserver's own main
 
@@ -34,10 +37,13 @@ func main() {
 	command := app.NewAPIServerCommand()
 	enabled := command.Flags().Bool("listwatch", true,
 		"Serve LIST, GET, WATCH and watch-list of listwatch's resources with listwatch, which follows the etcd of --etcd-servers itself. false: the unmodified kube-apiserver.")
+	tunables := addServerFlags(command.Flags())
+	keepCache := command.Flags().Bool("listwatch-keep-watch-cache", false,
+		"Keep kube-apiserver's watch cache for the resources listwatch serves. By default it is off for them (--watch-cache-sizes=<resource>#0 each, unless --watch-cache-sizes is given): listwatch holds them already, and what falls through to kube-apiserver reads etcd.")
 	run := command.RunE
 	command.RunE = func(cmd *cobra.Command, args []string) error {
 		if *enabled && !cmd.Flags().Changed("version") {
-			lw, err := start(cmd.Flags())
+			lw, err := start(cmd.Flags(), tunables, *keepCache)
 			if err != nil {
 				return err
 			}
@@ -53,7 +59,7 @@ func main() {
 // start builds listwatch from kube-apiserver's own flags and hooks it into the handler
 // chain; nil (kube-apiserver alone, with a warning) when the flags name a storage layout
 // listwatch does not read.
-func start(fs *pflag.FlagSet) (*listwatch.ListWatch, error) {
+func start(fs *pflag.FlagSet, tunables *serverFlags, keepCache bool) (*listwatch.ListWatch, error) {
 	str := func(name string) string {
 		v, _ := fs.GetString(name)
 		return v
@@ -92,6 +98,7 @@ func start(fs *pflag.FlagSet) (*listwatch.ListWatch, error) {
 		// APF holds a seat for a watch until it is initialized, as for its own watches.
 		Initialized: func(r *http.Request) { utilflowcontrol.WatchInitialized(r.Context()) },
 		DrainGrace:  grace,
+		Server:      tunables.config(fs),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listwatch: %w", err)
@@ -105,6 +112,116 @@ func start(fs *pflag.FlagSet) (*listwatch.ListWatch, error) {
 		return err
 	}
 	registerMetrics(lw)
+	if !keepCache && !fs.Changed("watch-cache-sizes") {
+		// Set before kube-apiserver's RunE builds its storage from the parsed options.
+		if err := fs.Set("watch-cache-sizes", strings.Join(watchCacheOff(), ",")); err != nil {
+			return nil, fmt.Errorf("listwatch: --watch-cache-sizes: %w", err)
+		}
+		klog.Infof("listwatch: kube-apiserver's watch cache is off for the %d resources listwatch serves", len(servedResources))
+	}
 	klog.Infof("listwatch: serving reads, following etcd %v", servers)
 	return lw, nil
+}
+
+// serverFlags are listwatch's serving tunables as --listwatch-* flags. Their defaults are
+// chosen for a listwatch that sits behind kube-apiserver's own admission: priority and
+// fairness (or --max-requests-inflight) has admitted every request that reaches listwatch,
+// and its flows already share the server between users. listwatch's own per-user caps
+// (100 LISTs, 10,000 watches a user, made for the standalone server) would refuse with 429
+// what kube-apiserver accepted — 5,000 nodes' watch-lists of one user, say — so they are
+// off unless set; its LIST cap follows kube-apiserver's in-flight limits.
+type serverFlags struct {
+	maxLists, maxListsPerUser, maxWatchesPerUser, bufferBudget, chunkBytes int
+	bookmarkInterval                                                       time.Duration
+}
+
+func addServerFlags(fs *pflag.FlagSet) *serverFlags {
+	s := &serverFlags{}
+	fs.IntVar(&s.maxLists, "listwatch-max-lists", 0,
+		"LISTs and watch-lists listwatch streams at once; beyond it 429. 0: --max-requests-inflight + --max-mutating-requests-inflight (what priority and fairness admits at once); -1: no cap.")
+	fs.IntVar(&s.maxListsPerUser, "listwatch-max-lists-per-user", 0,
+		"LISTs and watch-lists one user may have streaming through listwatch at once; 0: no cap (priority and fairness shares the server between flows).")
+	fs.IntVar(&s.maxWatchesPerUser, "listwatch-max-watches-per-user", 0,
+		"Watches one user may hold open on listwatch; 0: no cap.")
+	fs.IntVar(&s.bufferBudget, "listwatch-response-buffer-bytes", 0,
+		"Bytes all streaming LISTs and watch-lists may buffer together, two chunks each; beyond it 429. 0: listwatch's default (256 MiB).")
+	// 16 KiB, not listwatch's 64: HTTP/2 and TLS send at most 16 KiB a frame or record
+	// anyway, a response in flight holds two chunks, and the buffer budget then admits
+	// 8,192 responses at once instead of 2,048 (a kubelet storm's watch-lists were refused
+	// with 429 beyond that).
+	fs.IntVar(&s.chunkBytes, "listwatch-chunk-bytes", 16<<10,
+		"Bytes of one response chunk at most (a response in flight holds two). 0: listwatch's default (64 KiB).")
+	fs.DurationVar(&s.bookmarkInterval, "listwatch-bookmark-interval", 0,
+		"Period of bookmarks on watches that asked for them. 0: listwatch's default (1m).")
+	return s
+}
+
+// config turns the flags into listwatch's ServerConfig; kube-apiserver's own flags give
+// the LIST cap's default.
+func (s *serverFlags) config(fs *pflag.FlagSet) listwatch.ServerConfig {
+	maxLists := s.maxLists
+	if maxLists == 0 {
+		reads, _ := fs.GetInt("max-requests-inflight")
+		writes, _ := fs.GetInt("max-mutating-requests-inflight")
+		maxLists = reads + writes
+		if reads <= 0 || writes <= 0 {
+			maxLists = -1 // kube-apiserver: a limit of 0 is no limit
+		}
+	}
+	noCap := func(v int) int { // the flags' 0 (per user) and -1 are listwatch's NoLimit
+		if v <= 0 {
+			return listwatch.NoLimit
+		}
+		return v
+	}
+	return listwatch.ServerConfig{
+		MaxLists:             noCap(maxLists),
+		MaxListsPerUser:      noCap(s.maxListsPerUser),
+		MaxWatchesPerUser:    noCap(s.maxWatchesPerUser),
+		ResponseBufferBudget: s.bufferBudget,
+		ChunkBytes:           s.chunkBytes,
+		BookmarkInterval:     s.bookmarkInterval,
+	}
+}
+
+// servedResources are the resources listwatch serves by default (its built-ins,
+// crates/core/src/resource.rs builtin_resources), as kube-apiserver's --watch-cache-sizes
+// names them: resource[.group].
+var servedResources = []string{
+	"configmaps", "endpoints", "events", "limitranges", "namespaces", "nodes",
+	"persistentvolumeclaims", "persistentvolumes", "pods", "podtemplates",
+	"replicationcontrollers", "resourcequotas", "secrets", "serviceaccounts", "services",
+	"mutatingadmissionpolicies.admissionregistration.k8s.io",
+	"mutatingadmissionpolicybindings.admissionregistration.k8s.io",
+	"mutatingwebhookconfigurations.admissionregistration.k8s.io",
+	"validatingadmissionpolicies.admissionregistration.k8s.io",
+	"validatingadmissionpolicybindings.admissionregistration.k8s.io",
+	"validatingwebhookconfigurations.admissionregistration.k8s.io",
+	"customresourcedefinitions.apiextensions.k8s.io", "apiservices.apiregistration.k8s.io",
+	"controllerrevisions.apps", "daemonsets.apps", "deployments.apps", "replicasets.apps",
+	"statefulsets.apps", "horizontalpodautoscalers.autoscaling", "cronjobs.batch", "jobs.batch",
+	"certificatesigningrequests.certificates.k8s.io", "leases.coordination.k8s.io",
+	"endpointslices.discovery.k8s.io", "flowschemas.flowcontrol.apiserver.k8s.io",
+	"prioritylevelconfigurations.flowcontrol.apiserver.k8s.io",
+	"ingressclasses.networking.k8s.io", "ingresses.networking.k8s.io",
+	"ipaddresses.networking.k8s.io", "networkpolicies.networking.k8s.io",
+	"servicecidrs.networking.k8s.io", "runtimeclasses.node.k8s.io",
+	"poddisruptionbudgets.policy", "clusterrolebindings.rbac.authorization.k8s.io",
+	"clusterroles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io",
+	"roles.rbac.authorization.k8s.io", "deviceclasses.resource.k8s.io",
+	"resourceclaims.resource.k8s.io", "resourceclaimtemplates.resource.k8s.io",
+	"resourceslices.resource.k8s.io", "priorityclasses.scheduling.k8s.io",
+	"csidrivers.storage.k8s.io", "csinodes.storage.k8s.io",
+	"csistoragecapacities.storage.k8s.io", "storageclasses.storage.k8s.io",
+	"volumeattachments.storage.k8s.io", "volumeattributesclasses.storage.k8s.io",
+}
+
+// watchCacheOff is --watch-cache-sizes turning kube-apiserver's watch cache off for every
+// resource listwatch serves.
+func watchCacheOff() []string {
+	out := make([]string, len(servedResources))
+	for i, r := range servedResources {
+		out[i] = r + "#0"
+	}
+	return out
 }

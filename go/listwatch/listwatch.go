@@ -91,12 +91,55 @@ type Config struct {
 	Discovery bool
 	// DrainGrace spreads the end of open watches on Close over this period.
 	DrainGrace time.Duration
+	// Server holds the serving tunables (admission caps, chunk size, bookmark period);
+	// its zero value keeps listwatch's defaults.
+	Server ServerConfig
 	// Initialized, when set, is called once per served request when what it had to send
 	// at its start has been written and flushed (a watch-list's initial events, a watch's
 	// headers) or the response ended. In kube-apiserver: signal priority-and-fairness
 	// that the watch is initialized (flowcontrol.WatchInitialized(r.Context())), so it
 	// stops holding a seat for it.
 	Initialized func(*http.Request)
+}
+
+// NoLimit, as a cap of ServerConfig, lifts that cap.
+const NoLimit = -1
+
+// ServerConfig holds listwatch's serving tunables. A zero field keeps listwatch's default
+// (in brackets); NoLimit lifts a cap.
+type ServerConfig struct {
+	MaxLists             int           // LISTs and watch-lists streaming at once [400]
+	MaxWatches           int           // watches open at once [100,000]
+	MaxListsPerUser      int           // LISTs and watch-lists streaming per user [100]
+	MaxWatchesPerUser    int           // watches open per user [10,000]
+	ResponseBufferBudget int           // bytes all streaming LISTs may buffer, two chunks each [256 MiB]
+	ChunkBytes           int           // bytes of one response chunk at most [64 KiB]
+	BookmarkInterval     time.Duration // period of bookmarks on watches that asked for them [60 s]
+}
+
+// wire is the JSON of the library's "server" section: absent keeps the default, 0 is no cap.
+func (s ServerConfig) wire() map[string]any {
+	m := map[string]any{}
+	limit := func(name string, v int) {
+		switch {
+		case v < 0:
+			m[name] = 0
+		case v > 0:
+			m[name] = v
+		}
+	}
+	limit("maxLists", s.MaxLists)
+	limit("maxWatches", s.MaxWatches)
+	limit("maxListsPerUser", s.MaxListsPerUser)
+	limit("maxWatchesPerUser", s.MaxWatchesPerUser)
+	limit("responseBufferBudgetBytes", s.ResponseBufferBudget)
+	if s.ChunkBytes > 0 {
+		m["chunkBytes"] = s.ChunkBytes
+	}
+	if s.BookmarkInterval > 0 {
+		m["bookmarkIntervalMs"] = s.BookmarkInterval.Milliseconds()
+	}
+	return m
 }
 
 // ListWatch is a running instance. Its Feed takes the host's committed changes.
@@ -167,12 +210,13 @@ type wireConfig struct {
 	StartRV   uint64          `json:"startRv,omitempty"`
 	Resources json.RawMessage `json:"resources,omitempty"`
 	Source    map[string]any  `json:"source"`
+	Server    map[string]any  `json:"server,omitempty"`
 }
 
 // New starts an instance: its runtime, its caches, and (with Etcd) its etcd followers.
 func New(cfg Config) (*ListWatch, error) {
 	wc := wireConfig{Workers: cfg.Workers, StartRV: cfg.StartRV, Resources: cfg.Resources,
-		Source: map[string]any{"hostFed": map[string]any{}}}
+		Source: map[string]any{"hostFed": map[string]any{}}, Server: cfg.Server.wire()}
 	if e := cfg.Etcd; e != nil {
 		opt := func(s string) *string {
 			if s == "" {

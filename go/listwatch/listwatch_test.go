@@ -515,6 +515,60 @@ func TestBadConfig(t *testing.T) {
 	}
 }
 
+// The server tunables reach the instance: a per-user watch cap of 2 refuses the user's
+// third watch with 429 (listwatch's default is 10,000) while another user still gets one,
+// and a bookmark period of 200 ms sends a watch that asked for bookmarks one within
+// seconds of the store moving (the default period is a minute).
+func TestServerConfigReachesTheServer(t *testing.T) {
+	h := newHost(t, Config{StartRV: 1, Server: ServerConfig{MaxWatchesPerUser: 2, BookmarkInterval: 200 * time.Millisecond}})
+	open := func(user, query string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, h.srv.URL+"/api/v1/namespaces/w/configmaps?watch=1&resourceVersion=1"+query, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Remote-User", user)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("watch as %s: %v", user, err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	first := open("u", "&allowWatchBookmarks=true")
+	second := open("u", "")
+	if first.StatusCode != http.StatusOK || second.StatusCode != http.StatusOK {
+		t.Fatalf("first two watches: %d %d", first.StatusCode, second.StatusCode)
+	}
+	if third := open("u", ""); third.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("third watch of one user: %d, want 429 (MaxWatchesPerUser 2)", third.StatusCode)
+	}
+	if other := open("v", ""); other.StatusCode != http.StatusOK {
+		t.Errorf("another user's watch: %d", other.StatusCode)
+	}
+	// kube-apiserver sends a periodic bookmark only once the store has moved past the RV the
+	// watch started from: a change in another namespace moves it, and is no event here.
+	if err := h.lw.Feed.Put(ConfigMaps, 2, cm("elsewhere", "moved", "1")); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		var ev watchEvent
+		if err := json.NewDecoder(first.Body).Decode(&ev); err == nil {
+			got <- ev.Type
+		}
+		close(got)
+	}()
+	select {
+	case typ := <-got:
+		if typ != "BOOKMARK" {
+			t.Errorf("first event of the watch: %q, want BOOKMARK", typ)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("no bookmark within 20 s with BookmarkInterval 200 ms")
+	}
+}
+
 // etcdPut writes key=value through etcd's JSON gateway (standard library only).
 func etcdPut(t *testing.T, etcd, key, value string) {
 	t.Helper()

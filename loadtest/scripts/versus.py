@@ -420,10 +420,12 @@ NOTES = [
     "and churn rows in particular run on servers that earlier LIST storms had grown.",
     "Every client is the admin (system:masters): kube-apiserver's API Priority and Fairness "
     "exempts that group, and listwatch ran with its per-user cap lifted "
-    "(`--max-lists-per-user 0`). The fork's listwatch keeps its defaults (100 LISTs and "
-    "watch-lists in flight per user; no kube-apiserver flag sets them), so 5,000 nodes of one "
-    "user were answered 429 and retried after `Retry-After`, as client-go does: "
-    "`retries after 429` in the storm row. Real kubelets are 5,000 users.",
+    "(`--max-lists-per-user 0`). The fork's listwatch has no per-user caps by default (its "
+    "`--listwatch-max-lists-per-user` and `--listwatch-max-watches-per-user`: APF in front of "
+    "it shares the server by flow) and its LIST cap is kube-apiserver's in-flight limits; "
+    "a fork column measured before that change (see the runs above) had 100 LISTs per user, "
+    "and its 5,000 nodes of one user were answered 429 and retried after `Retry-After`, as "
+    "client-go does: `retries after 429` in the storm row. Real kubelets are 5,000 users.",
     "The storm's pods are the 40,000 of the LIST rows (loaded with `spec.nodeName`), about 8 a "
     "node; after the sync every target's storm churns pods on the nodes at 1,000 writes/s "
     "asked for 10 s (create, label patch, delete with `gracePeriodSeconds=0`) through that "
@@ -594,6 +596,14 @@ def cmd_render():
     w("")
     for n in meta.get("notes", []):
         w(n)
+        w("")
+    for r in meta.get("partial_runs", []):
+        w(f"**A later run replaced some columns**: rows `{r['rows']}`, targets `{r['targets']}`, "
+          f"{r['started']} → {r['ended']} UTC ({fmt(r.get('duration_min'))} min), commit "
+          f"`{r['commit']}`, load average {r['load_start']} at the start, {r['load_end']} at "
+          f"the end, max {fmt(r.get('load_max'))} sampled after each row:")
+        w("")
+        w("    " + r["command"])
         w("")
     w("## How to read it")
     w("")

@@ -21,7 +21,13 @@
 # VERSUS_TARGETS (subset of the four), VERSUS_FORK (a fork binary already built),
 # VERSUS_NO_BUILD=1 (use the binaries in the target dir as they are),
 # VERSUS_MEM_FLOOR_MIB (a run is stopped when the machine's MemAvailable falls below it:
-# default 2500; kube-apiserver's 64 JSON LISTs can take more memory than the machine has).
+# default 2500; kube-apiserver's 64 JSON LISTs can take more memory than the machine has),
+# VERSUS_ETCD_DATA=DIR (reuse a loaded etcd: DIR/etcd is copied in instead of loading the
+# pods through kube-apiserver, ~8 min; when DIR holds none, the run loads and saves one there),
+# VERSUS_RESTART=1 (kube-apiserver and the fork are restarted after each of their rows: a Go
+# heap grown by one row, handed back over minutes, neither starves the next row of another
+# server nor counts in its own next idle), VERSUS_FORK_ARGS (flags added to the fork's,
+# e.g. --listwatch-chunk-bytes=65536).
 # Needs ../shared/k8s (its build.sh run once), python3, curl, cargo and protoc.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -109,26 +115,83 @@ start_cluster() { # etcd and kube-apiserver by run.sh, then kube-apiserver again
   TOKEN=$(cut -d, -f1 $R/tokens.csv)
   local old; old=$(cat $R/apiserver.pid)
   mapfile -t KAS_ARGS < <(tr '\0' '\n' </proc/"$old"/cmdline | tail -n +2)
-  kill "$old"; while kill -0 "$old" 2>/dev/null; do sleep 0.2; done
-  /tmp/k8s-bin/kube-apiserver "${KAS_ARGS[@]}" "${KAS_LIMITS[@]}" </dev/null >$W/logs/kube-apiserver.log 2>&1 &
+  mapfile -t ETCD_ARGS < <(tr '\0' '\n' </proc/"$(cat $R/etcd.pid)"/cmdline | tail -n +2)
+  stop_pid "$old"
+  start_kas
+}
+
+stop_pid() { # stop_pid PID: SIGTERM, SIGKILL after 30 s
+  local i
+  kill "$1" 2>/dev/null || return 0
+  for i in $(seq 1 150); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.2; done
+  kill -9 "$1" 2>/dev/null || true
+}
+
+start_kas() {
+  /tmp/k8s-bin/kube-apiserver "${KAS_ARGS[@]}" "${KAS_LIMITS[@]}" </dev/null >>$W/logs/kube-apiserver.log 2>&1 &
   KPID=$!; echo $KPID >$R/apiserver.pid # run.sh stop ends it
   wait_ready kube-apiserver $KPORT $KPID
 }
 
+# swap_etcd save|restore: etcd's data directory copied out after loading, or in instead of
+# loading (VERSUS_ETCD_DATA); etcd and kube-apiserver are stopped around the copy.
+swap_etcd() {
+  local epid; epid=$(cat $R/etcd.pid)
+  stop_pid "$KPID"; stop_pid "$epid"
+  if [ "$1" = save ]; then
+    rm -rf "$ETCD_DATA/etcd"; mkdir -p "$ETCD_DATA"; cp -a $R/etcd "$ETCD_DATA/etcd"
+  else
+    rm -rf $R/etcd; cp -a "$ETCD_DATA/etcd" $R/etcd
+  fi
+  /tmp/k8s-bin/etcd "${ETCD_ARGS[@]}" </dev/null >>$R/etcd.log 2>&1 &
+  echo $! >$R/etcd.pid
+  local i
+  for i in $(seq 1 120); do
+    curl -s --max-time 2 --cacert $R/etcd-ca.pem --cert $R/apiserver-etcd-client.pem --key $R/apiserver-etcd-client.key \
+      https://127.0.0.1:$EPORT/health | grep -q '"health":"true"' && break
+    sleep 0.5
+  done
+  start_kas
+}
+
 start_fork() { # the fork, with kube-apiserver's command line on its own port
-  local args; mapfile -t args < <(printf '%s\n' "${KAS_ARGS[@]}" "${KAS_LIMITS[@]}" | sed "s/^--secure-port=.*/--secure-port=$FPORT/")
-  "$FORK" "${args[@]}" </dev/null >$W/logs/fork.log 2>&1 &
+  local args; mapfile -t args < <(printf '%s\n' "${KAS_ARGS[@]}" "${KAS_LIMITS[@]}" ${VERSUS_FORK_ARGS:-} | sed "s/^--secure-port=.*/--secure-port=$FPORT/")
+  "$FORK" "${args[@]}" </dev/null >>$W/logs/fork.log 2>&1 &
   FPID=$!; PIDS+=("$FPID")
   wait_ready fork $FPORT $FPID
 }
 
+restart() { # restart TARGET: kube-apiserver or the fork, after one of its rows (VERSUS_RESTART=1)
+  case $1 in
+    kube-apiserver) log "restarting kube-apiserver"; stop_pid "$KPID"; start_kas ;;
+    fork) log "restarting the fork"; stop_pid "$FPID"; start_fork ;;
+  esac
+}
+
+ETCD_DATA=${VERSUS_ETCD_DATA:-}
 load_pods() {
-  log "loading $PODS pods through kube-apiserver (spec.nodeName over $NODES storm nodes)"
   $PY pods ../shared/data/pods-40k.ndjson.gz $W/pods.ndjson.gz "$PODS" "$NODES"
-  local t0=$SECONDS
-  python3 loadtest/scripts/kube_load.py https://127.0.0.1:$KPORT "$TOKEN" $R/ca.pem $W/pods.ndjson.gz 8 >&2
-  LOAD_S=$((SECONDS - t0))
-  for ns in versus-idle $(for t in $TARGETS; do echo versus-churn-$t versus-storm-$t; done); do namespace "$ns"; done
+  local ns t
+  if [ -n "$ETCD_DATA" ] && [ -f "$ETCD_DATA/loaded" ] && [ "$(cat "$ETCD_DATA/loaded")" = "$PODS $NODES" ]; then
+    log "reusing the etcd of $ETCD_DATA ($PODS pods, loaded before in $(cat "$ETCD_DATA/load_s") s)"
+    swap_etcd restore
+    LOAD_S=$(cat "$ETCD_DATA/load_s")
+    # What an earlier run's churn, storm and proof left beside the loaded pods.
+    for ns in versus-proof $(for t in kube-apiserver fork lw-etcd lw-gateway; do echo versus-churn-$t versus-storm-$t; done); do
+      kas DELETE "/api/v1/namespaces/$ns/pods?gracePeriodSeconds=0" >/dev/null
+    done
+  else
+    log "loading $PODS pods through kube-apiserver (spec.nodeName over $NODES storm nodes)"
+    local t0=$SECONDS
+    python3 loadtest/scripts/kube_load.py https://127.0.0.1:$KPORT "$TOKEN" $R/ca.pem $W/pods.ndjson.gz 8 >&2
+    LOAD_S=$((SECONDS - t0))
+    for ns in versus-idle $(for t in kube-apiserver fork lw-etcd lw-gateway; do echo versus-churn-$t versus-storm-$t; done); do namespace "$ns"; done
+    if [ -n "$ETCD_DATA" ]; then
+      log "saving the loaded etcd to $ETCD_DATA"
+      swap_etcd save
+      echo "$PODS $NODES" >"$ETCD_DATA/loaded"; echo "$LOAD_S" >"$ETCD_DATA/load_s"
+    fi
+  fi
 }
 
 start_listwatch() { # both listwatch targets, TLS with kube-apiserver's serving certificate, kubeadm's files
@@ -212,6 +275,8 @@ run_row() {
     DEAD[$t]="$t exited during $row (see its log)"
     $PY aborted "$row" "$t" "${DEAD[$t]}"
     log "${DEAD[$t]}"
+  elif [ -n "${VERSUS_RESTART:-}" ] && [[ $t == kube-apiserver || $t == fork ]]; then
+    restart "$t" || DEAD[$t]="$t did not come back after a restart (see its log)"
   fi
 }
 
@@ -286,8 +351,28 @@ loads = [float(x) for x in open(f"{W}/load.txt").read().split()] if os.path.exis
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 mem = int(next(l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal"))) / 2**20
 flags = json.load(open(f"{W}/flags.json"))
+command = os.environ.get("VERSUS_COMMAND", "loadtest/scripts/versus.sh")
+partial = bool(os.environ.get("VERSUS_ROWS") or os.environ.get("VERSUS_TARGETS"))
+path = "loadtest/results/versus/meta.json"
+if partial and os.path.exists(path):
+    # A partial run replaces only its rows' columns: the earlier run's description stays,
+    # and this run is listed beside it (rows, targets, times, load) for the doc to name.
+    meta = json.load(open(path))
+    run = {"started": started, "ended": ended, "duration_min": round(float(dur) / 60, 1),
+           "commit": commit, "command": command, "rows": os.environ.get("VERSUS_ROWS", "all"),
+           "targets": os.environ.get("VERSUS_TARGETS", "all"), "load_start": load_start,
+           "load_end": open("/proc/loadavg").read().split()[0],
+           "load_max": max(loads) if loads else None}
+    meta["partial_runs"] = [r for r in meta.get("partial_runs", []) if r["started"] != started] + [run]
+    for t in (os.environ.get("VERSUS_TARGETS") or " ".join(flags["targets"])).split():
+        meta.setdefault("targets", {})[t] = flags["targets"][t]
+    for k, v in cmds.items():
+        meta.setdefault("commands", {}).setdefault(k, v)
+    meta.setdefault("flags", {}).update(flags["flags"])
+    json.dump(meta, open(path, "w"), indent=1, sort_keys=True)
+    sys.exit(0)
 meta = {
-    "command": os.environ.get("VERSUS_COMMAND", "loadtest/scripts/versus.sh"),
+    "command": command,
     "started": started, "ended": ended, "duration_min": round(float(dur) / 60, 1),
     "commit": commit, "machine": f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.system()} {platform.release()}",
     "load_start": load_start, "load_end": open("/proc/loadavg").read().split()[0],
@@ -295,7 +380,7 @@ meta = {
     "load_s": int(load_s), "commands": cmds, "flags": flags["flags"], "targets": flags["targets"],
     "notes": flags.get("notes", []),
 }
-json.dump(meta, open("loadtest/results/versus/meta.json", "w"), indent=1, sort_keys=True)
+json.dump(meta, open(path, "w"), indent=1, sort_keys=True)
 PY
 }
 
@@ -308,12 +393,15 @@ tidy = lambda s: s.replace(run + "/", "").replace(run, ".")
 json.dump({
     "targets": {
         "kube-apiserver": "/tmp/k8s-bin/kube-apiserver (v1.36.2, ../shared/k8s/build.sh) with run.sh's kubeadm flags + " + limits,
-        "fork": (fork or "not run") + " (go/kube-apiserver-listwatch/build.sh) with the same flags, --secure-port=" + os.environ.get("VERSUS_FORK_PORT", "18644"),
+        "fork": (fork or "not run") + " (go/kube-apiserver-listwatch/build.sh) with the same flags, --secure-port=" + os.environ.get("VERSUS_FORK_PORT", "18644")
+            + (" " + os.environ["VERSUS_FORK_ARGS"] if os.environ.get("VERSUS_FORK_ARGS") else ""),
         "lw-etcd": "listwatch " + tidy(etcd),
         "lw-gateway": "listwatch " + tidy(gw),
     },
     "flags": {
-        "kube-apiserver and the fork": "run.sh's flags (Node,RBAC, NodeRestriction, front proxy, service accounts, etcd over mutual TLS, protobuf storage, watch cache on) + " + limits,
+        "kube-apiserver and the fork": "run.sh's flags (Node,RBAC, NodeRestriction, front proxy, service accounts, etcd over mutual TLS, protobuf storage, watch cache on) + " + limits
+            + "; the fork adds its own defaults: kube-apiserver's watch cache off for the resources listwatch serves, listwatch's per-user caps off, its LIST cap = the two in-flight limits, 16 KiB chunks (docs/embedding-go.md)"
+            + (" and " + os.environ["VERSUS_FORK_ARGS"] if os.environ.get("VERSUS_FORK_ARGS") else ""),
         "listwatch (both)": "--max-requests-inflight 5000 --max-lists-per-user 0 (what loadtest/README.md's storm lifts); TLS with kube-apiserver's serving certificate; the admin token from run.sh's tokens.csv (--token-auth-file), Node,RBAC from the followed objects; writes passed to kube-apiserver as the front proxy",
     },
 }, open(os.environ["VERSUS_WORK"] + "/flags.json", "w"), indent=1)

@@ -23,6 +23,69 @@ pub struct Config {
     /// Where the data comes from.
     #[serde(default)]
     pub source: SourceConfig,
+    /// The serving tunables; what is absent keeps listwatch's default.
+    #[serde(default)]
+    pub server: ServerSettings,
+}
+
+/// The server tunables a host may set (listwatch's `ServerConfig`): admission caps, the
+/// chunk size, the bookmark period. Every field is optional; for the caps 0 means no cap.
+///
+/// ```json
+/// {"maxLists": 6000, "maxListsPerUser": 0, "maxWatchesPerUser": 0, "chunkBytes": 65536}
+/// ```
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerSettings {
+    /// LISTs and watch-lists streaming at once (default 400).
+    #[serde(default)]
+    pub max_lists: Option<usize>,
+    /// Watches open at once (default 100,000).
+    #[serde(default)]
+    pub max_watches: Option<usize>,
+    /// LISTs and watch-lists one user may have streaming at once (default 100).
+    #[serde(default)]
+    pub max_lists_per_user: Option<usize>,
+    /// Watches one user may hold open (default 10,000).
+    #[serde(default)]
+    pub max_watches_per_user: Option<usize>,
+    /// Bytes all streaming LIST and watch-list responses may buffer together; each
+    /// reserves two chunks (default 256 MiB).
+    #[serde(default)]
+    pub response_buffer_budget_bytes: Option<usize>,
+    /// Bytes of one response chunk at most (default 64 KiB; at least 4 KiB).
+    #[serde(default)]
+    pub chunk_bytes: Option<usize>,
+    /// Period of bookmarks on watches that asked for them, in milliseconds (default 60 s).
+    #[serde(default)]
+    pub bookmark_interval_ms: Option<u64>,
+}
+
+impl ServerSettings {
+    /// listwatch's defaults with what is set here applied.
+    pub fn server_config(&self) -> listwatch::ServerConfig {
+        let mut c = listwatch::ServerConfig::default();
+        let l = &mut c.limits;
+        let set = |slot: &mut usize, v: Option<usize>| {
+            if let Some(v) = v {
+                *slot = v;
+            }
+        };
+        set(&mut l.max_lists, self.max_lists);
+        set(&mut l.max_watches, self.max_watches);
+        set(&mut l.max_lists_per_user, self.max_lists_per_user);
+        set(&mut l.max_watches_per_user, self.max_watches_per_user);
+        set(
+            &mut l.response_buffer_budget,
+            self.response_buffer_budget_bytes,
+        );
+        // Below a few KiB every chunk would be mostly framing.
+        set(&mut c.chunk_bytes, self.chunk_bytes.map(|b| b.max(4 << 10)));
+        if let Some(ms) = self.bookmark_interval_ms {
+            c.bookmark_interval = std::time::Duration::from_millis(ms.max(1));
+        }
+        c
+    }
 }
 
 fn two() -> usize {

@@ -304,7 +304,9 @@ impl Inner {
             .map_err(|e| format!("runtime: {e}"))?;
         let notify = Arc::new(Notifier::new().map_err(|e| format!("pipe: {e}"))?);
         let relisted = RelistSlots::default();
-        let mut builder = Builder::new().start_rv(config.start_rv.max(1));
+        let mut builder = Builder::new()
+            .start_rv(config.start_rv.max(1))
+            .server_config(config.server.server_config());
         if let Some(resources) = config.resources.clone() {
             builder = builder.resources(resources);
         }
