@@ -783,6 +783,8 @@ fn token_reviewer(
         };
         let kubeconfig = Kubeconfig {
             ca_pem,
+            // Read again as it changes, as a kubeconfig's CA file.
+            ca_file: args.authentication_token_webhook_ca_file.clone(),
             ..Kubeconfig::default()
         };
         let mut config = ClientConfig::with_own_credential(url.clone(), kubeconfig);
@@ -885,6 +887,7 @@ fn gateway(args: &ServeArgs) -> anyhow::Result<Option<Arc<listwatch_gateway::Gat
     };
     let mut config = GatewayConfig::new(url.clone(), identity);
     config.client.ca_pem = kubeconfig.ca_pem;
+    config.client.ca_file = kubeconfig.ca_file;
     config.client.client_cert = match identity {
         Identity::FrontProxy => proxy_cert,
         _ => kubeconfig.client_cert,

@@ -19,8 +19,11 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 pub struct Kubeconfig {
     /// `clusters[].cluster.server`.
     pub server: Option<String>,
-    /// The CA bundle (PEM).
+    /// The CA bundle (PEM), as read at start.
     pub ca_pem: Option<Vec<u8>>,
+    /// The CA bundle's file (`certificate-authority`, the in-cluster `ca.crt`), read again
+    /// as it changes; `None` when it is given inline.
+    pub ca_file: Option<PathBuf>,
     /// Client certificate and key: files (read again as they change) or inline PEM.
     pub client_cert: Option<crate::ClientCert>,
     /// Bearer token: `token`, or `tokenFile` (read again as it changes).
@@ -149,6 +152,10 @@ impl Kubeconfig {
         Ok(Kubeconfig {
             server: c.server.clone(),
             ca_pem: material(&c.ca_data, &c.ca_file, "certificate-authority")?,
+            ca_file: match (&c.ca_data, &c.ca_file) {
+                (None, Some(f)) => Some(dir.join(f)),
+                _ => None,
+            },
             client_cert,
             token,
         })
@@ -185,6 +192,7 @@ impl Kubeconfig {
             Kubeconfig {
                 server: Some(url),
                 ca_pem: Some(ca_pem),
+                ca_file: Some(ca_file),
                 client_cert: None,
                 token: Some(token),
             },

@@ -4,7 +4,7 @@
 //!
 //! - [`Kubeconfig`] (from a file, or [`Kubeconfig::in_cluster`]): where the server is and listwatch's
 //!   own credential, as client-go reads them.
-//! - [`tls`]: rustls with the server's CA bundle and a client certificate whose files are
+//! - [`tls`]: rustls with the server's CA bundle and a client certificate, whose files are
 //!   read again as they are renewed ([`tls::CertFiles`], also the serving certificate of
 //!   listwatch-auth); [`Bearer`]: a token, or a token file read again as it rotates.
 //! - [`Client`]: one pool of HTTP/1.1 connections per server, driven by the requests
@@ -14,6 +14,7 @@
 //!
 //! It depends on no listwatch crate, so everything above it can share it.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,6 +71,9 @@ pub struct ClientConfig {
     pub server: String,
     /// CA bundle (PEM) the server's serving certificate is verified against (https).
     pub ca_pem: Option<Vec<u8>>,
+    /// The CA bundle's file, read again when it changes (then `ca_pem` is not used): new
+    /// connections verify against the current bundle.
+    pub ca_file: Option<PathBuf>,
     /// Client certificate presented to the server.
     pub client_cert: Option<ClientCert>,
     /// Bearer token, kept current ([`Client::authorization`]).
@@ -89,6 +93,7 @@ impl ClientConfig {
         ClientConfig {
             server: server.into(),
             ca_pem: None,
+            ca_file: None,
             client_cert: None,
             token: None,
             connect_timeout: Duration::from_secs(5),
@@ -102,6 +107,7 @@ impl ClientConfig {
     pub fn with_own_credential(server: impl Into<String>, kubeconfig: Kubeconfig) -> Self {
         ClientConfig {
             ca_pem: kubeconfig.ca_pem,
+            ca_file: kubeconfig.ca_file,
             client_cert: kubeconfig.client_cert,
             token: kubeconfig.token,
             ..ClientConfig::new(server)
@@ -143,7 +149,11 @@ impl Client {
     /// unreadable token file.
     pub fn new(config: &ClientConfig) -> Result<Client, Error> {
         let base = config.base_uri()?;
-        let tls = tls::client_config(config.ca_pem.as_deref(), config.client_cert.as_ref())?;
+        let tls = tls::client_config(
+            config.ca_file.as_deref(),
+            config.ca_pem.as_deref(),
+            config.client_cert.as_ref(),
+        )?;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(config.connect_timeout));

@@ -1,12 +1,15 @@
-//! TLS material read from files and read again when they change — the client certificate
-//! presented to an apiserver here, the serving certificate and client CA bundles in
-//! listwatch-auth — and the rustls client configuration a [`crate::ClientConfig`] makes.
+//! TLS material read from files and read again when they change — the CA bundle and the
+//! client certificate of a connection to an apiserver here, the serving certificate and
+//! client CA bundles in listwatch-auth — and the rustls client configuration a
+//! [`crate::ClientConfig`] makes.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime, pem::PemObject};
 
 use crate::Error;
 
@@ -167,6 +170,68 @@ pub fn roots_of(pem: &[u8]) -> Result<rustls::RootCertStore, String> {
     Ok(roots)
 }
 
+/// The server's CA bundle, read again from its file when it changes (the in-cluster
+/// `ca.crt` after a CA rotation, a kubeconfig's renewed `certificate-authority`): each new
+/// handshake verifies against the current bundle, connections already open keep theirs.
+#[derive(Debug)]
+struct CaFile(Reloading<Arc<WebPkiServerVerifier>, Error>);
+
+impl CaFile {
+    fn new(file: &Path) -> Result<CaFile, Error> {
+        Reloading::new(&[file], |f| server_verifier_of(f[0])).map(CaFile)
+    }
+}
+
+/// A verifier of server certificates trusting every certificate of the PEM bundle `ca`.
+fn server_verifier_of(ca: &Path) -> Result<Arc<WebPkiServerVerifier>, Error> {
+    let roots = roots_of(&read(ca)?).map_err(|e| invalid(ca, e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| invalid(ca, e))
+}
+
+impl ServerCertVerifier for CaFile {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.0.current().verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.current().supported_verify_schemes()
+    }
+}
+
 /// A client certificate and its key.
 #[derive(Clone)]
 pub enum ClientCert {
@@ -197,21 +262,27 @@ impl std::fmt::Debug for ClientCert {
     }
 }
 
-/// The rustls client configuration: the CA bundle (PEM) to verify the server against, the
-/// client certificate to present. ALPN is hyper-rustls's: HTTP/1.1 only, as protocol
-/// upgrades (exec, attach, port-forward) need it.
+/// The rustls client configuration: the CA bundle to verify the server against (its file,
+/// read again as it changes, else PEM given once), the client certificate to present.
+/// ALPN is hyper-rustls's: HTTP/1.1 only, as protocol upgrades (exec, attach,
+/// port-forward) need it.
 pub(crate) fn client_config(
+    ca_file: Option<&Path>,
     ca_pem: Option<&[u8]>,
     client_cert: Option<&ClientCert>,
 ) -> Result<rustls::ClientConfig, Error> {
-    let roots = match ca_pem {
-        Some(ca) => roots_of(ca).map_err(|e| Error::Config(format!("CA bundle: {e}")))?,
-        None => rustls::RootCertStore::empty(),
-    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots);
+        .with_safe_default_protocol_versions()?;
+    let builder = match (ca_file, ca_pem) {
+        (Some(file), _) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(CaFile::new(file)?)),
+        (None, Some(ca)) => builder.with_root_certificates(
+            roots_of(ca).map_err(|e| Error::Config(format!("CA bundle: {e}")))?,
+        ),
+        (None, None) => builder.with_root_certificates(rustls::RootCertStore::empty()),
+    };
     Ok(match client_cert {
         Some(ClientCert::Pem { cert, key }) => {
             let chain =
@@ -224,4 +295,97 @@ pub(crate) fn client_config(
         }
         None => builder.with_no_client_auth(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use http::Method;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use crate::tls::RELOAD_CHECK;
+    use crate::{Client, ClientConfig};
+
+    /// A self-signed CA: its certificate (PEM) and issuer.
+    fn ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let cert = params.self_signed(&key).expect("ca");
+        (cert.pem(), rcgen::Issuer::new(params, key))
+    }
+
+    /// An HTTPS server on 127.0.0.1 with a certificate `issuer` signed, answering every
+    /// request `200 ok` and closing the connection (each request makes a new handshake).
+    async fn server(issuer: &rcgen::Issuer<'static, rcgen::KeyPair>) -> std::net::SocketAddr {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("params");
+        let leaf = params.signed_by(&key, issuer).expect("sign");
+        let der = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key");
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.der().clone()], der)
+            .expect("server config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut buf = [0u8; 4096];
+                    let _ = tls.read(&mut buf).await;
+                    let _ = tls
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                        )
+                        .await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_ca_file_is_read_again_when_it_changes() {
+        let (serving_ca, issuer) = ca("serving-ca");
+        let (other_ca, _) = ca("other-ca");
+        let addr = server(&issuer).await;
+        let dir = std::env::temp_dir().join(format!("lw-kubeclient-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let ca_file = dir.join("ca.crt");
+        std::fs::write(&ca_file, &other_ca).expect("write");
+        let mut config = ClientConfig::new(format!("https://{addr}"));
+        config.ca_file = Some(ca_file.clone());
+        let client = Client::new(&config).expect("client");
+        let get = || client.request(Method::GET, "/", "*/*", None);
+        assert!(get().await.is_err(), "another CA's bundle does not verify");
+        // Rotated as the kubelet does: a new file renamed over the old one.
+        let tmp = dir.join("ca.crt.new");
+        std::fs::write(&tmp, &serving_ca).expect("write");
+        std::fs::rename(&tmp, &ca_file).expect("rename");
+        std::fs::File::options()
+            .write(true)
+            .open(&ca_file)
+            .expect("open")
+            .set_modified(SystemTime::now() + Duration::from_secs(5))
+            .expect("mtime");
+        tokio::time::sleep(RELOAD_CHECK + Duration::from_millis(50)).await;
+        let resp = get().await.expect("the rotated bundle verifies");
+        assert_eq!(resp.status(), 200);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
