@@ -136,7 +136,12 @@ start_listwatch() {
   done
   log "$name: listwatch not ready in 60 s (see $d/listwatch.log)"; exit 1
 }
-metrics() { curl -s --max-time 10 --cacert $R/ca.pem -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:$1/metrics"; }
+# metrics PORT [RUN_DIR]: /metrics of the server on PORT, as the admin of RUN_DIR's cluster ($R)
+metrics() {
+  local r=${2:-$R}
+  curl -s --max-time 10 --cacert "$r/ca.pem" -H "Authorization: Bearer $(cut -d, -f1 "$r/tokens.csv")" \
+    "https://127.0.0.1:$1/metrics"
+}
 
 # the bar as one focus regex (ginkgo matches it against each spec's full text)
 bar_focus() {
@@ -160,13 +165,17 @@ print(int(reads(sys.argv[2]) - reads(sys.argv[1])))
 PY
 }
 
-run_mode() { # run_mode NAME PORT: the bar through the listwatch on PORT
-  local d=$OUT/$1
-  kubeconfig_for "https://127.0.0.1:$2" "$d/kubeconfig"
-  metrics "$2" >"$d/metrics-before.txt"
-  run_specs "$d" "$d/kubeconfig" "$(bar_focus)"
-  metrics "$2" >"$d/metrics-after.txt"
-  echo "$(served_reads "$d")" >"$d/served-reads.txt"
+# run_mode NAME PORT [RUN_DIR FAMILY]: the bar through the server on PORT, with the admin
+# kubeconfig of RUN_DIR's cluster (default: a kubeconfig naming PORT with $R's admin token);
+# FAMILY is the request counter listwatch's served reads are read from
+run_mode() {
+  local d=$OUT/$1 kc=${3:+$3/kubeconfig}
+  mkdir -p "$d"
+  if [ -z "$kc" ]; then kc=$d/kubeconfig; kubeconfig_for "https://127.0.0.1:$2" "$kc"; fi
+  metrics "$2" "${3:-}" >"$d/metrics-before.txt"
+  run_specs "$d" "$kc" "$(bar_focus)"
+  metrics "$2" "${3:-}" >"$d/metrics-after.txt"
+  echo "$(served_reads "$d" "${4:-}")" >"$d/served-reads.txt"
   # the bar's specs that did not pass here (failed, or not run at all)
   comm -23 "$OUT/baseline/passed.txt" "$d/passed.txt" >"$d/missing.txt"
 }
@@ -201,14 +210,7 @@ KC
     FORK=${FORK:-$(cd "$ROOT" && go/kube-apiserver-listwatch/build.sh | tail -1)}
     FORK_STARTED=1
     KUBE_APISERVER=$FORK CONTROLLERS=1 ETCD_TLS=1 "$K8S/run.sh" $((PORT + 2)) $((ETCD_PORT + 2)) >/dev/null
-    FR=/tmp/k8s-run-$((PORT + 2))
-    fork_metrics() { curl -s --max-time 10 --cacert $FR/ca.pem -H "Authorization: Bearer $(cut -d, -f1 $FR/tokens.csv)" "https://127.0.0.1:$((PORT + 2))/metrics"; }
-    d=$OUT/fork; mkdir -p "$d"
-    fork_metrics >"$d/metrics-before.txt"
-    run_specs "$d" "$FR/kubeconfig" "$(bar_focus)"
-    fork_metrics >"$d/metrics-after.txt"
-    echo "$(served_reads "$d" listwatch_apiserver_request_total)" >"$d/served-reads.txt"
-    comm -23 "$OUT/baseline/passed.txt" "$d/passed.txt" >"$d/missing.txt" ;;
+    run_mode fork $((PORT + 2)) /tmp/k8s-run-$((PORT + 2)) listwatch_apiserver_request_total ;;
   *) log "unknown mode $mode"; exit 2 ;;
   esac
 done

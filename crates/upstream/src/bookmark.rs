@@ -14,9 +14,8 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::client::{Lines, Upstream, encode, parse_rv};
+use crate::follower::{Object, watch_event};
 
 /// The proof watch's `timeoutSeconds`: kube-apiserver's cacher schedules its one bookmark
 /// two seconds before the deadline, so 3 s asks for it about a second after the watch opens
@@ -36,28 +35,6 @@ pub(crate) enum Shown {
     Changed(u64),
     /// No proof either way (with why, for the log).
     Unknown(String),
-}
-
-/// One watch event, as far as the proof needs it.
-#[derive(Deserialize)]
-struct Event {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    object: EventObject,
-}
-
-#[derive(Deserialize, Default)]
-struct EventObject {
-    #[serde(default)]
-    metadata: EventMeta,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct EventMeta {
-    #[serde(default)]
-    resource_version: String,
 }
 
 /// Watches `path` from `from` until a bookmark at or past `target`, an event, or the end;
@@ -86,12 +63,14 @@ pub(crate) async fn prove(
         Err(e) => return Shown::Unknown(e),
     };
     *bytes += line.len();
-    let event: Event = match serde_json::from_slice(&line) {
-        Ok(e) => e,
+    let Some((kind, object)) = watch_event(&line) else {
+        return Shown::Unknown("proof watch: not a watch event".into());
+    };
+    let rv = match serde_json::from_slice::<Object>(&line[object.0..object.1]) {
+        Ok(o) => parse_rv(&o.metadata.resource_version).unwrap_or(0),
         Err(e) => return Shown::Unknown(format!("proof watch event: {e}")),
     };
-    let rv = parse_rv(&event.object.metadata.resource_version).unwrap_or(0);
-    match event.kind.as_str() {
+    match kind {
         "BOOKMARK" if rv >= target => Shown::Unchanged(rv),
         "BOOKMARK" => Shown::Unknown(format!("bookmark at {rv}, short of {target}")),
         "ADDED" | "MODIFIED" | "DELETED" => Shown::Changed(rv),

@@ -125,26 +125,60 @@ impl Upstream {
         path: &str,
         page: usize,
     ) -> Result<(u64, Vec<Box<RawValue>>), UpstreamError> {
-        let mut items = Vec::new();
-        let mut cont = String::new();
-        let mut rv = None;
-        loop {
-            let mut q = format!("{path}?limit={page}");
-            if !cont.is_empty() {
-                q.push_str("&continue=");
-                q.push_str(&encode(&cont));
-            }
+        let (mut pages, mut items) = (Pages::new(path, page), Vec::new());
+        while let Some(q) = pages.next_query() {
             let p: ListPage = self.get_json(&q).await?;
-            if rv.is_none() {
-                rv = Some(parse_rv(&p.metadata.resource_version)?);
-            }
+            pages.read(&p.metadata.resource_version, p.metadata.continue_)?;
             items.extend(p.items);
-            if p.metadata.continue_.is_empty() {
-                break;
-            }
-            cont = p.metadata.continue_;
         }
-        Ok((rv.unwrap_or(0), items))
+        Ok((pages.rv(), items))
+    }
+}
+
+/// The walk through a LIST's pages (`limit`, then each page's `continue`), at the first
+/// page's RV: the one the whole LIST is consistent at.
+pub(crate) struct Pages<'a> {
+    path: &'a str,
+    page: usize,
+    /// `None` once the last page was read; `Some("")` before the first.
+    next: Option<String>,
+    rv: Option<u64>,
+}
+
+impl<'a> Pages<'a> {
+    /// The pages of `path`, `page` items each.
+    pub(crate) fn new(path: &'a str, page: usize) -> Self {
+        Pages {
+            path,
+            page,
+            next: Some(String::new()),
+            rv: None,
+        }
+    }
+
+    /// The next page's path and query, `None` after the last.
+    pub(crate) fn next_query(&self) -> Option<String> {
+        let cont = self.next.as_deref()?;
+        let mut q = format!("{}?limit={}", self.path, self.page);
+        if !cont.is_empty() {
+            q.push_str("&continue=");
+            q.push_str(&encode(cont));
+        }
+        Some(q)
+    }
+
+    /// Records a page's RV and continue token.
+    pub(crate) fn read(&mut self, rv: &str, cont: String) -> Result<(), UpstreamError> {
+        if self.rv.is_none() {
+            self.rv = Some(parse_rv(rv)?);
+        }
+        self.next = (!cont.is_empty()).then_some(cont);
+        Ok(())
+    }
+
+    /// The LIST's RV (the first page's).
+    pub(crate) fn rv(&self) -> u64 {
+        self.rv.unwrap_or(0)
     }
 }
 

@@ -41,7 +41,7 @@ impl From<UpstreamError> for Ended {
 /// A watch event line's type and the span of its object, found by scanning (the object
 /// is validated when it is ingested): parsed with serde_json, a 1 MB object was read
 /// through twice more than it needs (event and metadata) before its ingest.
-fn watch_event(line: &[u8]) -> Option<(&str, Span)> {
+pub(crate) fn watch_event(line: &[u8]) -> Option<(&str, Span)> {
     // One pass, whichever member comes first (the first of a repeated one counts).
     let (mut kind, mut object) = (None, None);
     scan::for_each_member(line, scan::skip_ws(line, 0), |m| {
@@ -55,23 +55,25 @@ fn watch_event(line: &[u8]) -> Option<(&str, Span)> {
     Some((std::str::from_utf8(&line[kind.0..kind.1]).ok()?, object?))
 }
 
+/// An event's object as far as its metadata and a Status's code.
 #[derive(Deserialize)]
-struct Object {
+pub(crate) struct Object {
     #[serde(default)]
-    metadata: Meta,
+    pub(crate) metadata: Meta,
     #[serde(default)]
     code: u16,
 }
 
+/// An object's name, namespace and resourceVersion.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct Meta {
+pub(crate) struct Meta {
     #[serde(default)]
     name: String,
     #[serde(default)]
     namespace: String,
     #[serde(default)]
-    resource_version: String,
+    pub(crate) resource_version: String,
 }
 
 /// An object's store key and RV: read from `metadata` by scanning, which stops there (the

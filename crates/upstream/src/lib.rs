@@ -290,13 +290,15 @@ impl UpstreamSource {
 
     /// Learns the upstream's current RV `r` (`LIST limit=1`, RV unset: a quorum read) and
     /// makes the store reach it: by the stream within [`STREAM_GRACE`], or, for a resource
-    /// with nothing newer to deliver, by proving the cache current: a LIST of the
-    /// collection's metadata alone (`PartialObjectMetadataList`, protobuf where offered: no
-    /// object bodies) at `a ≥ r` whose every item is in the cache at the same RV, with the
-    /// same count, shows that the upstream's collection at `a` is the cache's, so the store
-    /// is advanced to `a`. (An object created and deleted in between leaves no trace in the
-    /// LIST; its events, arriving later at or below the store's RV, make the follower
-    /// relist.)
+    /// with nothing newer to deliver, by proving the cache current. A collection over one
+    /// page is proven by a short watch from the cache's RV whose bookmark, at or past `r`
+    /// with no event before it, shows nothing changed (`bookmark.rs`). Otherwise, or when no
+    /// bookmark proves it, by a LIST of the collection's metadata alone
+    /// (`PartialObjectMetadataList`, protobuf where offered) at `a ≥ r` whose every item is
+    /// in the cache at the same RV, with the same count: the upstream's collection at `a` is
+    /// the cache's. Either way the store is advanced only if it has not moved meanwhile. (An
+    /// object created and deleted in between leaves no trace in the LIST; its events,
+    /// arriving later at or below the store's RV, make the follower relist.)
     async fn establish(&self, store: &Store, path: &str) -> Result<u64, UpstreamError> {
         self.stats.probes.fetch_add(1, Ordering::Relaxed);
         let page: ListPage = self.up.get_json(&format!("{path}?limit=1")).await?;

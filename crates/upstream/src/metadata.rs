@@ -6,7 +6,7 @@
 use listwatch_protobuf::wire::{FieldReader, Value, slice};
 
 use crate::UpstreamError;
-use crate::client::{Upstream, encode, parse_rv};
+use crate::client::{Pages, Upstream};
 
 /// The `Accept` of a metadata LIST: protobuf first (the smallest), JSON when the upstream
 /// cannot encode it so.
@@ -38,27 +38,15 @@ pub(crate) async fn list_all(
     path: &str,
     page: usize,
 ) -> Result<(u64, Vec<ItemMeta>, usize), UpstreamError> {
-    let mut items = Vec::new();
-    let (mut cont, mut rv, mut bytes) = (String::new(), None, 0);
-    loop {
-        let mut q = format!("{path}?limit={page}");
-        if !cont.is_empty() {
-            q.push_str("&continue=");
-            q.push_str(&encode(&cont));
-        }
+    let (mut pages, mut items, mut bytes) = (Pages::new(path, page), Vec::new(), 0);
+    while let Some(q) = pages.next_query() {
         let (content_type, body) = up.get_body_as(&q, ACCEPT).await?;
         bytes += body.len();
         let p = parse(&content_type, &body)?;
-        if rv.is_none() {
-            rv = Some(parse_rv(&p.resource_version)?);
-        }
+        pages.read(&p.resource_version, p.continue_)?;
         items.extend(p.items);
-        if p.continue_.is_empty() {
-            break;
-        }
-        cont = p.continue_;
     }
-    Ok((rv.unwrap_or(0), items, bytes))
+    Ok((pages.rv(), items, bytes))
 }
 
 /// The page in `body`, encoded as `content_type` says.
