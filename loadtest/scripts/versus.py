@@ -140,6 +140,7 @@ def extract(rep):
             "connected_minus_idle_mib": kib_to_mib((k["connected_rss_kib"] - idle)
                                                    if k.get("connected_rss_kib") else None),
             "retries_after_429": k.get("retries_after_429"),
+            "relists_after_error": k.get("relists_after_error"),
             "storm_server_cpu_s": r1(k.get("storm_server_cpu_s"), 2),
             "churn_writes": k.get("churn_writes"),
             "churn_write_errors": k.get("churn_write_errors"),
@@ -149,6 +150,8 @@ def extract(rep):
         })
         if k.get("error_samples"):
             f["first_error"] = k["error_samples"][0][:200]
+        if k.get("first_error_event"):
+            f["first_error_event"] = k["first_error_event"][:200]
     c = rep.get("churn")
     if c:
         f.update({
@@ -378,7 +381,7 @@ ROWS = [
     ("kubelet-storm", "kubelet storm: nodes over HTTP/2, protobuf watch-lists", "sync_s_max",
      "sync_peak_minus_idle_mib",
      ["sync_s_p50", "per_connection_kib", "connected_minus_idle_mib", "peak_minus_idle_mib",
-      "storm_server_cpu_s", "nodes_synced", "retries_after_429", "churn_writes",
+      "storm_server_cpu_s", "nodes_synced", "retries_after_429", "relists_after_error", "churn_writes",
       "every_node_got_its_events"]),
     ("idle-watchers", "10,000 idle watchers (HTTP/2, 200 a connection)", None,
      "peak_minus_idle_mib", ["kib_per_watcher", "settled_kib_per_watcher"]),
@@ -400,7 +403,8 @@ LABEL = {
     "per_connection_kib": "per connection (node), KiB",
     "connected_minus_idle_mib": "connections open, before any request, MiB",
     "storm_server_cpu_s": "server CPU for the storm, s", "nodes_synced": "nodes synced",
-    "retries_after_429": "retries after 429", "churn_writes": "churn writes done (10 s)",
+    "retries_after_429": "retries after 429",
+    "relists_after_error": "relists after an ERROR event (before syncing)", "churn_writes": "churn writes done (10 s)",
     "every_node_got_its_events": "every node got exactly its events",
     "kib_per_watcher": "peak per watcher, KiB", "settled_kib_per_watcher": "settled per watcher, KiB",
     "delivery_p99_ms": "delivery p99, ms", "delivery_p50_ms": "delivery p50, ms",
@@ -535,12 +539,14 @@ def cmd_render():
         w("")
         for t in ts:
             if (d[t].get("aborted") or d[t].get("first_error") or d[t].get("client_errors")
-                    or d[t].get("note")):
+                    or d[t].get("note") or d[t].get("first_error_event")):
                 w(f"- {NAMES[t]}: " + "; ".join(
                     s for s in (d[t].get("aborted"), d[t].get("note"),
                                 d[t].get("client_errors") and f"{d[t]['client_errors']} clients "
                                 f"failed",
-                                d[t].get("first_error") and f"first error: `{d[t]['first_error']}`")
+                                d[t].get("first_error") and f"first error: `{d[t]['first_error']}`",
+                                d[t].get("first_error_event")
+                                and f"first ERROR event: `{d[t]['first_error_event']}`")
                     if s))
         w("")
     w("## Consistent reads through the gateway, proven by a bookmark (issue 49 item 3)")

@@ -24,9 +24,10 @@
 # default 2500; kube-apiserver's 64 JSON LISTs can take more memory than the machine has),
 # VERSUS_ETCD_DATA=DIR (reuse a loaded etcd: DIR/etcd is copied in instead of loading the
 # pods through kube-apiserver, ~8 min; when DIR holds none, the run loads and saves one there),
-# VERSUS_RESTART=1 (kube-apiserver and the fork are restarted after each of their rows: a Go
-# heap grown by one row, handed back over minutes, neither starves the next row of another
-# server nor counts in its own next idle), VERSUS_FORK_ARGS (flags added to the fork's,
+# VERSUS_RESTART=1 (every target is restarted after each of its rows, and after dying in
+# one: a Go heap grown by one row, handed back over minutes, neither starves the next row of
+# another server nor counts in its own next idle, and listwatch's allocator keeps no pages an
+# earlier row grew; every row's peak − idle is from a fresh start), VERSUS_FORK_ARGS (flags added to the fork's,
 # e.g. --listwatch-chunk-bytes=65536).
 # Needs ../shared/k8s (its build.sh run once), python3, curl, cargo and protoc.
 set -euo pipefail
@@ -161,10 +162,13 @@ start_fork() { # the fork, with kube-apiserver's command line on its own port
   wait_ready fork $FPORT $FPID
 }
 
-restart() { # restart TARGET: kube-apiserver or the fork, after one of its rows (VERSUS_RESTART=1)
+restart() { # restart TARGET: after one of its rows (VERSUS_RESTART=1), or after it died in one
+  log "restarting $1"
   case $1 in
-    kube-apiserver) log "restarting kube-apiserver"; stop_pid "$KPID"; start_kas ;;
-    fork) log "restarting the fork"; stop_pid "$FPID"; start_fork ;;
+    kube-apiserver) stop_pid "$KPID"; start_kas ;;
+    fork) stop_pid "$FPID"; start_fork ;;
+    lw-etcd) stop_pid "$LEPID"; start_lw lw-etcd ;;
+    lw-gateway) stop_pid "$LGPID"; start_lw lw-gateway ;;
   esac
 }
 
@@ -204,16 +208,21 @@ start_listwatch() { # both listwatch targets, TLS with kube-apiserver's serving 
     --etcd-certfile $R/apiserver-etcd-client.pem --etcd-keyfile $R/apiserver-etcd-client.key
     --listen 127.0.0.1:$LEPORT "${common[@]}")
   LW_GW_ARGS=(serve --source apiserver --listen 127.0.0.1:$LGPORT "${common[@]}")
-  if [[ " $TARGETS " == *" lw-etcd "* ]]; then
-    "$LW" "${LW_ETCD_ARGS[@]}" </dev/null >$W/logs/lw-etcd.log 2>&1 &
-    LEPID=$!; PIDS+=("$LEPID")
-    wait_ready lw-etcd $LEPORT $LEPID
-  fi
-  if [[ " $TARGETS " == *" lw-gateway "* ]]; then
-    "$LW" "${LW_GW_ARGS[@]}" </dev/null >$W/logs/lw-gateway.log 2>&1 &
-    LGPID=$!; PIDS+=("$LGPID")
-    wait_ready lw-gateway $LGPORT $LGPID
-  fi
+  if [[ " $TARGETS " == *" lw-etcd "* ]]; then start_lw lw-etcd; fi
+  if [[ " $TARGETS " == *" lw-gateway "* ]]; then start_lw lw-gateway; fi
+}
+
+start_lw() { # start_lw lw-etcd|lw-gateway: one listwatch target (its log appended to)
+  case $1 in
+    lw-etcd)
+      "$LW" "${LW_ETCD_ARGS[@]}" </dev/null >>$W/logs/lw-etcd.log 2>&1 &
+      LEPID=$!; PIDS+=("$LEPID")
+      wait_ready lw-etcd $LEPORT $LEPID ;;
+    lw-gateway)
+      "$LW" "${LW_GW_ARGS[@]}" </dev/null >>$W/logs/lw-gateway.log 2>&1 &
+      LGPID=$!; PIDS+=("$LGPID")
+      wait_ready lw-gateway $LGPORT $LGPID ;;
+  esac
 }
 
 target() { # target NAME: sets PORT and PID
@@ -272,10 +281,15 @@ run_row() {
   $PY extract "$row" "$t" "$rep" $samples ${samples:+$up_cpu}
   [ -z "$guard" ] || $PY aborted "$row" "$t" "$guard"
   if ! kill -0 "$PID" 2>/dev/null; then
-    DEAD[$t]="$t exited during $row (see its log)"
-    $PY aborted "$row" "$t" "${DEAD[$t]}"
-    log "${DEAD[$t]}"
-  elif [ -n "${VERSUS_RESTART:-}" ] && [[ $t == kube-apiserver || $t == fork ]]; then
+    $PY aborted "$row" "$t" "$t exited during $row (see its log; dmesg for the OOM killer)"
+    log "$t exited during $row"
+    # With restarts, the next row starts it afresh; without, its later rows are not run.
+    if [ -n "${VERSUS_RESTART:-}" ]; then
+      restart "$t" || DEAD[$t]="$t did not come back after a restart (see its log)"
+    else
+      DEAD[$t]="$t exited during $row (see its log)"
+    fi
+  elif [ -n "${VERSUS_RESTART:-}" ]; then
     restart "$t" || DEAD[$t]="$t did not come back after a restart (see its log)"
   fi
 }

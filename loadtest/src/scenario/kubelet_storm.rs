@@ -53,6 +53,12 @@ pub struct Report {
     /// Watch-lists answered 429 and asked again after `Retry-After`, as client-go does
     /// (at most 10 times each).
     pub retries_after_429: u64,
+    /// Watch-lists that ended with an ERROR event before their node synced and were asked
+    /// again from scratch after a second, as a kubelet's reflector relists (at most
+    /// `RELISTS_AFTER_ERROR` times a node).
+    pub relists_after_error: u64,
+    /// The first such ERROR event's message (its `Status`), as the server sent it.
+    pub first_error_event: Option<String>,
     /// With `--h2`: the server's RSS once every node's connection is open (each node's
     /// watch-list and its retries then go on it, as a kubelet's), before any request. The
     /// storm's CPU and sync times then leave the connections' setup out; a connection that
@@ -177,6 +183,26 @@ fn produce(
 }
 
 /// The first pod of `file`, the template of the churned pods.
+/// How many times a node relists after an ERROR event before it fails.
+const RELISTS_AFTER_ERROR: u32 = 3;
+
+/// How a node's error starts when the server ended its watch-list with an ERROR event.
+const ERROR_EVENT: &str = "ERROR event";
+
+/// The message of an ERROR event's `Status`: JSON's `object.message`, or in a protobuf
+/// event the longest run of printable text (the message is the Status's one long string).
+fn status_message(raw: &[u8]) -> String {
+    if let Ok(v) = serde_json::from_slice::<Value>(raw) {
+        if let Some(m) = v["object"]["message"].as_str() {
+            return m.chars().take(200).collect();
+        }
+    }
+    raw.split(|b| !(b.is_ascii_graphic() || *b == b' '))
+        .max_by_key(|run| run.len())
+        .map(|run| String::from_utf8_lossy(run).chars().take(200).collect())
+        .unwrap_or_default()
+}
+
 fn template(file: &Path) -> Result<Value, String> {
     let first = lines(file)?
         .find(|l| l.as_ref().map_or(true, |l| !l.trim().is_empty()))
@@ -250,6 +276,8 @@ pub async fn run(
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..nodes).map(|_| AtomicU64::new(0)).collect());
     let synced = Arc::new(AtomicUsize::new(0));
     let retried = Arc::new(AtomicU64::new(0));
+    let relisted = Arc::new(AtomicU64::new(0));
+    let first_error_event = Arc::new(std::sync::Mutex::new(None::<String>));
     let connected = Arc::new(tokio::sync::Barrier::new(nodes + 1));
     let start = Arc::new(tokio::sync::Barrier::new(nodes + 1));
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -267,6 +295,7 @@ pub async fn run(
                 args.protobuf,
                 retried.clone(),
             );
+            let (relisted, first_error_event) = (relisted.clone(), first_error_event.clone());
             let (connected, start, h2) = (connected.clone(), start.clone(), args.h2);
             tokio::spawn(async move {
                 let mut seen = NodeSeen::default();
@@ -277,38 +306,63 @@ pub async fn run(
                 };
                 connected.wait().await;
                 start.wait().await;
-                let on = |ev: events::Event<'_>, at: Instant| {
-                    match (ev.kind, seen.synced) {
-                        (Kind::Bookmark, None) if ev.initial_end => {
-                            seen.synced = Some(at);
-                            synced.fetch_add(1, Ordering::Relaxed);
-                        }
-                        (Kind::Bookmark, _) => {}
-                        (Kind::Added, None) => seen.initial += 1,
-                        (Kind::Error, _) => return Err("ERROR event".into()),
-                        (_, None) => {
-                            return Err(format!("{:?} before initial-events-end", ev.kind));
-                        }
-                        (_, Some(_)) => seen.after += 1,
-                    }
-                    progress[k].store(seen.initial + seen.after, Ordering::Relaxed);
-                    Ok(ControlFlow::Continue(()))
-                };
+                let mut relists_left = RELISTS_AFTER_ERROR;
                 let r = match conn.transpose() {
                     Err(e) => Err(format!("connect: {e}")),
-                    Ok(mut send) => {
-                        events::watch_retrying(
+                    Ok(mut send) => loop {
+                        let on = |ev: events::Event<'_>, at: Instant| {
+                            match (ev.kind, seen.synced) {
+                                (Kind::Bookmark, None) if ev.initial_end => {
+                                    seen.synced = Some(at);
+                                    synced.fetch_add(1, Ordering::Relaxed);
+                                }
+                                (Kind::Bookmark, _) => {}
+                                (Kind::Added, None) => seen.initial += 1,
+                                (Kind::Error, _) => {
+                                    return Err(format!(
+                                        "{ERROR_EVENT}: {}",
+                                        status_message(ev.raw)
+                                    ));
+                                }
+                                (_, None) => {
+                                    return Err(format!("{:?} before initial-events-end", ev.kind));
+                                }
+                                (_, Some(_)) => seen.after += 1,
+                            }
+                            progress[k].store(seen.initial + seen.after, Ordering::Relaxed);
+                            Ok(ControlFlow::Continue(()))
+                        };
+                        let r = events::watch_retrying(
                             &host,
                             send.as_mut(),
                             &path,
                             protobuf,
-                            stopped,
+                            stopped.clone(),
                             on,
                             10,
                             &retried,
                         )
-                        .await
-                    }
+                        .await;
+                        match r {
+                            // A reflector relists after an ERROR event (kube-apiserver's cacher
+                            // sends one when it cannot serve the watch-list in time): so does a
+                            // node that has not synced yet, from scratch.
+                            Err(e)
+                                if e.starts_with(ERROR_EVENT)
+                                    && seen.synced.is_none()
+                                    && relists_left > 0 =>
+                            {
+                                relists_left -= 1;
+                                relisted.fetch_add(1, Ordering::Relaxed);
+                                if let Ok(mut first) = first_error_event.lock() {
+                                    first.get_or_insert(e);
+                                }
+                                seen.initial = 0;
+                                tokio::time::sleep(Duration::from_secs(1)).await;
+                            }
+                            r => break r,
+                        }
+                    },
                 };
                 if r.is_err() {
                     // Count a failed node as done, so the storm's wait ends.
@@ -340,6 +394,8 @@ pub async fn run(
         .zip(sync_peak)
         .map(|(c, p)| p.saturating_sub(c));
     report.retries_after_429 = retried.load(Ordering::Relaxed);
+    report.relists_after_error = relisted.load(Ordering::Relaxed);
+    report.first_error_event = first_error_event.lock().ok().and_then(|f| f.clone());
     report.storm_server_cpu_s = cpu_delta(cpu0, cpu1);
     report.server_cpu_ms_per_node_list = report.storm_server_cpu_s.map(|s| s * 1e3 / nodes as f64);
 
