@@ -27,8 +27,8 @@ flock /tmp/k8s-build.lock bash "$K8S_SCRIPTS/build.sh" >&2 ||
 [ -x "$GO" ] || GO=$(command -v go)
 [ -d $W/src/vendor/k8s.io/apiserver ] || { echo "build.sh: no extracted tree in $W/src" >&2; exit 1; }
 
-echo "build.sh: cargo build --release -p listwatch-ffi --features etcd" >&2
-(cd "$REPO" && cargo build --quiet --release -p listwatch-ffi --features etcd)
+echo "build.sh: cargo build --release -p listwatch-ffi --features etcd,jemalloc" >&2
+(cd "$REPO" && cargo build --quiet --release -p listwatch-ffi --features etcd,jemalloc)
 LIB=${CARGO_TARGET_DIR:-$REPO/target}/release
 [ -f "$LIB/liblistwatch_ffi.a" ] || { echo "build.sh: no $LIB/liblistwatch_ffi.a" >&2; exit 1; }
 

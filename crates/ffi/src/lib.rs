@@ -5,9 +5,12 @@
 //! only what crossing a C boundary needs:
 //!
 //! - **An instance owns everything**: its tokio runtime (worker count from the config),
-//!   the facade's `ListWatch` and `Feed`, and one notification pipe. No global state, no
-//!   signal handlers, no global allocator (the host's malloc serves the staticlib's
-//!   allocations through Rust's default `System` allocator).
+//!   the facade's `ListWatch` and `Feed`, and one notification pipe. No global state and
+//!   no signal handlers. The staticlib's allocations go to the host's malloc through Rust's
+//!   default `System` allocator, or with the `jemalloc` feature (the fork's build) to a
+//!   jemalloc of its own, prefixed so that the host's malloc stays the host's: glibc's
+//!   per-thread arenas under cgo's many threads were most of listwatch's share of the
+//!   fork's storm growth.
 //! - **No panic crosses the boundary**: every entry point runs inside `catch_unwind` and
 //!   returns [`LW_ERR_PANIC`] instead.
 //! - **Responses are pulled, never pushed**: [`lw_stream_poll`] never blocks. It drives the
@@ -19,6 +22,10 @@
 //!   when the host asks for the next chunk: a stalled client holds one chunk.
 //!
 //! docs/embedding-go.md has the why and the measurements.
+
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_char};
@@ -296,6 +303,12 @@ impl Inner {
     fn start(text: &[u8]) -> Result<Inner, String> {
         let config: Config =
             serde_json::from_slice(text).map_err(|e| format!("configuration: {e}"))?;
+        // jemalloc hands freed pages back only from a thread of its own (or on the next
+        // allocation in the same arena): one, as the standalone server starts.
+        #[cfg(feature = "jemalloc")]
+        tikv_jemalloc_ctl::max_background_threads::write(1)
+            .and_then(|()| tikv_jemalloc_ctl::background_thread::write(true))
+            .map_err(|e| format!("jemalloc's background thread: {e}"))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.workers.max(1))
             .thread_name("listwatch")
