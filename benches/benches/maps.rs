@@ -28,6 +28,11 @@ fn maps(c: &mut Criterion) {
         rpds_map.insert_mut(k.clone(), val.clone());
     }
     let probe: Arc<str> = Arc::from("ns-7/pod-0050007");
+    // Both maps seek the same range: every key from namespace ns-7's first on.
+    let namespace_7 = (
+        std::ops::Bound::Included("ns-7/"),
+        std::ops::Bound::Unbounded,
+    );
 
     let mut g = c.benchmark_group("maps");
     g.bench_function("imbl_clone", |b| b.iter(|| imbl_map.clone()));
@@ -49,26 +54,10 @@ fn maps(c: &mut Criterion) {
     g.bench_function("imbl_iterate_100k", |b| b.iter(|| imbl_map.iter().count()));
     g.bench_function("rpds_iterate_100k", |b| b.iter(|| rpds_map.iter().count()));
     g.bench_function("imbl_range_seek_take_500", |b| {
-        b.iter(|| {
-            imbl_map
-                .range::<_, str>((
-                    std::ops::Bound::Included("ns-7/"),
-                    std::ops::Bound::Unbounded,
-                ))
-                .take(500)
-                .count()
-        })
+        b.iter(|| imbl_map.range::<_, str>(namespace_7).take(500).count())
     });
     g.bench_function("rpds_range_seek_take_500", |b| {
-        b.iter(|| {
-            rpds_map
-                .range::<str, _>((
-                    std::ops::Bound::Included("ns-7/"),
-                    std::ops::Bound::Unbounded,
-                ))
-                .take(500)
-                .count()
-        })
+        b.iter(|| rpds_map.range::<str, _>(namespace_7).take(500).count())
     });
     g.finish();
 }

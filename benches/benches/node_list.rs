@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use listwatch_benches::pods;
-use listwatch_codec::{Encoding, Form, ListEncoder, Rendering};
+use listwatch_benches::{pods, snapshot_list_encoder};
+use listwatch_codec::Encoding;
 use listwatch_core::fields::FieldSelector;
 use listwatch_core::labels::LabelSelector;
-use listwatch_store::{Filter, Record, Snapshot, SnapshotReader, Store, StoreConfig};
+use listwatch_store::{Filter, Record, Snapshot, Store, StoreConfig};
 
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -33,16 +33,7 @@ fn store() -> Arc<Store> {
 
 /// The JSON LIST body's size for `filter` over `snap`.
 fn list(store: &Store, snap: &Snapshot, filter: &Arc<Filter>) -> usize {
-    let reader = SnapshotReader::new(snap.clone(), filter.clone(), None, None);
-    let rendering = Rendering {
-        encoding: Encoding::Json,
-        form: Form::Objects,
-        gzip: false,
-    };
-    let writer = rendering
-        .writer(store.info(), &listwatch_codec::Sharing::default())
-        .expect("writer");
-    let mut e = ListEncoder::new(reader, writer, String::new(), false, 64 * 1024);
+    let mut e = snapshot_list_encoder(store.info(), snap.clone(), filter.clone(), Encoding::Json);
     std::iter::from_fn(|| e.next_chunk()).map(|c| c.len()).sum()
 }
 

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
+use listwatch_codec::{DEFAULT_CHUNK, Encoding, ListEncoder, Rendering, Sharing};
 use listwatch_core::{ResourceInfo, builtin_resource};
 use listwatch_sources::demo::demo_pod;
-use listwatch_store::{Record, Store, StoreConfig};
+use listwatch_store::{Filter, Record, Snapshot, SnapshotReader, Store, StoreConfig};
 
 /// The built-in pods resource.
 pub fn pods() -> Arc<ResourceInfo> {
@@ -26,28 +27,31 @@ pub fn pod_store(n: usize) -> Arc<Store> {
 
 /// A LIST encoder over the whole current snapshot of `store` (no selectors, no limit), in
 /// protobuf when `protobuf`.
-pub fn list_encoder(store: &Store, protobuf: bool) -> listwatch_codec::ListEncoder {
-    let info = store.info();
-    let reader = listwatch_store::SnapshotReader::new(
-        store.current(),
-        Arc::new(listwatch_store::Filter::everything()),
-        None,
-        None,
-    );
+pub fn list_encoder(store: &Store, protobuf: bool) -> ListEncoder {
     let encoding = if protobuf {
-        listwatch_codec::Encoding::Protobuf
+        Encoding::Protobuf
     } else {
-        listwatch_codec::Encoding::Json
+        Encoding::Json
     };
-    let rendering = listwatch_codec::Rendering::objects(encoding);
-    let writer = rendering
-        .writer(info, &listwatch_codec::Sharing::default())
-        .expect("the kind has a protobuf form");
-    listwatch_codec::ListEncoder::new(
-        reader,
-        writer,
-        String::new(),
-        false,
-        listwatch_codec::DEFAULT_CHUNK,
+    snapshot_list_encoder(
+        store.info(),
+        store.current(),
+        Arc::new(Filter::everything()),
+        encoding,
     )
+}
+
+/// A LIST encoder over what `filter` selects of `snapshot` (objects of `info`; no limit),
+/// in `encoding`, chunked as the server chunks.
+pub fn snapshot_list_encoder(
+    info: &ResourceInfo,
+    snapshot: Snapshot,
+    filter: Arc<Filter>,
+    encoding: Encoding,
+) -> ListEncoder {
+    let reader = SnapshotReader::new(snapshot, filter, None, None);
+    let writer = Rendering::objects(encoding)
+        .writer(info, &Sharing::default())
+        .expect("the kind has this encoding's form");
+    ListEncoder::new(reader, writer, String::new(), false, DEFAULT_CHUNK)
 }

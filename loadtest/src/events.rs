@@ -360,6 +360,20 @@ mod tests {
         out
     }
 
+    /// `stream` (an ADDED at RV 7, then the initial-events-end bookmark at RV 9), split in
+    /// two at every byte, reads as those two events: a reader keeps what a chunk cut off.
+    fn assert_every_cut_gives_added_then_end(stream: &[u8], protobuf: bool) {
+        let want = vec![
+            (Kind::Added, Some(7), false),
+            (Kind::Bookmark, Some(9), true),
+        ];
+        for cut in 0..stream.len() {
+            let mut r = EventReader::new(protobuf);
+            let (a, b) = stream.split_at(cut);
+            assert_eq!(collect(&mut r, &[a, b]), want, "cut at {cut}");
+        }
+    }
+
     #[test]
     fn json_lines_cut_anywhere_give_the_same_events() {
         let stream = concat!(
@@ -369,15 +383,7 @@ mod tests {
             "\n",
         )
         .as_bytes();
-        let want = vec![
-            (Kind::Added, Some(7), false),
-            (Kind::Bookmark, Some(9), true),
-        ];
-        for cut in 0..stream.len() {
-            let mut r = EventReader::new(false);
-            let (a, b) = stream.split_at(cut);
-            assert_eq!(collect(&mut r, &[a, b]), want, "cut at {cut}");
-        }
+        assert_every_cut_gives_added_then_end(stream, false);
     }
 
     /// A protobuf watch stream: an ADDED ConfigMap (encoded from JSON by listwatch-protobuf)
@@ -415,16 +421,7 @@ mod tests {
 
     #[test]
     fn protobuf_frames_cut_anywhere_give_the_same_events() {
-        let stream = proto_stream();
-        let want = vec![
-            (Kind::Added, Some(7), false),
-            (Kind::Bookmark, Some(9), true),
-        ];
-        for cut in 0..stream.len() {
-            let mut r = EventReader::new(true);
-            let (a, b) = stream.split_at(cut);
-            assert_eq!(collect(&mut r, &[a, b]), want, "cut at {cut}");
-        }
+        assert_every_cut_gives_added_then_end(&proto_stream(), true);
     }
 
     #[test]

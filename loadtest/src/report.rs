@@ -107,6 +107,32 @@ pub struct ClientResult {
     pub error: Option<String>,
 }
 
+impl ClientResult {
+    /// A watcher's result: `objects` events received over its one watch request, which
+    /// ended as `watched` says (the bytes it received on the wire, or what went wrong).
+    pub fn of_watch(objects: u64, watched: Result<u64, String>) -> Self {
+        let (wire_bytes, error) = match watched {
+            Ok(wire) => (wire, None),
+            Err(e) => (0, Some(e)),
+        };
+        ClientResult {
+            objects,
+            wire_bytes,
+            requests: 1,
+            error,
+            ..Default::default()
+        }
+    }
+}
+
+/// `cpu_s` CPU seconds spread over `events` delivered events, in microseconds each (none
+/// when no event was delivered).
+pub fn us_per_event(cpu_s: Option<f64>, events: u64) -> Option<f64> {
+    cpu_s
+        .filter(|_| events > 0)
+        .map(|s| s * 1e6 / events as f64)
+}
+
 /// The value at fraction `p` of sorted `v` (0 when empty).
 pub fn pct(v: &[f64], p: f64) -> f64 {
     v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1)))

@@ -19,7 +19,7 @@ use hyper::Method;
 use serde::Serialize;
 
 use crate::events::{self, Kind};
-use crate::report::{ClientResult, Server, cpu_delta, own_cpu_s, pct};
+use crate::report::{ClientResult, Server, cpu_delta, own_cpu_s, pct, us_per_event};
 use crate::writers::{self, Write};
 use crate::{Args, http};
 
@@ -221,13 +221,7 @@ pub async fn run(args: Arc<Args>, host: String, server: Server) -> (Vec<ClientRe
             }
             Some((count, hash, _)) => same &= seen.count == *count && seen.hash == *hash,
         }
-        results.push(ClientResult {
-            objects: seen.count,
-            wire_bytes: *r.as_ref().unwrap_or(&0),
-            requests: 1,
-            error: r.err(),
-            ..Default::default()
-        });
+        results.push(ClientResult::of_watch(seen.count, r));
     }
     let (count, _, rvs) = reference.unwrap_or_default();
     report.every_watcher_saw_every_event =
@@ -238,10 +232,7 @@ pub async fn run(args: Arc<Args>, host: String, server: Server) -> (Vec<ClientRe
     report.p99_ms = pct(&lat, 0.99);
     report.max_ms = lat.last().copied().unwrap_or(0.0);
     report.server_cpu_s = cpu_delta(cpu0, cpu1);
-    report.server_cpu_us_per_event = report
-        .server_cpu_s
-        .filter(|_| report.delivered_events > 0)
-        .map(|s| s * 1e6 / report.delivered_events as f64);
+    report.server_cpu_us_per_event = us_per_event(report.server_cpu_s, report.delivered_events);
     report.client_cpu_s = cpu_delta(own0, own1);
     (results, report)
 }

@@ -31,7 +31,7 @@ use serde_json::Value;
 use super::churn::delivered;
 use super::list::{WATCH_LIST, with_query};
 use crate::events::{self, Kind};
-use crate::report::{ClientResult, Server, cpu_delta, own_cpu_s, pct};
+use crate::report::{ClientResult, Server, cpu_delta, own_cpu_s, pct, us_per_event};
 use crate::writers::{self, Write};
 use crate::{Args, http};
 
@@ -478,29 +478,22 @@ pub async fn run(
         exact &= seen.initial == initial_expected[k]
             && got >= expected[k]
             && got <= expected[k] + deletes[k];
-        if let Some(at) = seen.synced {
-            sync.push(at.saturating_duration_since(storm).as_secs_f64());
+        let mut result = ClientResult::of_watch(seen.initial, r);
+        match seen.synced {
+            Some(at) => {
+                result.seconds = at.saturating_duration_since(storm).as_secs_f64();
+                sync.push(result.seconds);
+            }
+            None => {
+                result.error.get_or_insert_with(|| "never synced".into());
+            }
         }
-        results.push(ClientResult {
-            objects: seen.initial,
-            wire_bytes: *r.as_ref().unwrap_or(&0),
-            requests: 1,
-            seconds: seen
-                .synced
-                .map_or(0.0, |at| at.saturating_duration_since(storm).as_secs_f64()),
-            error: r
-                .err()
-                .or_else(|| seen.synced.is_none().then(|| "never synced".into())),
-            ..Default::default()
-        });
+        results.push(result);
     }
     sync.sort_by(f64::total_cmp);
     report.sync_s_p50 = pct(&sync, 0.5);
     report.sync_s_max = sync.last().copied().unwrap_or(0.0);
-    report.server_cpu_us_per_event = report
-        .churn_server_cpu_s
-        .filter(|_| report.churn_events > 0)
-        .map(|s| s * 1e6 / report.churn_events as f64);
+    report.server_cpu_us_per_event = us_per_event(report.churn_server_cpu_s, report.churn_events);
     report.expected = expected;
     report.every_node_got_its_events = exact && report.create_errors == 0 && log.errors == 0;
     Ok((results, report, measured_from))
