@@ -17,7 +17,7 @@
 #
 # Usage: loadtest/scripts/versus.sh        (~1-2 h on 2 cores; everything it starts it stops)
 # Smaller, to try it: VERSUS_PODS=2000 VERSUS_NODES=250 VERSUS_WATCHERS=1000 loadtest/scripts/versus.sh
-# Other knobs: VERSUS_ROWS (subset of "lists informers idle relist proof churn storm"),
+# Other knobs: VERSUS_ROWS (subset of "lists storm idle churn relist proof informers"),
 # VERSUS_TARGETS (subset of the four), VERSUS_FORK (a fork binary already built),
 # VERSUS_NO_BUILD=1 (use the binaries in the target dir as they are),
 # VERSUS_MEM_FLOOR_MIB (a run is stopped when the machine's MemAvailable falls below it:
@@ -35,7 +35,8 @@ cd "$(dirname "$0")/../.."
 REPO=$(pwd)
 PODS=${VERSUS_PODS:-40000} NODES=${VERSUS_NODES:-5000} WATCHERS=${VERSUS_WATCHERS:-10000}
 CHURN_WATCHERS=${VERSUS_CHURN_WATCHERS:-1000} CHURN_RATE=${VERSUS_CHURN_RATE:-1000}
-ROWS=${VERSUS_ROWS:-lists informers idle relist proof churn storm}
+# The informer rows (16 runs of minutes each) last: a run cut short still has the rest.
+ROWS=${VERSUS_ROWS:-lists storm idle churn relist proof informers}
 TARGETS=${VERSUS_TARGETS:-kube-apiserver fork lw-etcd lw-gateway}
 MEM_FLOOR_MIB=${VERSUS_MEM_FLOOR_MIB:-2500}
 # VERSUS_PORT_BASE and VERSUS_WORK let a second run share the machine (ports and work dir).
