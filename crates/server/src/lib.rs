@@ -70,7 +70,7 @@ impl Default for ServerConfig {
             max_body_bytes: 3 << 20,
             advertise: "127.0.0.1:8080".into(),
             limits: limits::LimitConfig::default(),
-            request_log_per_second: metrics::DEFAULT_REQUEST_LOG_PER_SECOND,
+            request_log_per_second: listwatch_metrics::DEFAULT_REQUEST_LOG_PER_SECOND,
             shutdown_list_grace: Duration::from_secs(60),
             git_commit: String::new(),
             protobuf_share_bytes: listwatch_codec::shared::SHARED_BUDGET,
