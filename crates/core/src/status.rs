@@ -412,21 +412,11 @@ impl ApiError {
                     Some(ns) => format!("in the namespace {ns:?}"),
                     None => "at the cluster scope".into(),
                 };
-                StatusParts {
-                    code: 403,
-                    reason: "Forbidden",
-                    message: format!(
-                        "{subject} is forbidden: User {user:?} cannot {verb} resource {:?} in API group {:?} {scope}",
-                        target.resource, target.group
-                    ),
-                    continue_token: None,
-                    details: Some(Details {
-                        name: Some(&target.name),
-                        group: Some(&target.group),
-                        kind: Some(&target.resource),
-                        ..Default::default()
-                    }),
-                }
+                let message = format!(
+                    "{subject} is forbidden: User {user:?} cannot {verb} resource {:?} in API group {:?} {scope}",
+                    target.resource, target.group
+                );
+                object(403, "Forbidden", message, target)
             }
             ApiError::NotFound(r) => object(
                 404,
