@@ -16,7 +16,7 @@ use crate::routes::{self, Route};
 use crate::{PassThrough, RequestBody, ServerConfig, limits, response};
 
 /// The application: registry, source and configuration shared by all connections. Built
-/// here; requests are served by its [`dispatch`] service.
+/// here; requests are served by its `dispatch` service.
 pub struct App {
     service: dispatch::Service,
 }
