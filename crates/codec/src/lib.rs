@@ -14,6 +14,7 @@ use bytes::Bytes;
 
 mod frame;
 pub mod gzip;
+pub mod lengths;
 mod list;
 pub mod printers;
 pub mod protobuf;

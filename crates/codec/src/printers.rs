@@ -11,10 +11,78 @@ pub type Column = (&'static str, &'static str, &'static str, i32);
 
 /// A printer: its columns and how a row's cells are read from an object.
 pub struct BuiltinPrinter {
-    /// Column definitions, Name first.
-    pub columns: &'static [Column],
+    /// Column definitions, Name first; a workload's pod-template columns follow them.
+    columns: &'static [Column],
+    /// The cells of one object under `columns` (`now` in Unix seconds, for ages).
+    cells: fn(name: &str, b: &[u8], now: i64) -> Vec<String>,
+    /// A workload's pod template, whose containers and images (and selector) kubectl
+    /// shows with `-o wide` after the other columns.
+    workload: Option<Workload>,
+}
+
+/// Where a workload keeps its pod template's spec and its selector.
+struct Workload {
+    template: &'static [&'static str],
+    selector: Selector,
+}
+
+/// A workload's selector column.
+enum Selector {
+    /// None (StatefulSets show no selector).
+    None,
+    /// A label selector at this path (`matchLabels`, `matchExpressions`).
+    Labels(&'static [&'static str]),
+    /// A plain map at this path (a ReplicationController's).
+    Map(&'static [&'static str]),
+}
+
+/// A workload's wide columns, in kubectl's order (Selector only with a selector).
+const WORKLOAD_COLUMNS: [Column; 3] = [
+    ("Containers", "string", "", 1),
+    ("Images", "string", "", 1),
+    ("Selector", "string", "", 1),
+];
+
+/// The pod template's spec of Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs.
+const TEMPLATE: &[&str] = &["spec", "template", "spec"];
+
+/// A workload whose pod template is at [`TEMPLATE`] and label selector at `spec.selector`.
+const WORKLOAD: Option<Workload> = Some(Workload {
+    template: TEMPLATE,
+    selector: Selector::Labels(&["spec", "selector"]),
+});
+
+impl BuiltinPrinter {
+    /// The column definitions' JSON (`columnDefinitions`).
+    pub fn columns_json(&self) -> String {
+        let wide = match &self.workload {
+            Some(Workload {
+                selector: Selector::None,
+                ..
+            }) => &WORKLOAD_COLUMNS[..2],
+            Some(_) => &WORKLOAD_COLUMNS[..],
+            None => &[],
+        };
+        let described = self.columns.iter().chain(wide);
+        columns_json(
+            described.map(|&(name, ty, format, priority)| (name, ty, format, "", priority)),
+        )
+    }
+
     /// The cells of one object (`now` in Unix seconds, for ages).
-    pub cells: fn(name: &str, b: &[u8], now: i64) -> Vec<String>,
+    pub fn cells(&self, name: &str, b: &[u8], now: i64) -> Vec<String> {
+        let mut cells = (self.cells)(name, b, now);
+        if let Some(w) = &self.workload {
+            let (containers, images) = containers_images(b, w.template);
+            cells.extend([containers, images]);
+            match w.selector {
+                Selector::None => {}
+                Selector::Labels(path) => cells.push(selector(b, path)),
+                Selector::Map(path) => cells.push(map_text(b, path)),
+            }
+        }
+        cells
+    }
 }
 
 /// The printer for `group`/`resource`, if it has one.
@@ -47,11 +115,14 @@ pub fn for_resource(group: &str, resource: &str) -> Option<&'static BuiltinPrint
     })
 }
 
-/// The column definitions' JSON (`columnDefinitions`).
-pub fn columns_json(columns: &[Column]) -> String {
+/// The JSON of column definitions (`columnDefinitions`): name, type, format, description
+/// and priority of each.
+pub(crate) fn columns_json<'a>(
+    columns: impl Iterator<Item = (&'a str, &'a str, &'a str, &'a str, i32)>,
+) -> String {
     let mut v = Vec::new();
     v.push(b'[');
-    for (i, (name, ty, format, priority)) in columns.iter().enumerate() {
+    for (i, (name, ty, format, description, priority)) in columns.enumerate() {
         if i > 0 {
             v.push(b',');
         }
@@ -61,7 +132,8 @@ pub fn columns_json(columns: &[Column]) -> String {
         listwatch_core::json::push_go_string(&mut v, ty);
         v.extend_from_slice(b",\"format\":");
         listwatch_core::json::push_go_string(&mut v, format);
-        v.extend_from_slice(b",\"description\":\"\"");
+        v.extend_from_slice(b",\"description\":");
+        listwatch_core::json::push_go_string(&mut v, description);
         v.extend_from_slice(format!(",\"priority\":{priority}}}").as_bytes());
     }
     v.push(b']');
@@ -167,8 +239,6 @@ fn containers_images(b: &[u8], spec: &[&str]) -> (String, String) {
     (names.join(","), images.join(","))
 }
 
-const TEMPLATE: &[&str] = &["spec", "template", "spec"];
-
 static NODES: BuiltinPrinter = BuiltinPrinter {
     columns: &[
         NAME,
@@ -253,11 +323,13 @@ static NODES: BuiltinPrinter = BuiltinPrinter {
             unknown(s(b, &["status", "nodeInfo", "containerRuntimeVersion"])),
         ]
     },
+    workload: None,
 };
 
 static NAMESPACES: BuiltinPrinter = BuiltinPrinter {
     columns: &[NAME, ("Status", "string", "", 0), AGE],
     cells: |name, b, now| vec![name.into(), s(b, &["status", "phase"]), created(b, now)],
+    workload: None,
 };
 
 static SERVICES: BuiltinPrinter = BuiltinPrinter {
@@ -314,6 +386,7 @@ static SERVICES: BuiltinPrinter = BuiltinPrinter {
             map_text(b, &["spec", "selector"]),
         ]
     },
+    workload: None,
 };
 
 static EVENTS: BuiltinPrinter = BuiltinPrinter {
@@ -330,6 +403,7 @@ static EVENTS: BuiltinPrinter = BuiltinPrinter {
         ("Name", "string", "name", 1),
     ],
     cells: |name, b, now| event_cells(&CORE_EVENT, name, b, now),
+    workload: None,
 };
 
 /// Where an Event version keeps what the Event printer shows.
@@ -369,6 +443,7 @@ static EVENTS_V1: BuiltinPrinter = BuiltinPrinter {
         };
         event_cells(&FIELDS, name, b, now)
     },
+    workload: None,
 };
 
 fn event_cells(f: &EventFields, name: &str, b: &[u8], now: i64) -> Vec<String> {
@@ -414,16 +489,12 @@ fn event_cells(f: &EventFields, name: &str, b: &[u8], now: i64) -> Vec<String> {
 }
 
 fn replica_counts(name: &str, b: &[u8], now: i64) -> Vec<String> {
-    let (c, i) = containers_images(b, TEMPLATE);
     vec![
         name.into(),
         int(b, &["spec", "replicas"]),
         int(b, &["status", "replicas"]),
         int(b, &["status", "readyReplicas"]),
         created(b, now),
-        c,
-        i,
-        selector(b, &["spec", "selector"]),
     ]
 }
 
@@ -433,24 +504,22 @@ const REPLICA_COLUMNS: &[Column] = &[
     ("Current", "integer", "", 0),
     ("Ready", "integer", "", 0),
     AGE,
-    ("Containers", "string", "", 1),
-    ("Images", "string", "", 1),
-    ("Selector", "string", "", 1),
 ];
 
 static REPLICA_SETS: BuiltinPrinter = BuiltinPrinter {
     columns: REPLICA_COLUMNS,
     cells: replica_counts,
+    workload: WORKLOAD,
 };
 
 static REPLICATION_CONTROLLERS: BuiltinPrinter = BuiltinPrinter {
     columns: REPLICA_COLUMNS,
-    cells: |name, b, now| {
-        // An RC's selector is a plain map.
-        let mut v = replica_counts(name, b, now);
-        v[7] = map_text(b, &["spec", "selector"]);
-        v
-    },
+    cells: replica_counts,
+    // An RC's selector is a plain map.
+    workload: Some(Workload {
+        template: TEMPLATE,
+        selector: Selector::Map(&["spec", "selector"]),
+    }),
 };
 
 static DEPLOYMENTS: BuiltinPrinter = BuiltinPrinter {
@@ -460,12 +529,8 @@ static DEPLOYMENTS: BuiltinPrinter = BuiltinPrinter {
         ("Up-to-date", "string", "", 0),
         ("Available", "string", "", 0),
         AGE,
-        ("Containers", "string", "", 1),
-        ("Images", "string", "", 1),
-        ("Selector", "string", "", 1),
     ],
     cells: |name, b, now| {
-        let (c, i) = containers_images(b, TEMPLATE);
         vec![
             name.into(),
             format!(
@@ -476,23 +541,14 @@ static DEPLOYMENTS: BuiltinPrinter = BuiltinPrinter {
             int(b, &["status", "updatedReplicas"]),
             int(b, &["status", "availableReplicas"]),
             created(b, now),
-            c,
-            i,
-            selector(b, &["spec", "selector"]),
         ]
     },
+    workload: WORKLOAD,
 };
 
 static STATEFUL_SETS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Ready", "string", "", 0),
-        AGE,
-        ("Containers", "string", "", 1),
-        ("Images", "string", "", 1),
-    ],
+    columns: &[NAME, ("Ready", "string", "", 0), AGE],
     cells: |name, b, now| {
-        let (c, i) = containers_images(b, TEMPLATE);
         vec![
             name.into(),
             format!(
@@ -501,10 +557,12 @@ static STATEFUL_SETS: BuiltinPrinter = BuiltinPrinter {
                 int(b, &["spec", "replicas"])
             ),
             created(b, now),
-            c,
-            i,
         ]
     },
+    workload: Some(Workload {
+        template: TEMPLATE,
+        selector: Selector::None,
+    }),
 };
 
 static DAEMON_SETS: BuiltinPrinter = BuiltinPrinter {
@@ -517,12 +575,8 @@ static DAEMON_SETS: BuiltinPrinter = BuiltinPrinter {
         ("Available", "integer", "", 0),
         ("Node Selector", "string", "", 0),
         AGE,
-        ("Containers", "string", "", 1),
-        ("Images", "string", "", 1),
-        ("Selector", "string", "", 1),
     ],
     cells: |name, b, now| {
-        let (c, i) = containers_images(b, TEMPLATE);
         vec![
             name.into(),
             int(b, &["status", "desiredNumberScheduled"]),
@@ -532,11 +586,9 @@ static DAEMON_SETS: BuiltinPrinter = BuiltinPrinter {
             int(b, &["status", "numberAvailable"]),
             map_text(b, &["spec", "template", "spec", "nodeSelector"]),
             created(b, now),
-            c,
-            i,
-            selector(b, &["spec", "selector"]),
         ]
     },
+    workload: WORKLOAD,
 };
 
 static JOBS: BuiltinPrinter = BuiltinPrinter {
@@ -546,9 +598,6 @@ static JOBS: BuiltinPrinter = BuiltinPrinter {
         ("Completions", "string", "", 0),
         ("Duration", "string", "", 0),
         AGE,
-        ("Containers", "string", "", 1),
-        ("Images", "string", "", 1),
-        ("Selector", "string", "", 1),
     ],
     cells: |name, b, now| {
         let mut status = "Running";
@@ -586,18 +635,15 @@ static JOBS: BuiltinPrinter = BuiltinPrinter {
             (Some(s), None) => human_duration(now - s),
             _ => String::new(),
         };
-        let (c, i) = containers_images(b, TEMPLATE);
         vec![
             name.into(),
             status.into(),
             completions,
             duration,
             created(b, now),
-            c,
-            i,
-            selector(b, &["spec", "selector"]),
         ]
     },
+    workload: WORKLOAD,
 };
 
 static CRON_JOBS: BuiltinPrinter = BuiltinPrinter {
@@ -609,12 +655,8 @@ static CRON_JOBS: BuiltinPrinter = BuiltinPrinter {
         ("Active", "integer", "", 0),
         ("Last Schedule", "string", "", 0),
         AGE,
-        ("Containers", "string", "", 1),
-        ("Images", "string", "", 1),
-        ("Selector", "string", "", 1),
     ],
     cells: |name, b, now| {
-        let (c, i) = containers_images(b, &["spec", "jobTemplate", "spec", "template", "spec"]);
         let last = text(b, 0, &["status", "lastScheduleTime"])
             .and_then(parse_rfc3339)
             .map_or_else(|| "<none>".into(), |t| human_duration(now - t));
@@ -630,11 +672,12 @@ static CRON_JOBS: BuiltinPrinter = BuiltinPrinter {
             elements(b, &["status", "active"]).len().to_string(),
             last,
             created(b, now),
-            c,
-            i,
-            selector(b, &["spec", "jobTemplate", "spec", "selector"]),
         ]
     },
+    workload: Some(Workload {
+        template: &["spec", "jobTemplate", "spec", "template", "spec"],
+        selector: Selector::Labels(&["spec", "jobTemplate", "spec", "selector"]),
+    }),
 };
 
 static HPAS: BuiltinPrinter = BuiltinPrinter {
@@ -699,6 +742,7 @@ static HPAS: BuiltinPrinter = BuiltinPrinter {
             created(b, now),
         ]
     },
+    workload: None,
 };
 
 /// The resource metrics of an autoscaling/v1 HPA (a view of the stored v2 one) as the v2
@@ -846,6 +890,7 @@ static PVCS: BuiltinPrinter = BuiltinPrinter {
             unset(s(b, &["spec", "volumeMode"])),
         ]
     },
+    workload: None,
 };
 
 static PVS: BuiltinPrinter = BuiltinPrinter {
@@ -881,6 +926,7 @@ static PVS: BuiltinPrinter = BuiltinPrinter {
             unset(s(b, &["spec", "volumeMode"])),
         ]
     },
+    workload: None,
 };
 
 static CSRS: BuiltinPrinter = BuiltinPrinter {
@@ -917,6 +963,7 @@ static CSRS: BuiltinPrinter = BuiltinPrinter {
             conds.join(","),
         ]
     },
+    workload: None,
 };
 
 /// Up to three items, then `+ N more...`, as kubectl's list cells.
@@ -953,6 +1000,7 @@ static ENDPOINT_SLICES: BuiltinPrinter = BuiltinPrinter {
             created(b, now),
         ]
     },
+    workload: None,
 };
 
 static INGRESSES: BuiltinPrinter = BuiltinPrinter {
@@ -994,6 +1042,7 @@ static INGRESSES: BuiltinPrinter = BuiltinPrinter {
             created(b, now),
         ]
     },
+    workload: None,
 };
 
 static LEASES: BuiltinPrinter = BuiltinPrinter {
@@ -1005,6 +1054,7 @@ static LEASES: BuiltinPrinter = BuiltinPrinter {
             created(b, now),
         ]
     },
+    workload: None,
 };
 
 static STORAGE_CLASSES: BuiltinPrinter = BuiltinPrinter {
@@ -1040,11 +1090,13 @@ static STORAGE_CLASSES: BuiltinPrinter = BuiltinPrinter {
             created(b, now),
         ]
     },
+    workload: None,
 };
 
 static CREATED_AT: BuiltinPrinter = BuiltinPrinter {
     columns: &[NAME, ("Created At", "date", "", 0)],
     cells: |name, b, _| vec![name.into(), s(b, &["metadata", "creationTimestamp"])],
+    workload: None,
 };
 
 static BINDINGS: BuiltinPrinter = BuiltinPrinter {
@@ -1083,4 +1135,5 @@ static BINDINGS: BuiltinPrinter = BuiltinPrinter {
             sas.join(", "),
         ]
     },
+    workload: None,
 };

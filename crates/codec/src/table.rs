@@ -79,28 +79,14 @@ impl TableFormat {
             })
             .collect();
         if !info.columns.is_empty() {
-            let mut v = Vec::new();
-            v.push(b'[');
-            for (i, c) in info.columns.iter().enumerate() {
-                if i > 0 {
-                    v.push(b',');
-                }
-                v.extend_from_slice(b"{\"name\":");
-                push_go_string(&mut v, &c.name);
-                v.extend_from_slice(b",\"type\":");
-                push_go_string(&mut v, &c.type_);
-                v.extend_from_slice(b",\"format\":");
-                push_go_string(&mut v, &c.format);
-                v.extend_from_slice(b",\"description\":");
-                push_go_string(&mut v, &c.description);
-                v.extend_from_slice(format!(",\"priority\":{}}}", c.priority).as_bytes());
-            }
-            v.push(b']');
-            column_json = String::from_utf8(v).unwrap_or_default();
+            column_json = crate::printers::columns_json(info.columns.iter().map(|c| {
+                let (name, ty, format) = (&*c.name, &*c.type_, &*c.format);
+                (name, ty, format, &*c.description, c.priority)
+            }));
         }
         let builtin = crate::printers::for_resource(&info.group, &info.resource);
         if let Some(p) = builtin.filter(|_| info.columns.is_empty()) {
-            column_json = crate::printers::columns_json(p.columns);
+            column_json = p.columns_json();
         }
         TableFormat {
             printer: match (info.group.as_str(), info.resource.as_str()) {
@@ -183,7 +169,7 @@ impl TableFormat {
                 vec![r.name().into(), ty, members(b, &["data"]).to_string(), age]
             }
             Printer::NameAge => vec![r.name().into(), age],
-            Printer::Builtin(p) => (p.cells)(r.name(), b, now),
+            Printer::Builtin(p) => p.cells(r.name(), b, now),
             Printer::Columns => {
                 // Typed cells: numbers and booleans as JSON, dates as ages, missing as null.
                 for (i, (ty, path)) in self.columns.iter().enumerate() {

@@ -48,6 +48,52 @@ pub fn go_string(s: &str) -> String {
     String::from_utf8(v).unwrap_or_default()
 }
 
+/// The order [`push_go_value`] writes an object's members in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberOrder {
+    /// As the value holds them: a Go struct's fields, in declaration order.
+    AsHeld,
+    /// Sorted by key: a Go `map[string]interface{}`.
+    Sorted,
+}
+
+/// Appends `v` as Go's `encoding/json` writes it: Go's string escaping (HTML-safe), no
+/// spaces, object members in `order`.
+pub fn push_go_value(out: &mut Vec<u8>, v: &serde_json::Value, order: MemberOrder) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => push_go_string(out, s),
+        Value::Array(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                push_go_value(out, x, order);
+            }
+            out.push(b']');
+        }
+        Value::Object(m) => {
+            let mut members: Vec<(&String, &Value)> = m.iter().collect();
+            if order == MemberOrder::Sorted {
+                members.sort_by_key(|(k, _)| *k);
+            }
+            out.push(b'{');
+            for (i, (k, x)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                push_go_string(out, k);
+                out.push(b':');
+                push_go_value(out, x, order);
+            }
+            out.push(b'}');
+        }
+        // null, booleans and numbers are written as serde_json writes them, as Go does.
+        other => out.extend_from_slice(other.to_string().as_bytes()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ pub fn rss_kib(pid: impl std::fmt::Display) -> Option<u64> {
 }
 
 /// CPU seconds process `pid` (`"self"` for this one) has used so far, user + system
-/// (`utime` + `stime` of /proc/<pid>/stat, 10 ms resolution).
+/// (`utime` + `stime` of `/proc/<pid>/stat`, 10 ms resolution).
 pub fn cpu_seconds(pid: impl std::fmt::Display) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     cpu_from_stat(&stat)

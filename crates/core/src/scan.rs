@@ -116,33 +116,55 @@ pub struct Member {
 /// Calls `f` for each member of the object whose `{` is at `start`; returns the end of the
 /// object, or `None` if it is malformed.
 pub fn for_each_member(b: &[u8], start: usize, mut f: impl FnMut(Member)) -> Option<usize> {
-    if b.get(start) != Some(&b'{') {
+    for_each_entry(b, start, (b'{', b'}'), |i| {
+        let m = member_at(b, i)?;
+        f(m);
+        Some(m.value.1)
+    })
+}
+
+/// The member whose key's opening quote is at `i`.
+#[inline]
+fn member_at(b: &[u8], i: usize) -> Option<Member> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let kend = skip_string(b, i)?;
+    let key = (i + 1, kend - 1);
+    let colon = skip_ws(b, kend);
+    if b.get(colon) != Some(&b':') {
+        return None;
+    }
+    let v = skip_ws(b, colon + 1);
+    let vend = skip_value(b, v)?;
+    Some(Member {
+        key,
+        value: (v, vend),
+    })
+}
+
+/// Walks the comma-separated entries of the object or array `brackets` enclose, opened at
+/// `start`: `entry(i)` reads the entry beginning at `i` and returns where it ends. Returns
+/// the end of the container, or `None` if it (or an entry) is malformed.
+#[inline]
+fn for_each_entry(
+    b: &[u8],
+    start: usize,
+    (open, close): (u8, u8),
+    mut entry: impl FnMut(usize) -> Option<usize>,
+) -> Option<usize> {
+    if b.get(start) != Some(&open) {
         return None;
     }
     let mut i = skip_ws(b, start + 1);
-    if b.get(i) == Some(&b'}') {
+    if b.get(i) == Some(&close) {
         return Some(i + 1);
     }
     loop {
-        if b.get(i) != Some(&b'"') {
-            return None;
-        }
-        let kend = skip_string(b, i)?;
-        let key = (i + 1, kend - 1);
-        i = skip_ws(b, kend);
-        if b.get(i) != Some(&b':') {
-            return None;
-        }
-        i = skip_ws(b, i + 1);
-        let vend = skip_value(b, i)?;
-        f(Member {
-            key,
-            value: (i, vend),
-        });
-        i = skip_ws(b, vend);
-        match b.get(i)? {
+        i = skip_ws(b, entry(i)?);
+        match *b.get(i)? {
             b',' => i = skip_ws(b, i + 1),
-            b'}' => return Some(i + 1),
+            c if c == close => return Some(i + 1),
             _ => return None,
         }
     }
@@ -156,18 +178,11 @@ pub fn find_member(b: &[u8], start: usize, key: &str) -> Option<Span> {
     let mut i = skip_ws(b, start + 1);
     // Stops at the member found: the values after it are never scanned.
     while b.get(i) == Some(&b'"') {
-        let kend = skip_string(b, i)?;
-        let k = &b[i + 1..kend - 1];
-        i = skip_ws(b, kend);
-        if b.get(i) != Some(&b':') {
-            return None;
+        let m = member_at(b, i)?;
+        if &b[m.key.0..m.key.1] == key.as_bytes() {
+            return Some(m.value);
         }
-        i = skip_ws(b, i + 1);
-        let vend = skip_value(b, i)?;
-        if k == key.as_bytes() {
-            return Some((i, vend));
-        }
-        i = skip_ws(b, vend);
+        i = skip_ws(b, m.value.1);
         match b.get(i)? {
             b',' => i = skip_ws(b, i + 1),
             _ => return None,
@@ -213,23 +228,11 @@ pub fn plain_string(b: &[u8], v: Span) -> Option<Span> {
 
 /// Calls `f` with the span of each element of the array whose `[` is at `start`.
 pub fn for_each_element(b: &[u8], start: usize, mut f: impl FnMut(Span)) -> Option<usize> {
-    if b.get(start) != Some(&b'[') {
-        return None;
-    }
-    let mut i = skip_ws(b, start + 1);
-    if b.get(i) == Some(&b']') {
-        return Some(i + 1);
-    }
-    loop {
+    for_each_entry(b, start, (b'[', b']'), |i| {
         let end = skip_value(b, i)?;
         f((i, end));
-        i = skip_ws(b, end);
-        match b.get(i)? {
-            b',' => i = skip_ws(b, i + 1),
-            b']' => return Some(i + 1),
-            _ => return None,
-        }
-    }
+        Some(end)
+    })
 }
 
 #[cfg(test)]

@@ -347,6 +347,14 @@ impl ApiError {
             continue_token: None,
             details: None,
         };
+        // What clients (client-go, kubectl) retry after a second.
+        let retry = |code, reason, message: String| StatusParts {
+            details: Some(Details {
+                retry_after: Some(1),
+                ..Default::default()
+            }),
+            ..simple(code, reason, message)
+        };
         fn object<'a>(
             code: u16,
             reason: &'a str,
@@ -404,21 +412,11 @@ impl ApiError {
                     Some(ns) => format!("in the namespace {ns:?}"),
                     None => "at the cluster scope".into(),
                 };
-                StatusParts {
-                    code: 403,
-                    reason: "Forbidden",
-                    message: format!(
-                        "{subject} is forbidden: User {user:?} cannot {verb} resource {:?} in API group {:?} {scope}",
-                        target.resource, target.group
-                    ),
-                    continue_token: None,
-                    details: Some(Details {
-                        name: Some(&target.name),
-                        group: Some(&target.group),
-                        kind: Some(&target.resource),
-                        ..Default::default()
-                    }),
-                }
+                let message = format!(
+                    "{subject} is forbidden: User {user:?} cannot {verb} resource {:?} in API group {:?} {scope}",
+                    target.resource, target.group
+                );
+                object(403, "Forbidden", message, target)
             }
             ApiError::NotFound(r) => object(
                 404,
@@ -468,37 +466,9 @@ impl ApiError {
             ApiError::Unauthorized => simple(401, "Unauthorized", "Unauthorized".into()),
             ApiError::TooLarge(m) => simple(413, "RequestEntityTooLarge", m.clone()),
             ApiError::UnsupportedMediaType(m) => simple(415, "UnsupportedMediaType", m.clone()),
-            ApiError::TooManyRequests(m) => StatusParts {
-                code: 429,
-                reason: "TooManyRequests",
-                message: m.clone(),
-                continue_token: None,
-                details: Some(Details {
-                    retry_after: Some(1),
-                    ..Default::default()
-                }),
-            },
-            ApiError::Unavailable(m) => StatusParts {
-                code: 503,
-                reason: "ServiceUnavailable",
-                message: m.clone(),
-                continue_token: None,
-                // Clients (client-go, kubectl) retry after it.
-                details: Some(Details {
-                    retry_after: Some(1),
-                    ..Default::default()
-                }),
-            },
-            ApiError::Timeout(m) => StatusParts {
-                code: 504,
-                reason: "Timeout",
-                message: m.clone(),
-                continue_token: None,
-                details: Some(Details {
-                    retry_after: Some(1),
-                    ..Default::default()
-                }),
-            },
+            ApiError::TooManyRequests(m) => retry(429, "TooManyRequests", m.clone()),
+            ApiError::Unavailable(m) => retry(503, "ServiceUnavailable", m.clone()),
+            ApiError::Timeout(m) => retry(504, "Timeout", m.clone()),
             ApiError::ResourceVersionTooLarge { .. } => StatusParts {
                 code: 504,
                 reason: "Timeout",

@@ -156,48 +156,38 @@ pub fn human_duration(secs: i64) -> String {
     }
     let minutes = secs / 60;
     if minutes < 10 {
-        let s = secs % 60;
-        return if s == 0 {
-            format!("{minutes}m")
-        } else {
-            format!("{minutes}m{s}s")
-        };
+        return two_units(minutes, "m", secs % 60, "s");
     }
     if minutes < 180 {
         return format!("{minutes}m");
     }
     let hours = secs / 3600;
     if hours < 8 {
-        let m = minutes % 60;
-        return if m == 0 {
-            format!("{hours}h")
-        } else {
-            format!("{hours}h{m}m")
-        };
+        return two_units(hours, "h", minutes % 60, "m");
     }
     if hours < 48 {
         return format!("{hours}h");
     }
+    let days = hours / 24;
     if hours < 24 * 8 {
-        let h = hours % 24;
-        return if h == 0 {
-            format!("{}d", hours / 24)
-        } else {
-            format!("{}d{h}h", hours / 24)
-        };
+        return two_units(days, "d", hours % 24, "h");
     }
     if hours < 24 * 365 * 2 {
-        return format!("{}d", hours / 24);
+        return format!("{days}d");
     }
     if hours < 24 * 365 * 8 {
-        let dy = (hours / 24) % 365;
-        return if dy == 0 {
-            format!("{}y", hours / 24 / 365)
-        } else {
-            format!("{}y{dy}d", hours / 24 / 365)
-        };
+        return two_units(days / 365, "y", days % 365, "d");
     }
-    format!("{}y", hours / 24 / 365)
+    format!("{}y", days / 365)
+}
+
+/// `n` of `unit`, then `rest` of the smaller `rest_unit` unless it is zero (`5m3s`, `3h`).
+fn two_units(n: i64, unit: &str, rest: i64, rest_unit: &str) -> String {
+    if rest == 0 {
+        format!("{n}{unit}")
+    } else {
+        format!("{n}{unit}{rest}{rest_unit}")
+    }
 }
 
 #[cfg(test)]

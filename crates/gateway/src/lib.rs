@@ -307,8 +307,7 @@ impl Gateway {
         user: Option<User>,
         upgrade: bool,
     ) -> Result<(), ApiError> {
-        let h = &mut parts.headers;
-        let impersonating = h.keys().any(|k| k.as_str().starts_with("impersonate-"));
+        let impersonating = listwatch_auth::impersonation::requested(&parts.headers);
         if impersonating && self.identity != Identity::Forward {
             // Authorized here already (the server's impersonation step): `user` is the
             // impersonated user, carried across as any other; the headers themselves would be
@@ -324,25 +323,11 @@ impl Gateway {
                     message: "impersonation is not allowed through this listwatch gateway".into(),
                 });
             }
-            let h = &mut parts.headers;
-            let asked: Vec<HeaderName> = h
-                .keys()
-                .filter(|k| k.as_str().starts_with("impersonate-"))
-                .cloned()
-                .collect();
-            for k in asked {
-                h.remove(k);
-            }
+            remove_prefixed(&mut parts.headers, "impersonate-");
         }
         let h = &mut parts.headers;
-        let forged: Vec<HeaderName> = h
-            .keys()
-            .filter(|k| k.as_str().starts_with("x-remote-"))
-            .cloned()
-            .collect();
-        for k in forged {
-            h.remove(k);
-        }
+        // Forged front-proxy identity.
+        remove_prefixed(h, "x-remote-");
         strip_hop_by_hop(h, upgrade);
         h.remove(header::HOST);
         // No authenticator ran: the client is anonymous here, and stays so upstream.
@@ -424,8 +409,15 @@ fn put_identity(h: &mut HeaderMap, names: IdentityHeaders, user: &User) -> Resul
         h.insert(names.uid, value(&user.uid)?);
     }
     for (key, values) in &user.extra {
-        let name = HeaderName::from_bytes(format!("{}{}", names.extra, escape_key(key)).as_bytes())
-            .map_err(|_| ApiError::BadRequest("user extra is not a header name".into()))?;
+        let name = HeaderName::from_bytes(
+            format!(
+                "{}{}",
+                names.extra,
+                listwatch_kubeclient::percent_encode(key)
+            )
+            .as_bytes(),
+        )
+        .map_err(|_| ApiError::BadRequest("user extra is not a header name".into()))?;
         for v in values {
             h.append(name.clone(), value(v)?);
         }
@@ -462,18 +454,16 @@ impl IdentityHeaders {
     };
 }
 
-/// An extra's key as a header-name fragment: percent-encoded beyond RFC 3986's unreserved
-/// characters, as kube-apiserver's clients write `authentication.kubernetes.io/pod-name`.
-fn escape_key(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
+/// Removes every header whose name starts with `prefix` (lower case, as names are kept).
+fn remove_prefixed(h: &mut HeaderMap, prefix: &str) {
+    let names: Vec<HeaderName> = h
+        .keys()
+        .filter(|k| k.as_str().starts_with(prefix))
+        .cloned()
+        .collect();
+    for n in names {
+        h.remove(n);
     }
-    out
 }
 
 /// Whether the request or response asks to switch protocols (SPDY, WebSocket).

@@ -252,6 +252,21 @@ impl Client {
     }
 }
 
+/// `s` percent-encoded beyond RFC 3986's unreserved characters, as Go's clients write what
+/// they send a kube-apiserver: query values (continue tokens are base64 with `=`, `+`, `/`)
+/// and header-name fragments (an impersonated extra's key, `authentication.kubernetes.io/…`).
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// Boxes a body that cannot fail into a [`RequestBody`].
 pub(crate) fn box_body<B>(body: B) -> RequestBody
 where

@@ -187,28 +187,33 @@ fn con_remove(con: &mut Value, key: &str) -> Result<Value, String> {
 }
 
 fn add(doc: &mut Value, op: &Operation) -> Result<(), OpError> {
-    let path = member(op, "path")
-        .map_err(|_| OpError(format!("add operation failed to decode path: {MISSING}")))?;
-    let Some((con, key)) = find(doc, path) else {
-        return Err(OpError(format!(
-            "add operation does not apply: doc is missing path: \"{path}\": {MISSING}"
-        )));
-    };
+    let (path, con, key) = target(doc, op, "add")?;
     let val = value(op).cloned().unwrap_or(Value::Null);
     con_add(con, &key, val).map_err(|e| OpError(format!("error in add for path: '{path}': {e}")))
 }
 
 fn remove(doc: &mut Value, op: &Operation) -> Result<(), OpError> {
-    let path = member(op, "path")
-        .map_err(|_| OpError(format!("remove operation failed to decode path: {MISSING}")))?;
-    let Some((con, key)) = find(doc, path) else {
-        return Err(OpError(format!(
-            "remove operation does not apply: doc is missing path: \"{path}\": {MISSING}"
-        )));
-    };
+    let (path, con, key) = target(doc, op, "remove")?;
     con_remove(con, &key)
         .map(drop)
         .map_err(|e| OpError(format!("error in remove for path: '{path}': {e}")))
+}
+
+/// An add's or remove's `path`, its container in `doc` and the key in it, with evanphx's
+/// words (the same for both) when the path is missing or leads nowhere.
+fn target<'d, 'o>(
+    doc: &'d mut Value,
+    op: &'o Operation,
+    name: &str,
+) -> Result<(&'o str, &'d mut Value, String), OpError> {
+    let path = member(op, "path")
+        .map_err(|_| OpError(format!("{name} operation failed to decode path: {MISSING}")))?;
+    let Some((con, key)) = find(doc, path) else {
+        return Err(OpError(format!(
+            "{name} operation does not apply: doc is missing path: \"{path}\": {MISSING}"
+        )));
+    };
+    Ok((path, con, key))
 }
 
 fn replace(doc: &mut Value, op: &Operation) -> Result<(), OpError> {

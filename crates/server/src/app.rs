@@ -2,7 +2,6 @@
 //! sharing window) and its housekeeping. Requests go to its `dispatch` service; `serve`
 //! hands it connections.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,12 +11,12 @@ use listwatch_core::ApiError;
 use listwatch_sources::{Registry, Source};
 
 use crate::body::ResponseBody;
-use crate::dispatch::{self, LengthsMeasured};
+use crate::dispatch;
 use crate::routes::{self, Route};
-use crate::{PassThrough, RequestBody, ServerConfig, limits, metrics, response};
+use crate::{PassThrough, RequestBody, ServerConfig, limits, response};
 
 /// The application: registry, source and configuration shared by all connections. Built
-/// here; requests are served by its [`dispatch`] service.
+/// here; requests are served by its `dispatch` service.
 pub struct App {
     service: dispatch::Service,
 }
@@ -45,7 +44,7 @@ impl App {
             service: dispatch::Service {
                 registry: source.registry().clone(),
                 source,
-                metrics: Arc::new(metrics::Metrics::new(
+                metrics: Arc::new(listwatch_metrics::Metrics::new(
                     config.request_log_per_second,
                     sharing.clone(),
                 )),
@@ -54,7 +53,7 @@ impl App {
                 limits: limits::Limits::new(config.limits.clone()),
                 openapi: listwatch_openapi::OpenApiCache::default(),
                 pass_through: std::sync::OnceLock::new(),
-                lengths: LengthsMeasured::default(),
+                lengths: listwatch_codec::lengths::LengthMeasuring::default(),
                 shutting_down: std::sync::atomic::AtomicBool::new(false),
                 config,
             },
@@ -168,38 +167,6 @@ impl App {
         &self.service.source
     }
 
-    /// Measures the protobuf lengths of the records of every store with a protobuf form
-    /// that changed since `warmed` (store address → RV and forms measured) was last
-    /// updated, so a protobuf LIST's first byte does not wait for a transcode of its
-    /// collection (issue 27 item 2). A pass over a measured store only reads the memos.
-    /// `every_form`: all protobuf forms (the pass readiness waits for); otherwise only the
-    /// forms LISTs have asked of each resource since start — on a write-heavy server (a
-    /// gateway's front) measuring every new object in both forms was 10 % of a small
-    /// create's cost, for LISTs that mostly never come (the first one measures for itself).
-    pub fn measure_encodings(
-        &self,
-        warmed: &mut HashMap<usize, (u64, [bool; 2])>,
-        every_form: bool,
-    ) {
-        use listwatch_store::record::EncodedForm;
-        let mut next = HashMap::new();
-        for s in self.service.registry.stores() {
-            let key = Arc::as_ptr(&s) as usize;
-            let snap = s.current();
-            // Measured again when a form is first LISTed, not only at the next write.
-            let forms = [EncodedForm::Object, EncodedForm::Metadata]
-                .map(|form| every_form || s.listed_form(form));
-            let state = (snap.rv(), forms);
-            if warmed.get(&key) != Some(&state) {
-                listwatch_codec::protobuf::measure_lengths(s.info(), &snap, |form| {
-                    forms[form as usize]
-                });
-            }
-            next.insert(key, state);
-        }
-        *warmed = next;
-    }
-
     /// Whether every registered cache is loaded (ready).
     fn caches_loaded(&self) -> bool {
         self.service.registry.stores().iter().all(|s| s.is_ready())
@@ -220,21 +187,16 @@ impl App {
             first_pass.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let mut stopped = Some(stopped);
             // Length measuring transcodes: on a blocking thread, one pass at a time.
-            let warmed = Arc::new(std::sync::Mutex::new(HashMap::new()));
             let mut measuring: Option<tokio::task::JoinHandle<()>> = None;
             let measure = |measuring: &mut Option<tokio::task::JoinHandle<()>>| {
                 if measuring.as_ref().is_none_or(|h| h.is_finished()) {
-                    let (app, warmed) = (app.clone(), warmed.clone());
+                    let app = app.clone();
                     *measuring = Some(tokio::task::spawn_blocking(move || {
-                        let mut w = warmed.lock().unwrap_or_else(|e| e.into_inner());
                         // Only a pass that began with every cache loaded covers what a
                         // storm right after readiness lists.
                         let loaded = app.caches_loaded();
-                        let first = app.service.lengths.get() != Some(true);
-                        app.measure_encodings(&mut w, first);
-                        if loaded {
-                            app.service.lengths.done();
-                        }
+                        let stores = app.service.registry.stores();
+                        app.service.lengths.pass(&stores, loaded);
                     }));
                 }
             };
@@ -244,7 +206,7 @@ impl App {
                         app.maintain();
                         measure(&mut measuring);
                     }
-                    _ = first_pass.tick(), if app.service.lengths.get() == Some(false) => {
+                    _ = first_pass.tick(), if app.service.lengths.first_pass_done() == Some(false) => {
                         // Not while a cache is still loading: the second's pass covers that.
                         if app.caches_loaded() {
                             measure(&mut measuring);

@@ -54,7 +54,7 @@ pub struct Piece {
     /// The bytes.
     pub bytes: Bytes,
     /// Whether what follows is bulk (LIST items, initial events): worth compressing, and
-    /// yielding to new requests (see [`TURN`]). Once false, the gzip stream frames the rest
+    /// yielding to new requests (see `TURN`). Once false, the gzip stream frames the rest
     /// as stored blocks and frees its compressor.
     pub bulk: bool,
 }

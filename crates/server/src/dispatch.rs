@@ -9,6 +9,7 @@ use listwatch_auth::review::ReviewKind;
 use listwatch_auth::{Attributes, Authorizer, User};
 use listwatch_core::status::Denied;
 use listwatch_core::{ApiError, ObjectRef, Verb};
+use listwatch_metrics::{Metrics, RequestInfo, request_log_enabled};
 use listwatch_sources::{Registry, Source};
 
 use crate::body::ResponseBody;
@@ -19,46 +20,13 @@ use crate::response::{self, Answer};
 use crate::routes::Route;
 use crate::{RequestBody, ServerConfig, discovery, limits, metrics};
 
-/// Whether the housekeeping loop has measured protobuf lengths once with every cache then
-/// registered loaded: without it the first protobuf LISTs after readiness measured them
-/// themselves, and a storm of 64 right after a 40,000-pod start got its first bytes 0.8 s
-/// late (loadtest/README.md). Set once: caches registered later (custom resources, which
-/// have no protobuf form) or relisted later are not waited for.
-#[derive(Default)]
-pub(crate) struct LengthsMeasured(std::sync::atomic::AtomicU8);
-
-impl LengthsMeasured {
-    const UNCHECKED: u8 = 0;
-    const PENDING: u8 = 1;
-    const DONE: u8 = 2;
-
-    /// A housekeeping loop will measure: readiness waits for its first pass.
-    pub(crate) fn expect(&self) {
-        self.0
-            .fetch_max(Self::PENDING, std::sync::atomic::Ordering::AcqRel);
-    }
-
-    pub(crate) fn done(&self) {
-        self.0
-            .store(Self::DONE, std::sync::atomic::Ordering::Release);
-    }
-
-    /// `None` when nothing measures, else whether the first pass is done.
-    pub(crate) fn get(&self) -> Option<bool> {
-        match self.0.load(std::sync::atomic::Ordering::Acquire) {
-            Self::UNCHECKED => None,
-            v => Some(v == Self::DONE),
-        }
-    }
-}
-
 /// Everything a request is served with: registry, source, configuration, metrics,
 /// authorizer and admission limits.
 pub(crate) struct Service {
     pub registry: Registry,
     pub source: Arc<dyn Source>,
     pub config: ServerConfig,
-    pub metrics: Arc<metrics::Metrics>,
+    pub metrics: Arc<Metrics>,
     /// None: `AlwaysAllow`.
     pub authorizer: Option<Arc<dyn Authorizer>>,
     pub limits: limits::Limits,
@@ -68,8 +36,8 @@ pub(crate) struct Service {
     pub openapi: listwatch_openapi::OpenApiCache,
     /// Where requests not served here go, when an upstream is configured.
     pub pass_through: std::sync::OnceLock<Arc<dyn crate::PassThrough>>,
-    /// Readiness as far as protobuf lengths go (see [`LengthsMeasured`]).
-    pub lengths: LengthsMeasured,
+    /// Protobuf lengths measured ahead of LISTs; readiness waits for the first pass.
+    pub lengths: listwatch_codec::lengths::LengthMeasuring,
     /// Set by [`crate::App::begin_shutdown`]: readiness fails.
     pub shutting_down: std::sync::atomic::AtomicBool,
 }
@@ -88,7 +56,7 @@ impl Service {
         let resource = req.resource_label();
         let (verb, error_encoding) = (req.head.verb, req.head.error_encoding);
         // Kept only for the request's log line: a watch would hold it for life unwritten.
-        let uri = if metrics::request_log_enabled() {
+        let uri = if request_log_enabled() {
             req.head.uri().into_boxed_str()
         } else {
             Box::default()
@@ -108,7 +76,7 @@ impl Service {
         };
         let response = answer.unwrap_or_else(|e| response::error(&e, error_encoding));
         let (parts, body) = response.into_parts();
-        let info = metrics::RequestInfo {
+        let info = RequestInfo {
             verb,
             resource,
             uri,
@@ -177,14 +145,17 @@ impl Service {
                 let d = discovery::Discovery {
                     registry: &self.registry,
                     source: &*self.source,
-                    advertise: &self.config.advertise,
+                    server: listwatch_openapi::discovery::ServerInfo {
+                        writable: self.source.writer().is_some(),
+                        advertise: &self.config.advertise,
+                        git_commit: &self.config.git_commit,
+                    },
                     metrics: &self.metrics,
                     pass_through: self.pass_through.get().map(|p| &**p),
-                    lengths_measured: self.lengths.get(),
+                    lengths_measured: self.lengths.first_pass_done(),
                     shutting_down: self
                         .shutting_down
                         .load(std::sync::atomic::Ordering::Acquire),
-                    git_commit: &self.config.git_commit,
                 };
                 d.respond(path, accept.as_deref(), head.params.verbose)
             }

@@ -2,10 +2,11 @@
 //!
 //! Request flow: [`routes::route`] decodes the path, [`request::ApiRequest::parse`] the
 //! rest once into a typed request → `dispatch` admits ([`limits`]), authorizes and sends
-//! it on by one `match` → [`handlers`] pick a snapshot or cursor by the RV rules, asking the
-//! [`Source`] for revisions → codec's `ObjectWriter` lays out the bytes → [`body`] streams
-//! them to the socket as the connection drains; [`response`] turns errors into `Status`.
-//! `app` builds the [`App`]; `serve` accepts connections.
+//! it on by one `match` → [`handlers`] pick a snapshot or cursor by the RV rules, asking
+//! the [`Source`](listwatch_sources::Source) for revisions → codec's `ObjectWriter` lays
+//! out the bytes → [`body`] streams them to the socket as the connection drains;
+//! [`response`] turns errors into `Status`. `app` builds the [`App`]; `serve` accepts
+//! connections; each response body is metered for `listwatch_metrics` ([`metrics`]).
 
 use std::time::Duration;
 
@@ -70,7 +71,7 @@ impl Default for ServerConfig {
             max_body_bytes: 3 << 20,
             advertise: "127.0.0.1:8080".into(),
             limits: limits::LimitConfig::default(),
-            request_log_per_second: metrics::DEFAULT_REQUEST_LOG_PER_SECOND,
+            request_log_per_second: listwatch_metrics::DEFAULT_REQUEST_LOG_PER_SECOND,
             shutdown_list_grace: Duration::from_secs(60),
             git_commit: String::new(),
             protobuf_share_bytes: listwatch_codec::shared::SHARED_BUDGET,

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use listwatch_openapi::discovery::Document;
 use listwatch_sources::Registry;
 use listwatch_store::Store;
 
@@ -33,16 +34,8 @@ pub struct Target {
 
 /// Discovery and operational endpoints.
 pub enum DiscoveryPath {
-    /// `/api`.
-    Api,
-    /// `/apis`.
-    Apis,
-    /// `/api/v1` or `/apis/<group>/<version>`.
-    GroupVersion(String, String),
-    /// `/apis/<group>`.
-    Group(String),
-    /// `/version`.
-    Version,
+    /// A discovery document (`/api`, `/apis`, their group-versions, `/version`).
+    Document(Document),
     /// `/healthz`, `/livez`.
     Health,
     /// `/readyz`: every resource's cache is trusted by its source.
@@ -90,17 +83,10 @@ pub fn route(registry: &Registry, path: &str) -> Route {
         }
     }
     let segs: Vec<&str> = decoded.iter().map(String::as_str).collect();
+    if let Some(doc) = Document::of(&segs) {
+        return Route::Discovery(DiscoveryPath::Document(doc));
+    }
     match segs.as_slice() {
-        ["api"] => return Route::Discovery(DiscoveryPath::Api),
-        ["apis"] => return Route::Discovery(DiscoveryPath::Apis),
-        ["api", "v1"] => {
-            return Route::Discovery(DiscoveryPath::GroupVersion(String::new(), "v1".into()));
-        }
-        ["apis", g] => return Route::Discovery(DiscoveryPath::Group(g.to_string())),
-        ["apis", g, v] => {
-            return Route::Discovery(DiscoveryPath::GroupVersion(g.to_string(), v.to_string()));
-        }
-        ["version"] => return Route::Discovery(DiscoveryPath::Version),
         ["healthz" | "livez", ..] => return Route::Discovery(DiscoveryPath::Health),
         ["readyz", ..] => return Route::Discovery(DiscoveryPath::Ready),
         ["metrics"] => return Route::Discovery(DiscoveryPath::Metrics),

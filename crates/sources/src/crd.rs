@@ -403,7 +403,12 @@ impl ReadDefaults {
             return None;
         }
         let mut out = Vec::with_capacity(object.len() + 64);
-        write_go_json(&x, &mut out);
+        // Go's `map[string]interface{}` tree: members sorted.
+        listwatch_core::json::push_go_value(
+            &mut out,
+            &x,
+            listwatch_core::json::MemberOrder::Sorted,
+        );
         Some(out)
     }
 }
@@ -422,39 +427,6 @@ pub fn read_defaults_by(
             Some(((group, plural), ReadDefaults::of_crd(r.bytes())?))
         })
         .collect()
-}
-
-/// `v` as Go's `encoding/json` writes a `map[string]interface{}` tree: object members in
-/// sorted order, Go's string escaping.
-fn write_go_json(v: &Value, out: &mut Vec<u8>) {
-    match v {
-        Value::Object(m) => {
-            out.push(b'{');
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                listwatch_core::json::push_go_string(out, k);
-                out.push(b':');
-                write_go_json(&m[k], out);
-            }
-            out.push(b'}');
-        }
-        Value::Array(a) => {
-            out.push(b'[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_go_json(x, out);
-            }
-            out.push(b']');
-        }
-        Value::String(s) => listwatch_core::json::push_go_string(out, s),
-        other => out.extend_from_slice(other.to_string().as_bytes()),
-    }
 }
 
 /// kube-apiserver's description of a CRD's default Age column (`metadata.creationTimestamp`).

@@ -14,8 +14,9 @@
 
 use std::time::Duration;
 
-use crate::client::{Lines, Upstream, encode, parse_rv};
+use crate::client::{Lines, Upstream, parse_rv};
 use crate::follower::{Object, watch_event};
+use listwatch_kubeclient::percent_encode;
 
 /// The proof watch's `timeoutSeconds`: kube-apiserver's cacher schedules its one bookmark
 /// two seconds before the deadline, so 3 s asks for it about a second after the watch opens
@@ -48,7 +49,7 @@ pub(crate) async fn prove(
 ) -> Shown {
     let q = format!(
         "{path}?watch=1&allowWatchBookmarks=true&timeoutSeconds={TIMEOUT_SECONDS}&resourceVersion={}",
-        encode(&from.to_string())
+        percent_encode(&from.to_string())
     );
     let resp = match up.get(&q).await {
         Ok(r) if r.status().is_success() => r,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::{Method, StatusCode, header};
 use http_body_util::BodyExt;
-use listwatch_kubeclient::{Client, ClientConfig, ResponseBody};
+use listwatch_kubeclient::{Client, ClientConfig, ResponseBody, percent_encode};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -162,7 +162,7 @@ impl<'a> Pages<'a> {
         let mut q = format!("{}?limit={}", self.path, self.page);
         if !cont.is_empty() {
             q.push_str("&continue=");
-            q.push_str(&encode(cont));
+            q.push_str(&percent_encode(cont));
         }
         Some(q)
     }
@@ -186,19 +186,6 @@ impl<'a> Pages<'a> {
 pub(crate) fn parse_rv(rv: &str) -> Result<u64, UpstreamError> {
     rv.parse()
         .map_err(|_| UpstreamError::Json(format!("resourceVersion {rv:?} is not a number")))
-}
-
-/// Percent-encodes a query value (continue tokens are base64 with `=`, `+`, `/`).
-pub(crate) fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// A watch response body read one newline-terminated JSON event at a time.

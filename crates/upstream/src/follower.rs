@@ -18,8 +18,9 @@ use serde::Deserialize;
 use tracing::{debug, info};
 
 use crate::UpstreamError;
-use crate::client::{Lines, Upstream, encode, parse_rv, unsupported};
+use crate::client::{Lines, Upstream, parse_rv, unsupported};
 use crate::discovery::collection_path;
+use listwatch_kubeclient::percent_encode;
 
 /// Items per LIST page (kube's reflector pages by 500).
 pub(crate) const PAGE: usize = 500;
@@ -231,7 +232,7 @@ impl Backend for ApiserverBackend {
         let path = collection_path(store.info());
         let q = format!(
             "{path}?watch=1&allowWatchBookmarks=true&resourceVersion={}",
-            encode(&from.to_string())
+            percent_encode(&from.to_string())
         );
         let resp = match self.up.get(&q).await {
             Ok(r) => r,

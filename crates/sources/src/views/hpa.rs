@@ -85,114 +85,69 @@ fn is_cpu_resource(m: &Value) -> bool {
         && present(m, "resource").is_some_and(|r| str_of(r, "name") == "cpu")
 }
 
-/// A v2 `MetricSpec` as a v1 one (members in v1's order).
-fn metric_spec(m: &Value) -> Value {
-    let empty = json!({});
-    let mut o = Map::new();
-    o.insert("type".into(), json!(str_of(m, "type")));
-    if let Some(src) = present(m, "object") {
-        let metric = or(present(src, "metric"), &empty);
-        let target = or(present(src, "target"), &empty);
-        let mut v = Map::new();
-        v.insert(
-            "target".into(),
-            reference(or(present(src, "describedObject"), &empty)),
-        );
-        v.insert("metricName".into(), json!(str_of(metric, "name")));
-        v.insert("targetValue".into(), quantity(target, "value"));
-        copy(&mut v, "selector", metric, "selector");
-        copy(&mut v, "averageValue", target, "averageValue");
-        o.insert("object".into(), Value::Object(v));
-    }
-    if let Some(src) = present(m, "pods") {
-        let metric = or(present(src, "metric"), &empty);
-        let target = or(present(src, "target"), &empty);
-        let mut v = Map::new();
-        v.insert("metricName".into(), json!(str_of(metric, "name")));
-        v.insert(
-            "targetAverageValue".into(),
-            quantity(target, "averageValue"),
-        );
-        copy(&mut v, "selector", metric, "selector");
-        o.insert("pods".into(), Value::Object(v));
-    }
-    for (key, container) in [("resource", false), ("containerResource", true)] {
-        if let Some(src) = present(m, key) {
-            let target = or(present(src, "target"), &empty);
-            let mut v = Map::new();
-            v.insert("name".into(), json!(str_of(src, "name")));
-            copy(
-                &mut v,
-                "targetAverageUtilization",
-                target,
-                "averageUtilization",
-            );
-            copy(&mut v, "targetAverageValue", target, "averageValue");
-            if container {
-                v.insert("container".into(), json!(str_of(src, "container")));
-            }
-            o.insert(key.into(), Value::Object(v));
-        }
-    }
-    if let Some(src) = present(m, "external") {
-        let metric = or(present(src, "metric"), &empty);
-        let target = or(present(src, "target"), &empty);
-        let mut v = Map::new();
-        v.insert("metricName".into(), json!(str_of(metric, "name")));
-        copy(&mut v, "metricSelector", metric, "selector");
-        copy(&mut v, "targetValue", target, "value");
-        copy(&mut v, "targetAverageValue", target, "averageValue");
-        o.insert("external".into(), Value::Object(v));
-    }
-    Value::Object(o)
+/// Which half of a metric [`metric`] converts: v1 names a spec's values `target…` (read from
+/// v2's `target`) and a status's `current…` (from `current`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Half {
+    Spec,
+    Status,
 }
 
-/// A v2 `MetricStatus` as a v1 one (members in v1's order).
-fn metric_status(m: &Value) -> Value {
+/// A v2 `MetricSpec` or `MetricStatus` as a v1 one (members in v1's order). v1 declares
+/// some values without a pointer: always written (`"0"` when unset), the others only when
+/// set; which ones differs between the halves.
+fn metric(m: &Value, half: Half) -> Value {
+    let side = match half {
+        Half::Spec => "target",
+        Half::Status => "current",
+    };
+    let named = |field: &str| format!("{side}{field}");
+    // Without a pointer in the status only.
+    let status_value = |v: &mut Map<String, Value>, to: String, from: &Value, key: &str| {
+        if half == Half::Status {
+            v.insert(to, quantity(from, key));
+        } else {
+            copy(v, &to, from, key);
+        }
+    };
     let empty = json!({});
     let mut o = Map::new();
     o.insert("type".into(), json!(str_of(m, "type")));
     if let Some(src) = present(m, "object") {
         let metric = or(present(src, "metric"), &empty);
-        let current = or(present(src, "current"), &empty);
+        let values = or(present(src, side), &empty);
         let mut v = Map::new();
         v.insert(
             "target".into(),
             reference(or(present(src, "describedObject"), &empty)),
         );
         v.insert("metricName".into(), json!(str_of(metric, "name")));
-        v.insert("currentValue".into(), quantity(current, "value"));
+        v.insert(named("Value"), quantity(values, "value"));
         copy(&mut v, "selector", metric, "selector");
-        copy(&mut v, "averageValue", current, "averageValue");
+        copy(&mut v, "averageValue", values, "averageValue");
         o.insert("object".into(), Value::Object(v));
     }
     if let Some(src) = present(m, "pods") {
         let metric = or(present(src, "metric"), &empty);
-        let current = or(present(src, "current"), &empty);
+        let values = or(present(src, side), &empty);
         let mut v = Map::new();
         v.insert("metricName".into(), json!(str_of(metric, "name")));
-        v.insert(
-            "currentAverageValue".into(),
-            quantity(current, "averageValue"),
-        );
+        v.insert(named("AverageValue"), quantity(values, "averageValue"));
         copy(&mut v, "selector", metric, "selector");
         o.insert("pods".into(), Value::Object(v));
     }
     for (key, container) in [("resource", false), ("containerResource", true)] {
         if let Some(src) = present(m, key) {
-            let current = or(present(src, "current"), &empty);
+            let values = or(present(src, side), &empty);
             let mut v = Map::new();
             v.insert("name".into(), json!(str_of(src, "name")));
             copy(
                 &mut v,
-                "currentAverageUtilization",
-                current,
+                &named("AverageUtilization"),
+                values,
                 "averageUtilization",
             );
-            v.insert(
-                "currentAverageValue".into(),
-                quantity(current, "averageValue"),
-            );
+            status_value(&mut v, named("AverageValue"), values, "averageValue");
             if container {
                 v.insert("container".into(), json!(str_of(src, "container")));
             }
@@ -201,12 +156,12 @@ fn metric_status(m: &Value) -> Value {
     }
     if let Some(src) = present(m, "external") {
         let metric = or(present(src, "metric"), &empty);
-        let current = or(present(src, "current"), &empty);
+        let values = or(present(src, side), &empty);
         let mut v = Map::new();
         v.insert("metricName".into(), json!(str_of(metric, "name")));
         copy(&mut v, "metricSelector", metric, "selector");
-        v.insert("currentValue".into(), quantity(current, "value"));
-        copy(&mut v, "currentAverageValue", current, "averageValue");
+        status_value(&mut v, named("Value"), values, "value");
+        copy(&mut v, &named("AverageValue"), values, "averageValue");
         o.insert("external".into(), Value::Object(v));
     }
     Value::Object(o)
@@ -303,14 +258,14 @@ pub fn hpa_v2_to_v1(v2: &Value) -> Result<Vec<u8>, ConvertError> {
     let other: Vec<Value> = metrics
         .iter()
         .filter(|m| !(is_cpu_resource(m) && cpu_target(m).is_some()))
-        .map(metric_spec)
+        .map(|m| metric(m, Half::Spec))
         .collect();
     let text = |v: Value| Value::String(String::from_utf8(go_json(&v)).unwrap_or_default());
     if !other.is_empty() {
         annotations.push((METRIC_SPECS_ANNOTATION.into(), text(Value::Array(other))));
     }
     if !current.is_empty() {
-        let statuses = current.iter().map(metric_status).collect();
+        let statuses = current.iter().map(|m| metric(m, Half::Status)).collect();
         annotations.push((
             METRIC_STATUSES_ANNOTATION.into(),
             text(Value::Array(statuses)),
