@@ -418,10 +418,14 @@ LABEL = {
 
 
 NOTES = [
-    "Idle RSS is taken at the start of each run. A process keeps what an earlier row made it "
-    "grow (Go's heap is handed back over minutes, jemalloc keeps freed pages), so a later "
-    "row's peak − idle is what it needed beyond that, for every server alike: the idle-watcher "
-    "and churn rows in particular run on servers that earlier LIST storms had grown.",
+    "Idle RSS is taken at the start of each run. With `VERSUS_RESTART=1` (the run above) every "
+    "server is restarted after each of its rows, so every row starts from a fresh process and "
+    "its peak − idle is all the row made it grow. A fresh kube-apiserver's idle still holds "
+    "room: Go collects when the heap reaches twice what was live (GOGC=100), and right after "
+    "its caches filled much of the heap is garbage not yet collected, so a row that allocates "
+    "less than that room (10,000 idle watchers, churn) shows almost no growth in RSS. Without "
+    "restarts a process keeps what an earlier row made it grow (Go hands its heap back over "
+    "minutes, jemalloc keeps freed pages for a while).",
     "Every client is the admin (system:masters): kube-apiserver's API Priority and Fairness "
     "exempts that group, and listwatch ran with its per-user cap lifted "
     "(`--max-lists-per-user 0`). The fork's listwatch has no per-user caps by default (its "
