@@ -108,7 +108,12 @@ fn update_then_read(
         .args(["-s", "--max-time", "10", "--cacert"])
         .arg(&ca)
         .args(["-H", &admin, "-o", "/dev/null", "-w", "%{http_code}\n"])
-        .args(["-X", "PATCH", "-H", "Content-Type: application/json-patch+json"])
+        .args([
+            "-X",
+            "PATCH",
+            "-H",
+            "Content-Type: application/json-patch+json",
+        ])
         .args(["-d", &patch.to_string()])
         .arg(format!(
             "{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}",
@@ -136,7 +141,10 @@ fn read_again(lw: &Listwatch, cluster: &KubeCluster, read: Read) -> (u16, Vec<u8
     );
     let text = out.stdout;
     let cut = text.iter().rposition(|b| *b == b'\n').unwrap_or(0);
-    let code = String::from_utf8_lossy(&text[cut..]).trim().parse().unwrap_or(0);
+    let code = String::from_utf8_lossy(&text[cut..])
+        .trim()
+        .parse()
+        .unwrap_or(0);
     (code, text[..cut].to_vec())
 }
 
@@ -164,7 +172,9 @@ fn rounds(cluster: &KubeCluster, lw: &Listwatch, dir: &Path) -> Vec<String> {
         );
         let got = read.mode(&body);
         if got.as_deref() != Some(mode.as_str()) {
-            stale.push(format!("round {round}: {read:?} served mode {got:?}, want {mode}"));
+            stale.push(format!(
+                "round {round}: {read:?} served mode {got:?}, want {mode}"
+            ));
         }
     }
     eprintln!(
