@@ -446,51 +446,11 @@ impl KubeCluster {
         upstream_kubeconfig: &Path,
         extra: &[&std::ffi::OsStr],
     ) -> Listwatch {
-        let source: [&std::ffi::OsStr; 2] = ["--source".as_ref(), "apiserver".as_ref()];
-        self.listwatch_beside(dir, name, upstream_kubeconfig, &source, extra)
-    }
-
-    /// listwatch serving reads as the **etcd source** over this cluster's etcd (mutual
-    /// TLS, kube-apiserver's client certificate), with writes and authentication passed to
-    /// kube-apiserver (`--upstream`, the admin's kubeconfig), as docs/e2e.md runs it:
-    /// serving TLS with a certificate of the cluster CA (made under `dir` as `name`), with
-    /// `extra` flags after those; ready within 90 s.
-    pub fn etcd_source(&self, dir: &Path, name: &str, extra: &[&std::ffi::OsStr]) -> Listwatch {
-        let (ca, cert, key) = (
-            self.file("etcd-ca.pem"),
-            self.file("apiserver-etcd-client.pem"),
-            self.file("apiserver-etcd-client.key"),
-        );
-        let source: [&std::ffi::OsStr; 10] = [
-            "--source".as_ref(),
-            "etcd".as_ref(),
-            "--etcd-endpoints".as_ref(),
-            self.etcd_url.as_ref(),
-            "--etcd-cafile".as_ref(),
-            ca.as_os_str(),
-            "--etcd-certfile".as_ref(),
-            cert.as_os_str(),
-            "--etcd-keyfile".as_ref(),
-            key.as_os_str(),
-        ];
-        self.listwatch_beside(dir, name, &self.kubeconfig, &source, extra)
-    }
-
-    /// listwatch with `source` flags beside this cluster's kube-apiserver (its upstream,
-    /// reached with `upstream_kubeconfig`), serving TLS with a certificate of the cluster
-    /// CA made under `dir` as `name`, `extra` flags last; ready within 90 s.
-    fn listwatch_beside(
-        &self,
-        dir: &Path,
-        name: &str,
-        upstream_kubeconfig: &Path,
-        source: &[&std::ffi::OsStr],
-        extra: &[&std::ffi::OsStr],
-    ) -> Listwatch {
         let (cert, key) = self.serving_cert(dir, name);
         let upstream = self.url();
-        let mut args: Vec<&std::ffi::OsStr> = source.to_vec();
-        args.extend_from_slice(&[
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "--source".as_ref(),
+            "apiserver".as_ref(),
             "--upstream".as_ref(),
             upstream.as_ref(),
             "--upstream-kubeconfig".as_ref(),
@@ -499,7 +459,7 @@ impl KubeCluster {
             cert.as_os_str(),
             "--tls-key".as_ref(),
             key.as_os_str(),
-        ]);
+        ];
         args.extend_from_slice(extra);
         Listwatch::start(
             &args,
