@@ -72,6 +72,10 @@ pub struct EtcdSource {
     custom: parking_lot::Mutex<HashMap<(String, String, String), tokio::task::AbortHandle>>,
     /// Since when etcd has not answered, and why (None: it answers).
     down: parking_lot::Mutex<Option<Outage>>,
+    /// The RV of the CRD snapshot [`EtcdSource::reconcile_crds`] last made the served custom
+    /// resources (and their read-time defaults) equal to: a consistent read of a custom
+    /// resource waits until it covers its CRD's last change.
+    crds_applied: tokio::sync::watch::Sender<u64>,
 }
 
 /// etcd not answering: since when, the cause, and whether open watches were ended for it.
@@ -217,6 +221,7 @@ impl EtcdSource {
             tasks: parking_lot::Mutex::new(tasks),
             custom: parking_lot::Mutex::new(HashMap::new()),
             down: parking_lot::Mutex::new(None),
+            crds_applied: tokio::sync::watch::Sender::new(0),
         });
         let health = tokio::spawn(watch_health(Arc::downgrade(&source)));
         source.tasks.lock().push(health);
@@ -293,6 +298,8 @@ impl EtcdSource {
             self.tasks.lock().push(task);
             tracing::info!(group = %key.0, version = %key.1, resource = %key.2, "serving custom resource");
         }
+        drop(custom);
+        self.crds_applied.send_replace(crds.rv());
     }
 
     /// The registry this source keeps.
@@ -339,7 +346,13 @@ impl EtcdSource {
                 "etcd is not answering consistent reads: {cause}"
             )));
         }
-        let key = store.info().etcd_prefix.clone();
+        // A custom resource's revision comes with its CRD's last change (the same one
+        // linearizable read, of the CRD's key rather than the collection's prefix): the
+        // schema its objects are defaulted with must be at least that new.
+        let crd_key = self.crd_key_of(store);
+        let key = crd_key
+            .clone()
+            .unwrap_or_else(|| store.info().etcd_prefix.clone().into_bytes());
         let resp = call(self.config.request_timeout, || {
             let mut kv = self.client.get().kv_client();
             let key = key.clone();
@@ -348,6 +361,11 @@ impl EtcdSource {
         .await?;
         let rev = resp.header().ok_or(EtcdError::NoHeader)?.revision();
         let rev = u64::try_from(rev).unwrap_or(0);
+        if crd_key.is_some() {
+            let crd_rev = resp.kvs().first().map_or(0, |kv| kv.mod_revision());
+            self.await_crd_applied(store, u64::try_from(crd_rev).unwrap_or(0))
+                .await?;
+        }
         #[cfg(feature = "fault-injection")]
         if self.config.fault_early_progress {
             store.progress(rev);
@@ -359,6 +377,50 @@ impl EtcdSource {
             self.prove_current(store, rev).await?;
         }
         Ok(rev)
+    }
+
+    /// The etcd key of the CRD that serves custom resource `store` (`<plural>.<group>`);
+    /// `None` for a built-in resource. A retired store counts as a custom resource: its
+    /// CRD may have just stopped serving it, or changed its schema.
+    fn crd_key_of(&self, store: &Store) -> Option<Vec<u8>> {
+        let i = store.info();
+        let key = (i.group.clone(), i.version.clone(), i.resource.clone());
+        if !store.is_retired() && !self.custom.lock().contains_key(&key) {
+            return None;
+        }
+        let crds = self
+            .registry
+            .get("apiextensions.k8s.io", "v1", "customresourcedefinitions")?;
+        let name = format!("{}.{}", i.resource, i.group);
+        Some(etcd_key(crds.info(), &crds.info().key("", &name)))
+    }
+
+    /// Waits until the CRDs are applied as of `crd_rev` (the last change of the CRD that
+    /// serves custom resource `store`; 0 when it is gone), so that `store`'s objects are
+    /// read with that schema's defaults: kube-apiserver decodes a stored custom resource
+    /// with its CRD's current defaults, and the CRD store's follower and the reconciler run
+    /// apart from `store`'s follower, so `store` can reach etcd's revision first. A schema
+    /// whose defaults changed gets a new store ([`Self::reconcile_crds`]): a read of the
+    /// retired one is refused with 429 (`Retry-After: 1`), as while a cache reloads, so its
+    /// client reads again from the new store.
+    async fn await_crd_applied(&self, store: &Store, crd_rev: u64) -> Result<(), ApiError> {
+        let mut applied = self.crds_applied.subscribe();
+        let wait = applied.wait_for(|rv| *rv >= crd_rev);
+        if !matches!(
+            tokio::time::timeout(self.config.request_timeout, wait).await,
+            Ok(Ok(_))
+        ) {
+            return Err(ApiError::Timeout(format!(
+                "the CustomResourceDefinition of {} at revision {crd_rev} is not applied yet",
+                store.info().group_resource()
+            )));
+        }
+        if store.is_retired() {
+            return Err(ApiError::TooManyRequests(
+                "storage is (re)initializing: its CustomResourceDefinition changed".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Advances `store` to etcd's revision once the cache is shown equal to etcd for its
