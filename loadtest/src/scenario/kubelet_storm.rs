@@ -192,14 +192,21 @@ const ERROR_EVENT: &str = "ERROR event";
 /// The message of an ERROR event's `Status`: JSON's `object.message`, or in a protobuf
 /// event the longest run of printable text (the message is the Status's one long string).
 fn status_message(raw: &[u8]) -> String {
-    if let Ok(v) = serde_json::from_slice::<Value>(raw) {
-        if let Some(m) = v["object"]["message"].as_str() {
-            return m.chars().take(200).collect();
-        }
+    if let Ok(v) = serde_json::from_slice::<Value>(raw)
+        && let Some(m) = v["object"]["message"].as_str()
+    {
+        return m.chars().take(200).collect();
     }
+    // The run may start with the field's length byte when that byte is printable.
     raw.split(|b| !(b.is_ascii_graphic() || *b == b' '))
         .max_by_key(|run| run.len())
-        .map(|run| String::from_utf8_lossy(run).chars().take(200).collect())
+        .map(|run| {
+            String::from_utf8_lossy(run)
+                .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
+                .chars()
+                .take(200)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
