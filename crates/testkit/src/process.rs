@@ -1,6 +1,5 @@
 //! What tests do around the processes they start: a scratch directory, the lines a child
-//! writes read on a thread, a command's outcome as text, and waiting on a condition
-//! without an async runtime.
+//! writes read on a thread, a command's outcome as text, a server killed when dropped.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -86,15 +85,6 @@ pub fn stdout_of_success(what: &str, out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Calls `probe` every `every` until it holds, panicking with `what` after `within`.
-pub fn wait_until(what: &str, within: Duration, every: Duration, mut probe: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !probe() {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        std::thread::sleep(every);
-    }
 }
 
 /// A child process killed (and reaped) when dropped: a server a test started.
