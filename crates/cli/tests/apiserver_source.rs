@@ -3,18 +3,27 @@
 //! from the front's caches (equal to the upstream's), writes pass through and are seen by
 //! the front's watches and consistent reads.
 
-use std::process::{Child, Command};
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use listwatch_testkit::{next_line, send, spawn_server, try_stream_lines, wait_ready};
+use listwatch_testkit::{Killed, next_line, send, serve, try_stream_lines, wait_ready};
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// An upstream listwatch with `pods` demo pods and a front following it with `flags`,
+/// ready: both processes (killed when dropped) and the front's address.
+async fn upstream_and_front(pods: usize, flags: &[&str]) -> ([Killed; 2], SocketAddr, SocketAddr) {
+    let bin = env!("CARGO_BIN_EXE_listwatch");
+    let (up, up_addr) = serve(bin, ["--demo-pods", &pods.to_string()]);
+    let up = Killed(up);
+    let upstream = format!("http://{up_addr}");
+    let (front, addr) = serve(
+        bin,
+        ["--source", "apiserver", "--upstream", &upstream]
+            .iter()
+            .chain(flags),
+    );
+    let front = Killed(front);
+    assert_eq!(wait_ready(addr, Duration::from_secs(20)).await, 200);
+    ([up, front], up_addr, addr)
 }
 
 fn items(body: &[u8]) -> Vec<serde_json::Value> {
@@ -24,30 +33,10 @@ fn items(body: &[u8]) -> Vec<serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_front_listwatch_serves_the_upstream_s_objects() {
-    let (up, up_addr) = spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--demo-pods",
-        "200",
-    ]));
-    let _up = Killed(up);
-    let upstream = format!("http://{up_addr}");
-    let (front, addr) = spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--source",
-        "apiserver",
-        "--upstream",
-        &upstream,
-        // The upstream here lets everyone in; without this the front would authorize
-        // with the cluster's rules (below).
-        "--authorization-mode",
-        "AlwaysAllow",
-    ]));
-    let _front = Killed(front);
-    assert_eq!(wait_ready(addr, Duration::from_secs(20)).await, 200);
+    // The upstream here lets everyone in; without AlwaysAllow the front would authorize
+    // with the cluster's rules (below).
+    let (_servers, up_addr, addr) =
+        upstream_and_front(200, &["--authorization-mode", "AlwaysAllow"]).await;
 
     let theirs = send(up_addr, "GET", "/api/v1/pods", &[], None)
         .await
@@ -107,26 +96,7 @@ async fn a_front_listwatch_serves_the_upstream_s_objects() {
 /// public health paths stay open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_front_of_a_cluster_reads_are_not_open_by_default() {
-    let (up, up_addr) = spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--demo-pods",
-        "5",
-    ]));
-    let _up = Killed(up);
-    let upstream = format!("http://{up_addr}");
-    let (front, addr) = spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--source",
-        "apiserver",
-        "--upstream",
-        &upstream,
-    ]));
-    let _front = Killed(front);
-    assert_eq!(wait_ready(addr, Duration::from_secs(20)).await, 200);
+    let (_servers, up_addr, addr) = upstream_and_front(5, &[]).await;
     for path in [
         "/api/v1/pods",
         "/api/v1/secrets",

@@ -5,19 +5,10 @@
 //! that cannot be asked is kube-apiserver's 500, never an allow.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::Duration;
 
-use listwatch_testkit::{poll_until, send, spawn_server, wait_ready};
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use listwatch_testkit::{Killed, poll_until, send, spawn_server, wait_ready};
 
 const TOKENS: &str =
     "admin-token,admin,1,\"system:masters\"\nalice-token,alice,2\nbob-token,bob,3\n";

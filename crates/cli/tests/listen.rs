@@ -3,7 +3,6 @@
 //! reset once tokio's default backlog of 1,024 is full.
 
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::Duration;
 
 use rustix::process::{Pid, Resource, Signal, getrlimit, kill_process, setrlimit};
@@ -25,13 +24,7 @@ fn connections_beyond_tokios_default_backlog_wait_to_be_accepted() {
     }
 
     let (mut child, addr) =
-        listwatch_testkit::spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--demo-pods",
-            "10",
-        ]));
+        listwatch_testkit::serve(env!("CARGO_BIN_EXE_listwatch"), ["--demo-pods", "10"]);
     let pid = i32::try_from(child.id())
         .ok()
         .and_then(Pid::from_raw)

@@ -1,9 +1,8 @@
 //! The request log of the real binary: every line of a request sits in its span, which
 //! names the request (id, method, path) and, once authenticated, its user.
 
-use std::io::BufRead;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_lines_carry_the_request_span_with_its_user() {
@@ -20,25 +19,10 @@ async fn request_lines_carry_the_request_span_with_its_user() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start");
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let out = child.stdout.take().expect("stdout");
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let log = listwatch_testkit::PipeLines::read(child.stdout.take().expect("stdout"));
     let next_line = |want: &dyn Fn(&str) -> bool| -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(l) if want(&l) => return l,
-                Ok(_) => {}
-                Err(_) => panic!("no such log line within 20 s"),
-            }
-        }
+        log.find(Duration::from_secs(20), want)
+            .expect("no such log line within 20 s")
     };
     let serving = next_line(&|l| l.contains("listen="));
     let addr: std::net::SocketAddr = serving

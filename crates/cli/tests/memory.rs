@@ -5,21 +5,13 @@
 
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+use listwatch_testkit::Killed;
 
 const PODS: usize = 20_000;
 const CLIENTS: usize = 64;
 const CHUNK: usize = 64 * 1024;
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn rss_kib(pid: u32) -> u64 {
     listwatch_core::process::rss_kib(pid).expect("VmRSS of the server")
@@ -44,20 +36,19 @@ fn settle(pid: u32, quiet: Duration, max: Duration) -> u64 {
     last
 }
 
-fn start() -> (Server, String) {
-    let (child, addr) =
-        listwatch_testkit::spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
+fn start() -> (Killed, String) {
+    let (child, addr) = listwatch_testkit::serve(
+        env!("CARGO_BIN_EXE_listwatch"),
+        [
             "--demo-pods",
             &PODS.to_string(),
             "--chunk-bytes",
             &CHUNK.to_string(),
             "--log-level",
             "info",
-        ]));
-    (Server(child), addr.to_string())
+        ],
+    );
+    (Killed(child), addr.to_string())
 }
 
 fn send_list(addr: &str) -> TcpStream {
@@ -97,7 +88,7 @@ fn count_items(s: TcpStream) -> usize {
 
 /// A server after one full LIST (allocator caches and lazy statics in place), and its
 /// settled RSS.
-fn start_warm() -> (Server, String, u64) {
+fn start_warm() -> (Killed, String, u64) {
     let (server, addr) = start();
     assert_eq!(count_items(send_list(&addr)), PODS);
     let idle = settle(

@@ -112,10 +112,9 @@ async fn sigterm_drains_lists_and_spreads_watch_ends() {
 /// The server's `/metrics` text.
 /// The real binary serving 20,000 demo pods on a free port, with `flags` added.
 fn serve_20000_pods(flags: &[&str]) -> (std::process::Child, std::net::SocketAddr) {
-    listwatch_testkit::spawn_server(
-        Command::new(env!("CARGO_BIN_EXE_listwatch"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--demo-pods", "20000"])
-            .args(flags),
+    listwatch_testkit::serve(
+        env!("CARGO_BIN_EXE_listwatch"),
+        ["--demo-pods", "20000"].iter().chain(flags),
     )
 }
 
@@ -232,16 +231,10 @@ async fn list_read_slowly(addr: std::net::SocketAddr, pause: Duration) -> Vec<u8
 /// server drain and exit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_fails_first_during_the_shutdown_delay() {
-    let (child, addr) =
-        listwatch_testkit::spawn_server(Command::new(env!("CARGO_BIN_EXE_listwatch")).args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--demo-pods",
-            "10",
-            "--shutdown-delay-duration",
-            "2s",
-        ]));
+    let (child, addr) = listwatch_testkit::serve(
+        env!("CARGO_BIN_EXE_listwatch"),
+        ["--demo-pods", "10", "--shutdown-delay-duration", "2s"],
+    );
     assert_eq!(
         listwatch_testkit::wait_ready(addr, Duration::from_secs(10)).await,
         200

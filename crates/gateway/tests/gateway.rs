@@ -14,6 +14,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use listwatch_auth::authn::Authenticator;
 use listwatch_gateway::{ClientCert, Gateway, GatewayConfig, Identity};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
+use listwatch_testkit::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -549,6 +550,28 @@ fn leaf(
     (cert.pem(), key.serialize_pem())
 }
 
+/// `text` written to `dir/name`: its path.
+fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+/// A scratch directory `tag` holding a serving certificate for 127.0.0.1 signed by
+/// `issuer` (`tls.crt`, `tls.key`): the directory and the two files.
+fn serving_files(
+    tag: &str,
+    issuer: &rcgen::Issuer<'static, rcgen::KeyPair>,
+) -> (TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let dir = TempDir::new(tag);
+    let (server_cert, server_key) = leaf(issuer, &["127.0.0.1"], "listwatch");
+    let (cert, key) = (
+        write(&dir, "tls.crt", &server_cert),
+        write(&dir, "tls.key", &server_key),
+    );
+    (dir, cert, key)
+}
+
 /// Sends one HTTP/1.1 request (with the header lines `headers`) over TLS to `addr` with
 /// client certificate `client`; the response's status line, or the TLS or I/O error.
 async fn https_status(
@@ -594,19 +617,8 @@ async fn a_client_certificate_failing_verification_never_reaches_the_upstream() 
     let (up, seen) = upstream().await;
     let (ca_cert, ca_issuer) = ca("cluster-ca");
     let (_, rogue) = ca("rogue-ca");
-    let dir = std::env::temp_dir().join(format!("lw-gw-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let (server_cert, server_key) = leaf(&ca_issuer, &["127.0.0.1"], "listwatch");
-    let file = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).expect("write");
-        p
-    };
-    let (cert, key, client_ca) = (
-        file("tls.crt", &server_cert),
-        file("tls.key", &server_key),
-        file("ca.crt", &ca_cert.pem()),
-    );
+    let (dir, cert, key) = serving_files("gw-tls", &ca_issuer);
+    let client_ca = write(&dir, "ca.crt", &ca_cert.pem());
     let tls = listwatch_auth::tls::tls_config(&cert, &key, Some(&client_ca)).expect("tls");
     let mut config = GatewayConfig::new(format!("http://{up}"), Identity::FrontProxy);
     config.client.client_cert = Some(proxy_cert());
@@ -643,22 +655,15 @@ async fn a_trusted_front_proxy_s_headers_name_the_user() {
     let (up, seen) = upstream().await;
     let (cluster_ca, cluster) = ca("cluster-ca");
     let (proxy_ca, proxies) = ca("front-proxy-ca");
-    let dir = std::env::temp_dir().join(format!("lw-gw-rh-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let (server_cert, server_key) = leaf(&cluster, &["127.0.0.1"], "listwatch");
-    let file = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).expect("write");
-        p
-    };
+    let (dir, cert, key) = serving_files("gw-rh", &cluster);
     let trust = listwatch_auth::tls::FrontProxyTrust {
-        ca: file("front-proxy-ca.crt", &proxy_ca.pem()),
+        ca: write(&dir, "front-proxy-ca.crt", &proxy_ca.pem()),
         allowed_names: vec!["front-proxy-client".into()],
     };
     let (tls, certs) = listwatch_auth::tls::tls_config_with_front_proxy(
-        &file("tls.crt", &server_cert),
-        &file("tls.key", &server_key),
-        Some(&file("ca.crt", &cluster_ca.pem())),
+        &cert,
+        &key,
+        Some(&write(&dir, "ca.crt", &cluster_ca.pem())),
         &trust,
     )
     .expect("tls");

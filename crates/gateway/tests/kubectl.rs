@@ -40,16 +40,7 @@ async fn kubectl(addr: SocketAddr, args: &[&str], stdin: Option<&str>) -> (bool,
         .await
         .expect("stdin");
     drop(input);
-    let out = child.wait_with_output().await.expect("kubectl runs");
-    let text = if out.status.success() {
-        out.stdout
-    } else {
-        out.stderr
-    };
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&text).into_owned(),
-    )
+    listwatch_testkit::process::outcome(child.wait_with_output().await.expect("kubectl runs"))
 }
 
 /// `data.a` of configmap default/c1 as the upstream has it.

@@ -100,65 +100,81 @@ fn every_fixture_reads_as_its_json() {
 /// writer kube-apiserver-shaped values are made with in load tests and storage tests.
 #[test]
 fn every_fixture_survives_json_to_protobuf_and_back() {
-    let dir = listwatch_testkit::reference("api-roundtrip-1.36");
     let schema = Schema::kubernetes();
     let mut reader = JsonWriter::new(schema);
     let mut writer = ProtoEncoder::new(schema);
-    let names = fixtures(&dir, ".json");
-    let (mut ok, mut failed) = (0, Vec::new());
-    for name in &names {
-        let json: Value =
-            serde_json::from_slice(&std::fs::read(dir.join(name)).expect("read")).expect("json");
+    compare_json_fixtures(|_, name, bytes| {
+        let json: Value = serde_json::from_slice(bytes).expect("json");
         if json["kind"].as_str().unwrap_or_default().is_empty() {
-            continue;
+            return None;
         }
-        match compare_through_protobuf(&mut writer, &mut reader, name, &json, &json, 5) {
-            Ok(()) => ok += 1,
-            Err(e) => failed.push(e),
-        }
-    }
-    assert_all_alike(ok, &failed);
+        Some(compare_through_protobuf(
+            &mut writer,
+            &mut reader,
+            name,
+            &json,
+            &json,
+            5,
+        ))
+    });
 }
 
 /// JSON in, protobuf out: the encoder that answers protobuf clients writes, for every
 /// fixture with a kind, exactly the bytes kube-apiserver wrote for the same object.
 #[test]
 fn every_fixture_encodes_to_kube_apiservers_bytes() {
-    let dir = listwatch_testkit::reference("api-roundtrip-1.36");
     let schema = Schema::kubernetes();
     let mut encoder = ProtoEncoder::new(schema);
-    let names = fixtures(&dir, ".json");
-    let (mut ok, mut failed) = (0, Vec::new());
-    for name in &names {
+    compare_json_fixtures(|dir, name, bytes| {
         // Served objects are compact JSON; the fixtures are indented, and embedded raw JSON
         // (RawExtension) is carried byte for byte.
-        let text = compact(&std::fs::read(dir.join(name)).expect("read"));
+        let text = compact(bytes);
         let json: Value = serde_json::from_slice(&text).expect("json");
         let (Some(api_version), Some(kind)) = (json["apiVersion"].as_str(), json["kind"].as_str())
         else {
-            continue;
+            return None;
         };
         let stem = name.trim_end_matches(".json");
         let want = std::fs::read(dir.join(format!("{stem}.pb"))).expect("read pb");
         let id = schema.kind(api_version, kind).expect("kind in schema");
         let mut got = Vec::new();
-        match encoder.envelope(api_version, kind, id, &text, &mut got) {
-            Ok(()) if got == want => ok += 1,
-            Ok(()) => {
-                let at = got
-                    .iter()
-                    .zip(&want)
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(got.len().min(want.len()));
-                failed.push(format!(
-                    "{name}: {} bytes, want {}; first difference at {at}: got {:02x?} want {:02x?}",
-                    got.len(),
-                    want.len(),
-                    &got[at.saturating_sub(8)..(at + 8).min(got.len())],
-                    &want[at.saturating_sub(8)..(at + 8).min(want.len())]
-                ));
-            }
-            Err(e) => failed.push(format!("{name}: {e}")),
+        Some(
+            match encoder.envelope(api_version, kind, id, &text, &mut got) {
+                Ok(()) if got == want => Ok(()),
+                Ok(()) => {
+                    let at = got
+                        .iter()
+                        .zip(&want)
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(got.len().min(want.len()));
+                    Err(format!(
+                        "{name}: {} bytes, want {}; first difference at {at}: got {:02x?} want {:02x?}",
+                        got.len(),
+                        want.len(),
+                        &got[at.saturating_sub(8)..(at + 8).min(got.len())],
+                        &want[at.saturating_sub(8)..(at + 8).min(want.len())]
+                    ))
+                }
+                Err(e) => Err(format!("{name}: {e}")),
+            },
+        )
+    });
+}
+
+/// Runs `compare` on every JSON fixture (the fixtures' folder, its name, its bytes: `None`
+/// when it is not one to compare, else whether it came out alike) and asserts that all
+/// compared came out alike ([`assert_all_alike`]).
+fn compare_json_fixtures(
+    mut compare: impl FnMut(&std::path::Path, &str, &[u8]) -> Option<Result<(), String>>,
+) {
+    let dir = listwatch_testkit::reference("api-roundtrip-1.36");
+    let (mut ok, mut failed) = (0, Vec::new());
+    for name in fixtures(&dir, ".json") {
+        let bytes = std::fs::read(dir.join(&name)).expect("read");
+        match compare(&dir, &name, &bytes) {
+            Some(Ok(())) => ok += 1,
+            Some(Err(e)) => failed.push(e),
+            None => {}
         }
     }
     assert_all_alike(ok, &failed);

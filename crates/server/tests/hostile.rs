@@ -90,16 +90,12 @@ async fn admission_limits_answer_429_with_retry_after() {
     assert_eq!(one.status, 404);
     // The slots come back when the stalled clients go away.
     drop((a, b));
-    let r = common::poll_until(
+    assert_a_list_is_served_within(
+        &s,
         Duration::from_secs(10),
-        || common::get(s.addr, "/api/v1/pods?limit=1"),
-        |r| r.status == 200,
+        "LIST slots returned after the stalled clients left",
     )
     .await;
-    assert_eq!(
-        r.status, 200,
-        "LIST slots returned after the stalled clients left"
-    );
 
     // Per-user watch cap (no authenticator: everyone is system:anonymous).
     let w1 = common::stream_lines(s.addr, "/api/v1/configmaps?watch=1").await;
@@ -322,18 +318,25 @@ async fn a_synced_watch_list_gives_its_list_slot_back() {
         }
         synced.push(w);
     }
-    let r = common::poll_until(
+    assert_a_list_is_served_within(
+        &s,
         Duration::from_secs(5),
+        "a LIST beside two synced watch-lists",
+    )
+    .await;
+    drop(synced);
+}
+
+/// Asserts that a LIST (`/api/v1/pods?limit=1`) is answered 200 within `within` (`what`
+/// and the last answer the message when it is not).
+async fn assert_a_list_is_served_within(s: &common::TestServer, within: Duration, what: &str) {
+    let r = common::poll_until(
+        within,
         || common::get(s.addr, "/api/v1/pods?limit=1"),
         |r| r.status == 200,
     )
     .await;
-    assert_eq!(
-        r.status, 200,
-        "a LIST beside two synced watch-lists: {}",
-        r.body
-    );
-    drop(synced);
+    assert_eq!(r.status, 200, "{what}: {}", r.body);
 }
 
 /// A server over 50 demo pods with `limits`.

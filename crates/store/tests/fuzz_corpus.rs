@@ -21,27 +21,21 @@ fn replay(target: &str, check: fn(&[u8])) {
     assert!(n > 0, "no committed inputs for {target}");
 }
 
-#[test]
-fn list_options_corpus() {
-    replay("list_options", checks::list_options);
+/// One test per fuzz target, named after it, replaying that target's committed inputs
+/// through its check.
+macro_rules! corpus_tests {
+    ($($target:ident),* $(,)?) => {$(
+        #[test]
+        fn $target() {
+            replay(stringify!($target), checks::$target);
+        }
+    )*};
 }
 
-#[test]
-fn label_selector_corpus() {
-    replay("label_selector", checks::label_selector);
-}
-
-#[test]
-fn field_selector_corpus() {
-    replay("field_selector", checks::field_selector);
-}
-
-#[test]
-fn continue_token_corpus() {
-    replay("continue_token", checks::continue_token);
-}
-
-#[test]
-fn ingest_corpus() {
-    replay("ingest", checks::ingest);
-}
+corpus_tests!(
+    list_options,
+    label_selector,
+    field_selector,
+    continue_token,
+    ingest
+);

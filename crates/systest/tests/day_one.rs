@@ -348,7 +348,7 @@ async fn workflow(bin: PathBuf, addr: SocketAddr) {
 
     // A CRD: established as kube's CRD controllers would (kubectl waits on the condition),
     // its kind served with validation from its schema, gone with it.
-    let crd = k.file("crd.yaml", CRD);
+    let crd = k.file("crd.yaml", &crd());
     k.run(&["apply", "-f", &crd]).await;
     k.run(&[
         "wait",
@@ -371,31 +371,16 @@ async fn workflow(bin: PathBuf, addr: SocketAddr) {
     let _ = std::fs::remove_dir_all(&k.dir);
 }
 
-const CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: gadgets.example.com
-spec:
-  group: example.com
-  scope: Cluster
-  names:
-    plural: gadgets
-    singular: gadget
-    kind: Gadget
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            properties:
-              size:
-                type: integer
-"#;
+/// Gadgets: cluster-scoped, their `spec.size` an integer.
+fn crd() -> String {
+    listwatch_testkit::workload::custom_resource_definition(
+        "example.com",
+        "Cluster",
+        ("Gadget", "gadgets"),
+        serde_json::json!({"type": "object", "properties": {"size": {"type": "integer"}}}),
+    )
+    .to_string()
+}
 
 const GADGET: &str = r#"apiVersion: example.com/v1
 kind: Gadget

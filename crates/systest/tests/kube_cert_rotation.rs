@@ -8,47 +8,11 @@
 //! (`--requestheader-allowed-names`), so a gateway that kept it could pass nothing.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use listwatch_testkit::kube::{KubeCluster, Listwatch};
-
-/// Runs openssl with `args`, panicking with its stderr when it fails.
-fn openssl(args: &[&std::ffi::OsStr]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A self-signed CA `dir/name.pem` with its key `dir/name.key`.
-fn ca(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let (cert, key) = (
-        dir.join(format!("{name}.pem")),
-        dir.join(format!("{name}.key")),
-    );
-    openssl(&[
-        "req".as_ref(),
-        "-x509".as_ref(),
-        "-newkey".as_ref(),
-        "rsa:2048".as_ref(),
-        "-nodes".as_ref(),
-        "-days".as_ref(),
-        "2".as_ref(),
-        "-subj".as_ref(),
-        format!("/CN={name}").as_ref(),
-        "-keyout".as_ref(),
-        key.as_os_str(),
-        "-out".as_ref(),
-        cert.as_os_str(),
-    ]);
-    (cert, key)
-}
+use listwatch_testkit::TempDir;
+use listwatch_testkit::kube::{KubeCluster, Listwatch, front_proxy_identity};
+use listwatch_testkit::openssl::{self_signed_ca, signed_cert};
 
 /// A client certificate `dir/file.pem` (key `dir/file.key`) for `subject`, signed by `ca`.
 fn client_cert(
@@ -57,43 +21,13 @@ fn client_cert(
     subject: &str,
     ca: &(PathBuf, PathBuf),
 ) -> (PathBuf, PathBuf) {
-    let (cert, key, csr, ext) = (
-        dir.join(format!("{file}.pem")),
-        dir.join(format!("{file}.key")),
-        dir.join(format!("{file}.csr")),
-        dir.join(format!("{file}.ext")),
-    );
-    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n").expect("ext");
-    openssl(&[
-        "req".as_ref(),
-        "-newkey".as_ref(),
-        "rsa:2048".as_ref(),
-        "-nodes".as_ref(),
-        "-subj".as_ref(),
-        subject.as_ref(),
-        "-keyout".as_ref(),
-        key.as_os_str(),
-        "-out".as_ref(),
-        csr.as_os_str(),
-    ]);
-    openssl(&[
-        "x509".as_ref(),
-        "-req".as_ref(),
-        "-days".as_ref(),
-        "2".as_ref(),
-        "-CAcreateserial".as_ref(),
-        "-in".as_ref(),
-        csr.as_os_str(),
-        "-CA".as_ref(),
-        ca.0.as_os_str(),
-        "-CAkey".as_ref(),
-        ca.1.as_os_str(),
-        "-out".as_ref(),
-        cert.as_os_str(),
-        "-extfile".as_ref(),
-        ext.as_os_str(),
-    ]);
-    (cert, key)
+    signed_cert(
+        dir,
+        file,
+        subject,
+        "extendedKeyUsage=clientAuth\n",
+        (&ca.0, &ca.1),
+    )
 }
 
 /// Copies `from` over `to` at once: a new file renamed over the old one.
@@ -129,9 +63,9 @@ fn renewed_client_ca_and_front_proxy_certificate_apply_without_a_restart() {
     ) else {
         return;
     };
-    let dir = tempdir();
-    let old_users = ca(&dir, "users-old");
-    let new_users = ca(&dir, "users-new");
+    let dir = TempDir::new("cert-rotation");
+    let old_users = self_signed_ca(&dir, "users-old");
+    let new_users = self_signed_ca(&dir, "users-new");
     let alice = client_cert(&dir, "alice", "/O=system:masters/CN=alice", &old_users);
     let bob = client_cert(&dir, "bob", "/O=system:masters/CN=bob", &new_users);
     let front_proxy_ca = (
@@ -152,16 +86,8 @@ fn renewed_client_ca_and_front_proxy_certificate_apply_without_a_restart() {
     replace(&not_allowed.0, &proxy_cert);
     replace(&not_allowed.1, &proxy_key);
 
-    let extra: Vec<&std::ffi::OsStr> = vec![
-        "--upstream-identity".as_ref(),
-        "front-proxy".as_ref(),
-        "--proxy-client-cert-file".as_ref(),
-        proxy_cert.as_os_str(),
-        "--proxy-client-key-file".as_ref(),
-        proxy_key.as_os_str(),
-        "--client-ca-file".as_ref(),
-        client_ca.as_os_str(),
-    ];
+    let mut extra = front_proxy_identity(&proxy_cert, &proxy_key);
+    extra.extend(["--client-ca-file".as_ref(), client_ca.as_os_str()]);
     let gateway = cluster.gateway(&dir, "gateway", &extra);
     let ca = cluster.file("ca.pem");
     let configmaps = "/api/v1/namespaces/default/configmaps";
@@ -198,12 +124,4 @@ fn renewed_client_ca_and_front_proxy_certificate_apply_without_a_restart() {
     assert_eq!(status, "201", "{body}\n{}", gateway.log_text());
     let review: serde_json::Value = serde_json::from_str(&body).expect("a review");
     assert_eq!(review["status"]["userInfo"]["username"], "bob", "{body}");
-}
-
-/// A scratch directory unique to this process.
-fn tempdir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("listwatch-cert-rotation-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    d
 }

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use listwatch_testkit::kube::{KubeCluster, Listwatch};
+use listwatch_testkit::TempDir;
+use listwatch_testkit::kube::KubeCluster;
+use listwatch_testkit::workload::Workload;
 
 /// Pods in the idle collection.
 const PODS: usize = 1_000;
@@ -42,10 +44,7 @@ fn consistent_reads_of_an_idle_collection_are_proven_by_a_bookmark() {
     let Some(cluster) = KubeCluster::start_or_skip(test) else {
         return;
     };
-    cluster.kubectl_ok_with(
-        &["create", "-f", "-"],
-        Some(r#"{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default","namespace":"default"}}"#),
-    );
+    cluster.apply(&Workload::new().service_accounts("default", &["default"]));
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List",
         "items": (0..PODS).map(pod).collect::<Vec<_>>()});
     cluster.kubectl_ok_with(
@@ -53,27 +52,9 @@ fn consistent_reads_of_an_idle_collection_are_proven_by_a_bookmark() {
         Some(&list.to_string()),
     );
 
-    let dir = std::env::temp_dir().join(format!("lw-proof-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let (cert, key) = cluster.serving_cert(&dir, "serving");
+    let dir = TempDir::new("proof");
+    let lw = cluster.gateway(&dir, "serving", &[]);
     let upstream = cluster.url();
-    let lw = Listwatch::start(
-        &[
-            "--source".as_ref(),
-            "apiserver".as_ref(),
-            "--upstream".as_ref(),
-            upstream.as_ref(),
-            "--upstream-kubeconfig".as_ref(),
-            cluster.kubeconfig.as_os_str(),
-            "--tls-cert-file".as_ref(),
-            cert.as_os_str(),
-            "--tls-private-key-file".as_ref(),
-            key.as_os_str(),
-        ],
-        &[],
-        &cluster.file("ca.pem"),
-        Duration::from_secs(60),
-    );
     let ca = cluster.file("ca.pem");
     let admin = format!("Authorization: Bearer {}", cluster.admin_token);
     // One full LIST of the collection as the upstream serves it (JSON, as the follower
@@ -206,5 +187,4 @@ fn consistent_reads_of_an_idle_collection_are_proven_by_a_bookmark() {
         1,
         "the services read was proven by one metadata LIST"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

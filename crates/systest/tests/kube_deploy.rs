@@ -10,6 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use listwatch_testkit::kube::{KubeCluster, listwatch_binary};
+use listwatch_testkit::workload::{Subject, Workload, custom_resource_definition};
 
 /// The repository's `deploy/` folder.
 fn deploy_dir() -> PathBuf {
@@ -30,11 +31,18 @@ fn text(bytes: &[u8]) -> String {
 /// clusters at once only slow each other on a 2-core machine.
 static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// [`ONE_CLUSTER`], whether or not a test holding it failed.
-fn one_cluster() -> std::sync::MutexGuard<'static, ()> {
-    ONE_CLUSTER
+/// A cluster for `test` alone (it holds [`ONE_CLUSTER`], whether or not a test holding it
+/// before failed) with the namespace the gateway base names, which is left for the
+/// operator to create (docs/deploy.md); `None` when the test is skipped.
+fn cluster_with_listwatch_namespace(
+    test: &str,
+) -> Option<(std::sync::MutexGuard<'static, ()>, KubeCluster)> {
+    let one = ONE_CLUSTER
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cluster = KubeCluster::start_or_skip(test)?;
+    cluster.kubectl_ok(&["create", "namespace", "listwatch"]);
+    Some((one, cluster))
 }
 
 struct Killed(Child);
@@ -50,36 +58,23 @@ impl Drop for Killed {
 /// Its schema keeps every field (`x-kubernetes-preserve-unknown-fields`), so the dry run
 /// below proves the kind, group, version, scope and object metadata are accepted, not the
 /// operator's validation of the endpoint fields.
-const SERVICE_MONITOR_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: servicemonitors.monitoring.coreos.com}
-spec:
-  group: monitoring.coreos.com
-  scope: Namespaced
-  names: {plural: servicemonitors, singular: servicemonitor, kind: ServiceMonitor, listKind: ServiceMonitorList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
-"#;
+fn service_monitor_crd() -> Workload {
+    Workload::new().object(custom_resource_definition(
+        "monitoring.coreos.com",
+        "Namespaced",
+        ("ServiceMonitor", "servicemonitors"),
+        serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+    ))
+}
 
 #[test]
 fn each_kustomize_base_is_accepted_by_kube_apiserver() {
     let test = "each_kustomize_base_is_accepted_by_kube_apiserver";
-    let _one = one_cluster();
-    let Some(cluster) = KubeCluster::start_or_skip(test) else {
+    let Some((_one, cluster)) = cluster_with_listwatch_namespace(test) else {
         return;
     };
-    // What a cluster has and this one lacks (no controllers): the namespace the gateway
-    // base names (left for the operator to create, as docs/deploy.md says) and kube-system's
-    // `default` service account, which admission looks up for the static pod.
-    cluster.kubectl_ok(&["create", "namespace", "listwatch"]);
+    // What a cluster has and this one lacks (no controllers): kube-system's `default`
+    // service account, which admission looks up for the static pod.
     cluster.kubectl_ok(&["create", "serviceaccount", "default", "-n", "kube-system"]);
 
     let dry_run = |dir: &str| cluster.kubectl(&["apply", "--dry-run=server", "-k", &base(dir)]);
@@ -120,7 +115,7 @@ fn each_kustomize_base_is_accepted_by_kube_apiserver() {
         text(&out.stdout),
         text(&out.stderr)
     );
-    cluster.kubectl_ok_with(&["apply", "-f", "-"], Some(SERVICE_MONITOR_CRD));
+    cluster.apply(&service_monitor_crd());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let out = dry_run("gateway/monitoring");
@@ -174,38 +169,30 @@ fn every_flag_the_manifests_pass_is_one_listwatch_serve_knows() {
 }
 
 /// Namespace `alpha` (with the `default` service account no controller makes here), a pod,
-/// and service account `reader` bound there to read pods only.
-const WORKLOAD: &str = r#"
-apiVersion: v1
-kind: List
-items:
-- {apiVersion: v1, kind: Namespace, metadata: {name: alpha}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: alpha}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: listwatch}}
-- {apiVersion: v1, kind: Pod, metadata: {name: p1, namespace: alpha}, spec: {containers: [{name: c, image: busybox}]}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: reader, namespace: alpha}}
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: Role
-  metadata: {name: read, namespace: alpha}
-  rules: [{apiGroups: [""], resources: [pods], verbs: [get, list, watch]}]
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: RoleBinding
-  metadata: {name: read, namespace: alpha}
-  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read}
-  subjects: [{kind: ServiceAccount, name: reader, namespace: alpha}]
-"#;
+/// and service account `reader` bound there to read pods only; `listwatch`'s `default`
+/// service account.
+fn workload() -> Workload {
+    Workload::new()
+        .namespaces(&["alpha"])
+        .service_accounts("listwatch", &["default"])
+        .pods("alpha", &["p1"])
+        .service_accounts("alpha", &["reader"])
+        .grant_reads(
+            "alpha",
+            &["pods"],
+            Subject::service_account("alpha", "reader"),
+        )
+}
 
 #[test]
 fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
     let test = "the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role";
-    let _one = one_cluster();
-    let Some(cluster) = KubeCluster::start_or_skip(test) else {
+    let Some((_one, cluster)) = cluster_with_listwatch_namespace(test) else {
         return;
     };
-    cluster.kubectl_ok(&["create", "namespace", "listwatch"]);
     // The base's RBAC as it is applied (the Deployment is stored too; no controller runs it).
     cluster.kubectl_ok(&["apply", "-k", &base("gateway")]);
-    cluster.kubectl_ok_with(&["apply", "-f", "-"], Some(WORKLOAD));
+    cluster.apply(&workload());
 
     // What the role grants, and what it does not, asked as SubjectAccessReviews (kubectl
     // auth can-i cannot name `uids` and `userextras`, which no API serves): the gateway
@@ -294,13 +281,11 @@ fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
     let serving = dir.join("serving");
     std::fs::create_dir_all(&mount).expect("dir");
     std::fs::create_dir_all(&serving).expect("dir");
-    let token = |ns: &str, name: &str| {
-        cluster
-            .kubectl_ok(&["create", "token", name, "-n", ns, "--duration", "1h"])
-            .trim()
-            .to_string()
-    };
-    std::fs::write(mount.join("token"), token("listwatch", "listwatch")).expect("token");
+    std::fs::write(
+        mount.join("token"),
+        cluster.service_account_token("listwatch", "listwatch"),
+    )
+    .expect("token");
     std::fs::copy(cluster.file("ca.pem"), mount.join("ca.crt")).expect("ca.crt");
     std::fs::write(mount.join("namespace"), "listwatch").expect("namespace");
     let (cert, key) = cluster.serving_cert(&serving, "listwatch");
@@ -380,7 +365,7 @@ fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
     let reader = cluster.kubeconfig_for(
         &dir.join("reader.kubeconfig"),
         &server,
-        &token("alpha", "reader"),
+        &cluster.service_account_token("alpha", "reader"),
     );
     let admin =
         cluster.kubeconfig_for(&dir.join("admin.kubeconfig"), &server, &cluster.admin_token);
@@ -442,21 +427,22 @@ fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
     // A client certificate of the cluster CA (the service-account ca.crt the Deployment
     // names as --client-ca-file), as a kubelet or an admin has: authenticated here, and
     // its user carried upstream.
-    let (carol_cert, carol_key) = client_cert(&cluster, &dir, "carol");
-    let carol = dir.join("carol.kubeconfig");
-    std::fs::write(
-        &carol,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
-             clusters:\n- name: k\n  cluster:\n    server: {server}\n    certificate-authority: {}\n\
-             users:\n- name: u\n  user:\n    client-certificate: {}\n    client-key: {}\n\
-             contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n",
-            cluster.file("ca.pem").display(),
-            carol_cert.display(),
-            carol_key.display()
-        ),
-    )
-    .expect("kubeconfig");
+    // An X.509 v3 client certificate, as kubeadm and the kubelet's CSRs make them (webpki
+    // refuses v1 certificates).
+    let (carol_cert, carol_key) = cluster.signed_cert(
+        &dir,
+        "carol",
+        "/CN=carol",
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
+    );
+    let carol = cluster.kubeconfig_with(
+        &dir.join("carol.kubeconfig"),
+        &server,
+        &[
+            ("client-certificate", &carol_cert.display().to_string()),
+            ("client-key", &carol_key.display().to_string()),
+        ],
+    );
     let (ok, said) = cluster.kubectl_as(&carol, &["get", "pods", "-n", "alpha"]);
     assert!(
         !ok && said.contains(r#"User "carol" cannot list resource "pods""#),
@@ -497,59 +483,6 @@ fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
         assert!(metrics.contains(name), "/metrics has no {name}:\n{metrics}");
     }
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// A client certificate for `user` signed by the cluster CA: `(cert, key)` under `dir`.
-fn client_cert(cluster: &KubeCluster, dir: &Path, user: &str) -> (PathBuf, PathBuf) {
-    let (cert, key, csr, ext) = (
-        dir.join(format!("{user}.crt")),
-        dir.join(format!("{user}.key")),
-        dir.join(format!("{user}.csr")),
-        dir.join(format!("{user}.ext")),
-    );
-    // An X.509 v3 client certificate, as kubeadm and the kubelet's CSRs make them (webpki
-    // refuses v1 certificates).
-    std::fs::write(
-        &ext,
-        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
-    )
-    .expect("ext file");
-    run_ok(
-        "openssl",
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            &key.display().to_string(),
-            "-out",
-            &csr.display().to_string(),
-            "-subj",
-            &format!("/CN={user}"),
-        ],
-    );
-    run_ok(
-        "openssl",
-        &[
-            "x509",
-            "-req",
-            "-days",
-            "1",
-            "-in",
-            &csr.display().to_string(),
-            "-CA",
-            &cluster.file("ca.pem").display().to_string(),
-            "-CAkey",
-            &cluster.file("ca.key").display().to_string(),
-            "-CAcreateserial",
-            "-out",
-            &cert.display().to_string(),
-            "-extfile",
-            &ext.display().to_string(),
-        ],
-    );
-    (cert, key)
 }
 
 /// `program ARGS`, which must succeed: its output.

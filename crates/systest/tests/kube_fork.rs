@@ -20,39 +20,29 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use listwatch_testkit::kube::{KubeCluster, SecondApiServer, fork_binary};
+use listwatch_testkit::kube::{KubeCluster, SecondApiServer, fork_binary, or_skip};
+use listwatch_testkit::metric_sum;
+use listwatch_testkit::workload::{Subject, Workload};
 
 /// Namespaces `alpha`, `beta` and `rw` with their `default` service accounts (no controller
 /// makes them here), pods, config maps; service accounts `reader` (bound in `alpha` to read
 /// pods) and `nogrant` (nothing).
-const WORKLOAD: &str = r#"
-apiVersion: v1
-kind: List
-items:
-- {apiVersion: v1, kind: Namespace, metadata: {name: alpha}}
-- {apiVersion: v1, kind: Namespace, metadata: {name: beta}}
-- {apiVersion: v1, kind: Namespace, metadata: {name: rw}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: alpha}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: beta}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: rw}}
-- {apiVersion: v1, kind: Pod, metadata: {name: p1, namespace: alpha, labels: {app: web}}, spec: {containers: [{name: c, image: busybox}]}}
-- {apiVersion: v1, kind: Pod, metadata: {name: p2, namespace: alpha, labels: {app: db}}, spec: {containers: [{name: c, image: busybox}]}}
-- {apiVersion: v1, kind: Pod, metadata: {name: p3, namespace: alpha, labels: {app: web}}, spec: {containers: [{name: c, image: nginx}]}}
-- {apiVersion: v1, kind: Pod, metadata: {name: q1, namespace: beta}, spec: {containers: [{name: c, image: busybox}]}}
-- {apiVersion: v1, kind: ConfigMap, metadata: {name: cm1, namespace: alpha}, data: {k: v}}
-- {apiVersion: v1, kind: ConfigMap, metadata: {name: cm2, namespace: beta, labels: {tier: x}}, data: {k: w}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: reader, namespace: alpha}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: nogrant, namespace: alpha}}
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: Role
-  metadata: {name: read, namespace: alpha}
-  rules: [{apiGroups: [""], resources: [pods], verbs: [get, list, watch]}]
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: RoleBinding
-  metadata: {name: read, namespace: alpha}
-  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read}
-  subjects: [{kind: ServiceAccount, name: reader, namespace: alpha}]
-"#;
+fn workload() -> Workload {
+    Workload::new()
+        .namespaces(&["alpha", "beta", "rw"])
+        .pod("alpha", "p1", &[("app", "web")], "busybox")
+        .pod("alpha", "p2", &[("app", "db")], "busybox")
+        .pod("alpha", "p3", &[("app", "web")], "nginx")
+        .pods("beta", &["q1"])
+        .config_map("alpha", "cm1", &[], &[("k", "v")])
+        .config_map("beta", "cm2", &[("tier", "x")], &[("k", "w")])
+        .service_accounts("alpha", &["reader", "nogrant"])
+        .grant_reads(
+            "alpha",
+            &["pods"],
+            Subject::service_account("alpha", "reader"),
+        )
+}
 
 const JSON: &str = "application/json";
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -217,14 +207,11 @@ fn listwatch_requests(cluster: &KubeCluster, resource: &str) -> f64 {
         "/metrics: {}",
         String::from_utf8_lossy(&m.body)
     );
-    String::from_utf8_lossy(&m.body)
-        .lines()
-        .filter(|l| {
-            l.starts_with("listwatch_apiserver_request_total{")
-                && l.contains(&format!("resource=\"{resource}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    metric_sum(
+        &String::from_utf8_lossy(&m.body),
+        "listwatch_apiserver_request_total",
+        &[&format!("resource=\"{resource}\"")],
+    )
 }
 
 #[test]
@@ -236,7 +223,7 @@ fn fork_serves_reads_as_kube_apiserver_does() {
     let plain = cluster
         .second_apiserver(Path::new("/tmp/k8s-bin/kube-apiserver"))
         .expect("the unmodified kube-apiserver beside the fork, on its etcd");
-    cluster.kubectl_ok_with(&["apply", "-f", "-"], Some(WORKLOAD));
+    cluster.apply(&workload());
     let admin = cluster.admin_token.clone();
 
     // listwatch's readiness is one of the fork's /readyz checks (and not the unmodified one's).
@@ -352,12 +339,7 @@ fn fork_serves_reads_as_kube_apiserver_does() {
     }
 
     // Authorization runs before listwatch: no grant, kube-apiserver's own 403; a grant reads.
-    let token = |sa: &str| {
-        cluster
-            .kubectl_ok(&["create", "token", sa, "-n", "alpha"])
-            .trim()
-            .to_string()
-    };
+    let token = |sa: &str| cluster.service_account_token("alpha", sa);
     let (nogrant, reader) = (token("nogrant"), token("reader"));
     let denied = get(
         &cluster,
@@ -457,25 +439,19 @@ fn fork_serves_reads_as_kube_apiserver_does() {
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n";
 
 /// Namespace `apf` with pods and the service account `lister`, bound there to list pods.
-const APF_WORKLOAD: &str = r#"
-apiVersion: v1
-kind: List
-items:
-- {apiVersion: v1, kind: Namespace, metadata: {name: apf}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: apf}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: lister, namespace: apf}}
-- {apiVersion: v1, kind: Pod, metadata: {name: p1, namespace: apf}, spec: {containers: [{name: c, image: busybox}]}}
-- {apiVersion: v1, kind: Pod, metadata: {name: p2, namespace: apf}, spec: {containers: [{name: c, image: busybox}]}}
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: Role
-  metadata: {name: list, namespace: apf}
-  rules: [{apiGroups: [""], resources: [pods], verbs: [get, list]}]
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: RoleBinding
-  metadata: {name: list, namespace: apf}
-  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: list}
-  subjects: [{kind: ServiceAccount, name: lister, namespace: apf}]
-"#;
+fn apf_workload() -> Workload {
+    Workload::new()
+        .namespaces(&["apf"])
+        .service_accounts("apf", &["lister"])
+        .pods("apf", &["p1", "p2"])
+        .grant(
+            "apf",
+            ("list", "list"),
+            &["pods"],
+            &["get", "list"],
+            Subject::service_account("apf", "lister"),
+        )
+}
 
 /// `GET url` with a bearer token and a user agent: status and body.
 fn get_as(cluster: &KubeCluster, url: &str, token: &str, agent: &str) -> (u16, String) {
@@ -500,17 +476,6 @@ fn get_as(cluster: &KubeCluster, url: &str, token: &str, agent: &str) -> (u16, S
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
-/// The sum of the samples of `metric` whose labels contain every one of `labels`.
-fn metric_sum(metrics: &str, metric: &str, labels: &[&str]) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with(&format!("{metric}{{")) && labels.iter().all(|want| l.contains(want))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[test]
 fn reads_listwatch_serves_inside_the_fork_are_audited_and_counted_by_apf() {
     let test = "reads_listwatch_serves_inside_the_fork_are_audited_and_counted_by_apf";
@@ -518,15 +483,8 @@ fn reads_listwatch_serves_inside_the_fork_are_audited_and_counted_by_apf() {
     let Some(cluster) = KubeCluster::start_or_skip(test) else {
         return;
     };
-    let fork = match fork_binary() {
-        Ok(f) => f,
-        Err(why) if std::env::var("LISTWATCH_REQUIRE_KUBE").as_deref() == Ok("1") => {
-            panic!("{test}: {why} (LISTWATCH_REQUIRE_KUBE=1)")
-        }
-        Err(why) => {
-            eprintln!("{test}: skipped: {why}");
-            return;
-        }
+    let Some(fork) = or_skip(test, fork_binary()) else {
+        return;
     };
     // run.sh passes no extra flags: the fork runs beside the cluster's kube-apiserver, on
     // its etcd, with run.sh's flags and an audit policy and log.
@@ -543,11 +501,8 @@ fn reads_listwatch_serves_inside_the_fork_are_audited_and_counted_by_apf() {
         )
         .expect("the fork beside the cluster's kube-apiserver");
     let built = started.elapsed();
-    cluster.kubectl_ok_with(&["apply", "-f", "-"], Some(APF_WORKLOAD));
-    let lister = cluster
-        .kubectl_ok(&["create", "token", "lister", "-n", "apf"])
-        .trim()
-        .to_string();
+    cluster.apply(&apf_workload());
+    let lister = cluster.service_account_token("apf", "lister");
     let admin = cluster.admin_token.clone();
     let metrics = || {
         let (code, text) = get_as(

@@ -6,48 +6,30 @@
 //! the client, over TLS (it sends a token only over TLS).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use listwatch_testkit::kube::{KubeCluster, Listwatch};
+use listwatch_testkit::TempDir;
+use listwatch_testkit::kube::KubeCluster;
+use listwatch_testkit::workload::{Subject, Workload};
 
 /// Namespaces `alpha` and `beta` (with the `default` service accounts no controller makes
-/// here), each with pods and a secret; service accounts `reader`
-/// (bound in `alpha` to read pods and secrets) and `nogrant` (nothing), and the token-file
-/// user `bob` bound the same way in `beta`.
-const WORKLOAD: &str = r#"
-apiVersion: v1
-kind: List
-items:
-- {apiVersion: v1, kind: Namespace, metadata: {name: alpha}}
-- {apiVersion: v1, kind: Namespace, metadata: {name: beta}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: alpha}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: beta}}
-- {apiVersion: v1, kind: Pod, metadata: {name: p1, namespace: alpha}, spec: {containers: [{name: c, image: busybox}]}}
-- {apiVersion: v1, kind: Pod, metadata: {name: p2, namespace: alpha}, spec: {containers: [{name: c, image: busybox}]}}
-- {apiVersion: v1, kind: Pod, metadata: {name: q1, namespace: beta}, spec: {containers: [{name: c, image: busybox}]}}
-- {apiVersion: v1, kind: Secret, metadata: {name: s, namespace: alpha}, stringData: {k: alpha-secret}}
-- {apiVersion: v1, kind: Secret, metadata: {name: s, namespace: beta}, stringData: {k: beta-secret}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: reader, namespace: alpha}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: nogrant, namespace: alpha}}
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: Role
-  metadata: {name: read, namespace: alpha}
-  rules: [{apiGroups: [""], resources: [pods, secrets], verbs: [get, list, watch]}]
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: RoleBinding
-  metadata: {name: read, namespace: alpha}
-  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read}
-  subjects: [{kind: ServiceAccount, name: reader, namespace: alpha}]
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: Role
-  metadata: {name: read, namespace: beta}
-  rules: [{apiGroups: [""], resources: [pods, secrets], verbs: [get, list, watch]}]
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: RoleBinding
-  metadata: {name: read, namespace: beta}
-  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read}
-  subjects: [{kind: User, name: bob, apiGroup: rbac.authorization.k8s.io}]
-"#;
+/// here), each with pods and a secret; service accounts `reader` (bound in `alpha` to read
+/// pods and secrets) and `nogrant` (nothing), and the token-file user `bob` bound the same
+/// way in `beta`.
+fn workload() -> Workload {
+    Workload::new()
+        .namespaces(&["alpha", "beta"])
+        .pods("alpha", &["p1", "p2"])
+        .pods("beta", &["q1"])
+        .secret("alpha", "s", &[("k", "alpha-secret")])
+        .secret("beta", "s", &[("k", "beta-secret")])
+        .service_accounts("alpha", &["reader", "nogrant"])
+        .grant_reads(
+            "alpha",
+            &["pods", "secrets"],
+            Subject::service_account("alpha", "reader"),
+        )
+        .grant_reads("beta", &["pods", "secrets"], Subject::User("bob"))
+}
 
 #[test]
 fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
@@ -55,41 +37,23 @@ fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
     let Some(cluster) = KubeCluster::start_or_skip(test) else {
         return;
     };
-    cluster.kubectl_ok_with(&["apply", "-f", "-"], Some(WORKLOAD));
-    let token = |sa: &str| {
-        cluster
-            .kubectl_ok(&["create", "token", sa, "-n", "alpha", "--duration", "1h"])
-            .trim()
-            .to_string()
-    };
+    cluster.apply(&workload());
+    let token = |sa: &str| cluster.service_account_token("alpha", sa);
     let (reader, nogrant) = (token("reader"), token("nogrant"));
 
-    let dir = std::env::temp_dir().join(format!("lw-kube-auth-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let (cert, key) = cluster.serving_cert(&dir, "listwatch");
+    let dir = TempDir::new("kube-auth");
     let tokens = dir.join("tokens.csv");
     std::fs::write(
         &tokens,
         "alice-token,alice,alice-uid\nbob-token,bob,bob-uid\n",
     )
     .expect("tokens");
-    let upstream = cluster.url();
     // docs/gateway.md's way in, with no authorization mode and no service-account key.
-    let args: Vec<&std::ffi::OsStr> = vec![
-        "--source".as_ref(),
-        "apiserver".as_ref(),
-        "--upstream".as_ref(),
-        upstream.as_ref(),
-        "--upstream-kubeconfig".as_ref(),
-        cluster.kubeconfig.as_os_str(),
-        "--tls-cert".as_ref(),
-        cert.as_os_str(),
-        "--tls-key".as_ref(),
-        key.as_os_str(),
-        "--token-auth-file".as_ref(),
-        tokens.as_os_str(),
-    ];
-    let lw = Listwatch::start(&args, &[], &cluster.file("ca.pem"), Duration::from_secs(60));
+    let lw = cluster.gateway(
+        &dir,
+        "listwatch",
+        &["--token-auth-file".as_ref(), tokens.as_os_str()],
+    );
     let server = lw.url();
     let kc = |name: &str, token: &str| -> PathBuf {
         cluster.kubeconfig_for(&dir.join(format!("{name}.kubeconfig")), &server, token)
@@ -147,5 +111,4 @@ fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
     // A token nobody knows is a 401.
     let (ok, text) = cluster.kubectl_as(&bogus, &["get", "pods", "-n", "alpha"]);
     assert!(!ok && text.contains("Unauthorized"), "bogus: {text}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

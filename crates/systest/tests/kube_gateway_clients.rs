@@ -10,20 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use listwatch_testkit::kube::KubeCluster;
+use listwatch_testkit::TempDir;
+use listwatch_testkit::kube::{KubeCluster, or_skip};
 
 /// Where ../shared/k8s/build.sh extracts kube-apiserver's tree (client-go in its vendor/)
 /// and installs its Go toolchain.
 const K8S_BUILD: &str = "/tmp/k8s-build";
-
-/// What the real-apiserver tier does when a part it needs is missing here: skip naming it,
-/// or fail under `LISTWATCH_REQUIRE_KUBE=1`.
-fn skip_or_fail(test: &str, why: &str) {
-    if std::env::var("LISTWATCH_REQUIRE_KUBE").as_deref() == Ok("1") {
-        panic!("{test}: {why} (LISTWATCH_REQUIRE_KUBE=1)");
-    }
-    eprintln!("{test}: skipped: {why}");
-}
 
 /// go/informer-check built against client-go 1.36 of the extracted tree: a module beside
 /// the tree with its go.mod and go.sum and its vendor/ (a link: the tree is never
@@ -78,13 +70,11 @@ fn client_go_informers_sync_through_the_gateway_and_see_their_writes() {
     let Some(cluster) = KubeCluster::start_or_skip(test) else {
         return;
     };
-    let program = match informer_check() {
-        Ok(p) => p,
-        Err(why) => return skip_or_fail(test, &why),
+    let Some(program) = or_skip(test, informer_check()) else {
+        return;
     };
     let built = started.elapsed();
-    let dir = std::env::temp_dir().join(format!("lw-kube-informers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = TempDir::new("kube-informers");
     let lw = cluster.gateway(&dir, "gateway", &[]);
     let kubeconfig =
         cluster.kubeconfig_for(&dir.join("gw.kubeconfig"), &lw.url(), &cluster.admin_token);
@@ -134,29 +124,21 @@ fn client_go_informers_sync_through_the_gateway_and_see_their_writes() {
         lw.log_text()
     );
     // The informers' reads were listwatch's: their watches served here, not passed through.
-    let metrics = lw.curl(
-        &cluster.file("ca.pem"),
-        &[
-            "-H",
-            &format!("Authorization: Bearer {}", cluster.admin_token),
-            "/metrics",
-        ],
-    );
-    let metrics = String::from_utf8_lossy(&metrics.stdout);
-    let watches: f64 = metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && l.contains("verb=\"WATCH\"")
-                && (l.contains("resource=\"pods\"") || l.contains("resource=\"configmaps\""))
+    let metrics = lw.metrics(&cluster.file("ca.pem"), &cluster.admin_token);
+    let watches: f64 = ["resource=\"pods\"", "resource=\"configmaps\""]
+        .iter()
+        .map(|resource| {
+            listwatch_testkit::metric_sum(
+                &metrics,
+                "apiserver_request_total",
+                &["verb=\"WATCH\"", resource],
+            )
         })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert!(
         watches >= 8.0,
         "listwatch served {watches} informer watches"
     );
-    let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
         "{test}: {:.1} s ({:.1} s of it cluster start and go build)",
         started.elapsed().as_secs_f64(),

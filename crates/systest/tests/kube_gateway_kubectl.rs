@@ -17,30 +17,14 @@
 //!   through B that delivers every write once, in order.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use listwatch_testkit::kube::{KubeCluster, Listwatch};
-
-/// A scratch directory for one test, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("lw-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use listwatch_testkit::TempDir;
+use listwatch_testkit::kube::{KubeCluster, Listwatch, front_proxy_identity};
+use listwatch_testkit::workload::{Subject, Workload};
 
 /// Whether kubectl's error says Forbidden (`Error from server (Forbidden)` for reads,
 /// `... is forbidden: User ...` for some writes).
@@ -51,23 +35,14 @@ fn forbidden(text: &str) -> bool {
 /// The sum of the gateway's `apiserver_request_total` samples (requests listwatch served
 /// itself, not passed through) for `verb` and `resource`.
 fn served(cluster: &KubeCluster, lw: &Listwatch, verb: &str, resource: &str) -> f64 {
-    let out = lw.curl(
-        &cluster.file("ca.pem"),
+    listwatch_testkit::metric_sum(
+        &lw.metrics(&cluster.file("ca.pem"), &cluster.admin_token),
+        "apiserver_request_total",
         &[
-            "-H",
-            &format!("Authorization: Bearer {}", cluster.admin_token),
-            "/metrics",
+            &format!("verb=\"{verb}\""),
+            &format!("resource=\"{resource}\""),
         ],
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && l.contains(&format!("verb=\"{verb}\""))
-                && l.contains(&format!("resource=\"{resource}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    )
 }
 
 const DAY_ONE: &str = r#"
@@ -99,7 +74,7 @@ fn kubectl_s_day_one_workflow_through_the_gateway() {
     let Some(cluster) = KubeCluster::start_or_skip(test) else {
         return;
     };
-    let scratch = Scratch::new("kube-day-one");
+    let scratch = TempDir::new("kube-day-one");
     let dir = &scratch.0;
     let lw = cluster.gateway(dir, "gateway", &[]);
     let gw = cluster.kubeconfig_for(&dir.join("gw.kubeconfig"), &lw.url(), &cluster.admin_token);
@@ -112,13 +87,8 @@ fn kubectl_s_day_one_workflow_through_the_gateway() {
     };
     let ok_in = |args: &[&str], stdin: &str| -> String {
         let out = cluster.kubectl_with(&gw, args, Some(stdin));
-        assert!(
-            out.status.success(),
-            "kubectl {} through the gateway: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let what = format!("kubectl {} through the gateway", args.join(" "));
+        listwatch_testkit::process::stdout_of_success(&what, &out)
     };
     // The same read through the gateway and straight from kube-apiserver: equal, returned.
     let same = |args: &[&str]| -> String {
@@ -195,19 +165,19 @@ fn kubectl_s_day_one_workflow_through_the_gateway() {
         "no server-side apply manager: {managers:?}"
     );
 
-    // patch, three ways.
-    ok(&[
-        "patch",
+    // patch, three ways: each patched object read back.
+    let patched = |kind: &str, name: &str, how: &str, patch: &str| {
+        ok(&[
+            "patch", kind, name, "-n", "day1", "--type", how, "-p", patch,
+        ]);
+        json(&["get", kind, name, "-n", "day1", "-o", "json"])
+    };
+    let web = patched(
         "deployment",
         "web",
-        "-n",
-        "day1",
-        "--type",
         "strategic",
-        "-p",
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"c","image":"nginx:1.28"}]}}}}"#,
-    ]);
-    let web = json(&["get", "deployment", "web", "-n", "day1", "-o", "json"]);
+    );
     let containers = web["spec"]["template"]["spec"]["containers"]
         .as_array()
         .expect("containers");
@@ -216,35 +186,23 @@ fn kubectl_s_day_one_workflow_through_the_gateway() {
     assert_eq!(containers[0]["image"], "nginx:1.28");
     assert_eq!(containers[0]["ports"][0]["containerPort"], 80);
     assert_eq!(containers[1]["name"], "sidecar");
-    ok(&[
-        "patch",
+    let cm = patched(
         "configmap",
         "settings",
-        "-n",
-        "day1",
-        "--type",
         "merge",
-        "-p",
         r#"{"data":{"shape":"round","size":null}}"#,
-    ]);
-    let cm = json(&["get", "configmap", "settings", "-n", "day1", "-o", "json"]);
+    );
     assert_eq!(
         cm["data"],
         serde_json::json!({"color": "blue", "shape": "round"}),
         "merge patch"
     );
-    ok(&[
-        "patch",
+    let cm = patched(
         "configmap",
         "settings",
-        "-n",
-        "day1",
-        "--type",
         "json",
-        "-p",
         r#"[{"op":"replace","path":"/data/shape","value":"square"},{"op":"add","path":"/data/weight","value":"9"}]"#,
-    ]);
-    let cm = json(&["get", "configmap", "settings", "-n", "day1", "-o", "json"]);
+    );
     assert_eq!(
         cm["data"],
         serde_json::json!({"color": "blue", "shape": "square", "weight": "9"}),
@@ -272,13 +230,8 @@ fn kubectl_s_day_one_workflow_through_the_gateway() {
         .stdin(Stdio::null())
         .output()
         .expect("kubectl edit");
-    assert!(
-        out.status.success(),
-        "kubectl edit: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
+        listwatch_testkit::process::stdout_of_success("kubectl edit", &out),
         "configmap/settings edited\n"
     );
     let cm = json(&["get", "configmap", "settings", "-n", "day1", "-o", "json"]);
@@ -426,25 +379,19 @@ fn kubectl_s_day_one_workflow_through_the_gateway() {
 /// Namespace `team` (with its `default` service account, which no controller makes here),
 /// the service accounts `writer` (bound in `team` to read and write config maps) and
 /// `nogrant` (no grant), and a config map to read.
-const TEAM: &str = r#"
-apiVersion: v1
-kind: List
-items:
-- {apiVersion: v1, kind: Namespace, metadata: {name: team}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: team}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: writer, namespace: team}}
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: nogrant, namespace: team}}
-- {apiVersion: v1, kind: ConfigMap, metadata: {name: existing, namespace: team}, data: {k: v}}
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: Role
-  metadata: {name: configmaps, namespace: team}
-  rules: [{apiGroups: [""], resources: [configmaps], verbs: ["*"]}]
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: RoleBinding
-  metadata: {name: writer, namespace: team}
-  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: configmaps}
-  subjects: [{kind: ServiceAccount, name: writer, namespace: team}]
-"#;
+fn team() -> Workload {
+    Workload::new()
+        .namespaces(&["team"])
+        .service_accounts("team", &["writer", "nogrant"])
+        .config_map("team", "existing", &[], &[("k", "v")])
+        .grant(
+            "team",
+            ("configmaps", "writer"),
+            &["configmaps"],
+            &["*"],
+            Subject::service_account("team", "writer"),
+        )
+}
 
 #[test]
 fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
@@ -453,19 +400,14 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
     let Some(cluster) = KubeCluster::start_or_skip(test) else {
         return;
     };
-    cluster.kubectl_ok_with(&["apply", "-f", "-"], Some(TEAM));
-    let token = |sa: &str| {
-        cluster
-            .kubectl_ok(&["create", "token", sa, "-n", "team", "--duration", "1h"])
-            .trim()
-            .to_string()
-    };
+    cluster.apply(&team());
+    let token = |sa: &str| cluster.service_account_token("team", sa);
     let (writer_token, nogrant_token) = (token("writer"), token("nogrant"));
     eprintln!(
         "{test}: cluster up at {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let scratch = Scratch::new("kube-identity");
+    let scratch = TempDir::new("kube-identity");
     let dir = &scratch.0;
     // listwatch's own identity upstream is deploy/'s: the service account `listwatch` with
     // deploy/gateway/rbac.yaml's ClusterRole (list and watch everything, token and access
@@ -493,35 +435,14 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
         "--serviceaccount",
         "listwatch-system:listwatch",
     ]);
-    let own = cluster
-        .kubectl_ok(&[
-            "create",
-            "token",
-            "listwatch",
-            "-n",
-            "listwatch-system",
-            "--duration",
-            "1h",
-        ])
-        .trim()
-        .to_string();
+    let own = cluster.service_account_token("listwatch-system", "listwatch");
     let own = cluster.kubeconfig_for(&dir.join("listwatch.kubeconfig"), &cluster.url(), &own);
     let (proxy_cert, proxy_key) = (
         cluster.file("front-proxy-client.pem"),
         cluster.file("front-proxy-client.key"),
     );
     let modes: [(&str, Vec<&std::ffi::OsStr>); 3] = [
-        (
-            "front-proxy",
-            vec![
-                "--upstream-identity".as_ref(),
-                "front-proxy".as_ref(),
-                "--proxy-client-cert-file".as_ref(),
-                proxy_cert.as_os_str(),
-                "--proxy-client-key-file".as_ref(),
-                proxy_key.as_os_str(),
-            ],
-        ),
+        ("front-proxy", front_proxy_identity(&proxy_cert, &proxy_key)),
         // listwatch's own token may impersonate (deploy's ClusterRole).
         (
             "impersonate",
@@ -542,6 +463,14 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
             )
         };
         let (writer, nogrant) = (kc("writer", &writer_token), kc("nogrant", &nogrant_token));
+        // kubectl ARGS as `who`, which must be refused: Forbidden, the text naming `names`.
+        let refused = |who: &Path, args: &[&str], names: &str, what: &str| {
+            let (ok, text) = cluster.kubectl_as(who, args);
+            assert!(
+                !ok && forbidden(&text) && text.contains(names),
+                "{mode}: {what}: {text}"
+            );
+        };
         let name = format!("by-{mode}");
 
         // kube-apiserver sees the service account, not listwatch's or the proxy's identity.
@@ -599,13 +528,13 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
             ],
         );
         assert!(ok && text == "x", "{mode}: writer reads: {text}");
-        let (ok, text) = cluster.kubectl_as(&writer, &["get", "configmaps", "-n", "default"]);
-        assert!(!ok && forbidden(&text), "{mode}: writer in default: {text}");
-        let (ok, text) =
-            cluster.kubectl_as(&writer, &["create", "configmap", &name, "-n", "default"]);
-        assert!(
-            !ok && forbidden(&text) && text.contains("system:serviceaccount:team:writer"),
-            "{mode}: writer writes in default: {text}"
+        let default = ["get", "configmaps", "-n", "default"];
+        refused(&writer, &default, "", "writer in default");
+        refused(
+            &writer,
+            &["create", "configmap", &name, "-n", "default"],
+            "system:serviceaccount:team:writer",
+            "writer writes in default",
         );
 
         // No grant: refused reading (here) and writing (by kube-apiserver, which names the
@@ -614,18 +543,15 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
             &["get", "configmaps", "-n", "team"][..],
             &["get", "configmap", "existing", "-n", "team"],
         ] {
-            let (ok, text) = cluster.kubectl_as(&nogrant, args);
-            assert!(!ok && forbidden(&text), "{mode}: nogrant {args:?}: {text}");
+            refused(&nogrant, args, "", &format!("nogrant {args:?}"));
         }
-        let (ok, text) = cluster.kubectl_as(
+        refused(
             &nogrant,
             &["create", "configmap", &format!("{name}-no"), "-n", "team"],
+            "User \"system:serviceaccount:team:nogrant\"",
+            "nogrant writes",
         );
-        assert!(
-            !ok && forbidden(&text) && text.contains("User \"system:serviceaccount:team:nogrant\""),
-            "{mode}: nogrant writes: {text}"
-        );
-        let (ok, text) = cluster.kubectl_as(
+        refused(
             &nogrant,
             &[
                 "patch",
@@ -636,10 +562,8 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
                 "-p",
                 r#"{"data":{"k":"w"}}"#,
             ],
-        );
-        assert!(
-            !ok && forbidden(&text) && text.contains("system:serviceaccount:team:nogrant"),
-            "{mode}: nogrant patches: {text}"
+            "system:serviceaccount:team:nogrant",
+            "nogrant patches",
         );
         // Impersonation (kubectl --as) of reads served here: authorized as kube-apiserver
         // does, then the read runs as the one impersonated; writes reach kube-apiserver as
@@ -662,13 +586,12 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
             ok && text.contains("configmap/existing\n"),
             "{mode}: admin as writer lists: {text}"
         );
-        let (ok, text) = cluster.kubectl_as(
+        let as_nogrant: [&str; 5] = [&as_sa("nogrant"), "get", "configmaps", "-n", "team"];
+        refused(
             &admin,
-            &[&as_sa("nogrant"), "get", "configmaps", "-n", "team"],
-        );
-        assert!(
-            !ok && forbidden(&text) && text.contains("system:serviceaccount:team:nogrant"),
-            "{mode}: admin as nogrant lists: {text}"
+            &as_nogrant,
+            "system:serviceaccount:team:nogrant",
+            "admin as nogrant lists",
         );
         let (ok, who) = cluster.kubectl_as(
             &admin,
@@ -685,14 +608,7 @@ fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
             "{mode}: admin as writer: whoami {who}"
         );
         // The writer may not impersonate: refused before anything is read.
-        let (ok, text) = cluster.kubectl_as(
-            &writer,
-            &[&as_sa("nogrant"), "get", "configmaps", "-n", "team"],
-        );
-        assert!(
-            !ok && forbidden(&text) && text.contains("impersonate"),
-            "{mode}: writer as nogrant: {text}"
-        );
+        refused(&writer, &as_nogrant, "impersonate", "writer as nogrant");
 
         // What was written is there for the admin, straight from kube-apiserver; what was
         // refused is not.
@@ -759,7 +675,7 @@ fn writes_through_one_gateway_are_in_consistent_reads_through_another() {
     };
     cluster.kubectl_ok(&["create", "namespace", "ryw"]);
     cluster.kubectl_ok(&["create", "serviceaccount", "default", "-n", "ryw"]);
-    let scratch = Scratch::new("kube-two-gateways");
+    let scratch = TempDir::new("kube-two-gateways");
     let dir = &scratch.0;
     let (a, b) = (
         cluster.gateway(dir, "gw-a", &[]),

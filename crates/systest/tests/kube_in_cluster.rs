@@ -6,29 +6,28 @@
 //! files are replaced (as cert-manager renews them): following, pass-through writes and an
 //! open watch go on, and new connections get the new certificate.
 
-use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use listwatch_testkit::kube::{KubeCluster, Listwatch};
+use listwatch_testkit::workload::{Subject, Workload};
+use listwatch_testkit::{PipeLines, TempDir};
 
 /// listwatch's own service account (cluster-admin here; deploy/ has the least-privilege
 /// role) and the two Secrets its two tokens are bound to.
-const SETUP: &str = r#"
-apiVersion: v1
-kind: List
-items:
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: listwatch, namespace: kube-system}}
-- {apiVersion: v1, kind: Secret, metadata: {name: token-one, namespace: kube-system}}
-- {apiVersion: v1, kind: Secret, metadata: {name: token-two, namespace: kube-system}}
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: ClusterRoleBinding
-  metadata: {name: listwatch}
-  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
-  subjects: [{kind: ServiceAccount, name: listwatch, namespace: kube-system}]
-- {apiVersion: v1, kind: ServiceAccount, metadata: {name: default, namespace: default}}
-"#;
+fn setup() -> Workload {
+    Workload::new()
+        .service_accounts("kube-system", &["listwatch"])
+        .secret("kube-system", "token-one", &[])
+        .secret("kube-system", "token-two", &[])
+        .cluster_grant(
+            "listwatch",
+            "cluster-admin",
+            Subject::service_account("kube-system", "listwatch"),
+        )
+        .service_accounts("default", &["default"])
+}
 
 /// Writes `text` to `path` as the kubelet does: a new file renamed over the old one.
 fn replace(path: &Path, text: &str) {
@@ -70,7 +69,7 @@ fn in_a_pod_it_follows_the_cluster_through_token_and_certificate_rotation() {
     let Some(cluster) = KubeCluster::start_or_skip(test) else {
         return;
     };
-    cluster.kubectl_ok_with(&["apply", "-f", "-"], Some(SETUP));
+    cluster.apply(&setup());
     let token = |secret: &str| {
         cluster
             .kubectl_ok(&[
@@ -89,7 +88,7 @@ fn in_a_pod_it_follows_the_cluster_through_token_and_certificate_rotation() {
     };
     let (first, second) = (token("token-one"), token("token-two"));
 
-    let dir = std::env::temp_dir().join(format!("lw-in-cluster-{}", std::process::id()));
+    let dir = TempDir::new("in-cluster");
     let mount = dir.join("serviceaccount");
     std::fs::create_dir_all(&mount).expect("dir");
     std::fs::copy(cluster.file("ca.pem"), mount.join("ca.crt")).expect("ca");
@@ -142,27 +141,14 @@ fn in_a_pod_it_follows_the_cluster_through_token_and_certificate_rotation() {
         .stderr(Stdio::null())
         .spawn()
         .expect("curl watch");
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let out = watch.stdout.take().expect("pipe");
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let events = PipeLines::read(watch.stdout.take().expect("pipe"));
     let saw = |name: &str| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match rx.recv_timeout(left) {
-                Ok(line) if line.contains("\"ADDED\"") && line.contains(&format!("\"{name}\"")) => {
-                    return true;
-                }
-                Ok(_) => {}
-                Err(_) => return false,
-            }
-        }
-        false
+        let quoted = format!("\"{name}\"");
+        events
+            .find(Duration::from_secs(20), |line| {
+                line.contains("\"ADDED\"") && line.contains(&quoted)
+            })
+            .is_some()
     };
     let create = |name: &str| {
         let out = cluster.kubectl_with(&me, &["create", "configmap", name, "-n", "default"], None);
@@ -238,5 +224,4 @@ fn in_a_pod_it_follows_the_cluster_through_token_and_certificate_rotation() {
     );
     let _ = watch.kill();
     let _ = watch.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }

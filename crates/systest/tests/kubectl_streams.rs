@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{answered, front, get_expecting, json, kubectls, request, start};
 use listwatch_server::ServerConfig;
+use listwatch_testkit::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
@@ -349,36 +350,14 @@ fn plain(server: SocketAddr) -> Vec<String> {
     vec!["--server".into(), format!("http://{server}")]
 }
 
-/// A scratch directory, removed when dropped (a failed test's too).
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The embedded store with the running pod, the test upstream in front of it, an echo
 /// server and a scratch directory.
-async fn setup(name: &str) -> (common::TestServer, kubelet::Kubelet, u16, Scratch) {
+async fn setup(name: &str) -> (common::TestServer, kubelet::Kubelet, u16, TempDir) {
     let store = start(0, ServerConfig::default()).await;
     running_pod(store.addr).await;
     let kl = kubelet::start(store.addr).await;
     let echo = echo_server().await;
-    let root = std::env::temp_dir().join(format!(
-        "lw-{name}-{}-{}",
-        std::process::id(),
-        kl.addr.port()
-    ));
-    std::fs::create_dir_all(&root).expect("scratch root");
-    (store, kl, echo, Scratch(root))
+    (store, kl, echo, TempDir::new(name))
 }
 
 /// Every kubectl found that streams over WebSocket by default (exec, attach and cp from

@@ -53,6 +53,22 @@ fn ensure_built() -> Result<(), String> {
         .clone()
 }
 
+/// What the real-apiserver tier does when a part it needs cannot be had here (`why`):
+/// print it and skip (`None`: the caller returns), or, under `LISTWATCH_REQUIRE_KUBE=1`
+/// (a machine that can run the tier), fail the test with it.
+pub fn or_skip<T>(test: &str, part: Result<T, String>) -> Option<T> {
+    match part {
+        Ok(t) => Some(t),
+        Err(why) if std::env::var("LISTWATCH_REQUIRE_KUBE").as_deref() == Ok("1") => {
+            panic!("{test}: {why} (LISTWATCH_REQUIRE_KUBE=1)")
+        }
+        Err(why) => {
+            eprintln!("{test}: skipped: {why}");
+            None
+        }
+    }
+}
+
 /// A running etcd (mutual TLS) and kube-apiserver 1.36, stopped when dropped.
 pub struct KubeCluster {
     /// kube-apiserver's secure port on 127.0.0.1.
@@ -218,31 +234,16 @@ impl KubeCluster {
     /// caller returns: the test is skipped), unless `LISTWATCH_REQUIRE_KUBE=1`, where that
     /// reason fails the test.
     pub fn start_or_skip(test: &str) -> Option<KubeCluster> {
-        match KubeCluster::start() {
-            Ok(c) => Some(c),
-            Err(why) if std::env::var("LISTWATCH_REQUIRE_KUBE").as_deref() == Ok("1") => {
-                panic!("{test}: {why} (LISTWATCH_REQUIRE_KUBE=1)")
-            }
-            Err(why) => {
-                eprintln!("{test}: skipped: {why}");
-                None
-            }
-        }
+        or_skip(test, KubeCluster::start())
     }
 
     /// Starts a cluster whose kube-apiserver is the listwatch fork ([`fork_binary`]);
     /// `None` after printing why it cannot run here, as [`KubeCluster::start_or_skip`].
     pub fn start_fork_or_skip(test: &str) -> Option<KubeCluster> {
-        match fork_binary().and_then(|fork| KubeCluster::start_with(Some(&fork))) {
-            Ok(c) => Some(c),
-            Err(why) if std::env::var("LISTWATCH_REQUIRE_KUBE").as_deref() == Ok("1") => {
-                panic!("{test}: {why} (LISTWATCH_REQUIRE_KUBE=1)")
-            }
-            Err(why) => {
-                eprintln!("{test}: skipped: {why}");
-                None
-            }
-        }
+        or_skip(
+            test,
+            fork_binary().and_then(|fork| KubeCluster::start_with(Some(&fork))),
+        )
     }
 
     /// Starts `binary` (a kube-apiserver) on this cluster's etcd with exactly the flags
@@ -358,16 +359,7 @@ impl KubeCluster {
     /// `kubectl --kubeconfig KC ARGS`: whether it succeeded, and its stdout (or, when it
     /// failed, its stderr: where kubectl says `Forbidden`).
     pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-        let out = self.kubectl_with(kubeconfig, args, None);
-        let text = if out.status.success() {
-            out.stdout
-        } else {
-            out.stderr
-        };
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&text).into_owned(),
-        )
+        crate::process::outcome(self.kubectl_with(kubeconfig, args, None))
     }
 
     /// `kubectl` as the admin, which must succeed: its stdout.
@@ -378,55 +370,44 @@ impl KubeCluster {
     /// `kubectl -f -` style: `stdin` fed to an admin kubectl that must succeed.
     pub fn kubectl_ok_with(&self, args: &[&str], stdin: Option<&str>) -> String {
         let out = self.kubectl_with(&self.kubeconfig, args, stdin);
-        assert!(
-            out.status.success(),
-            "kubectl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        crate::process::stdout_of_success(&format!("kubectl {}", args.join(" ")), &out)
+    }
+
+    /// `kubectl apply` of `workload` as the admin, which must succeed.
+    pub fn apply(&self, workload: &crate::workload::Workload) {
+        self.kubectl_ok_with(&["apply", "-f", "-"], Some(&workload.manifest()));
+    }
+
+    /// A token of the service account `name` in `namespace`, valid for an hour
+    /// (`kubectl create token`).
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        self.kubectl_ok(&["create", "token", name, "-n", namespace, "--duration", "1h"])
+            .trim()
+            .to_string()
     }
 
     /// A serving certificate for 127.0.0.1 and localhost signed by the cluster CA (the CA
     /// kubectl and client-go already trust): `(cert, key)` paths under `dir`.
     pub fn serving_cert(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-        let (cert, key, csr, ext) = (
-            dir.join(format!("{name}.pem")),
-            dir.join(format!("{name}.key")),
-            dir.join(format!("{name}.csr")),
-            dir.join(format!("{name}.ext")),
-        );
-        std::fs::write(
-            &ext,
+        self.signed_cert(
+            dir,
+            name,
+            &format!("/CN={name}"),
             "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
         )
-        .expect("ext file");
-        let run = |cmd: &mut Command| {
-            let out = cmd.output().expect("openssl");
-            assert!(
-                out.status.success(),
-                "openssl: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        run(Command::new("openssl")
-            .args(["req", "-newkey", "rsa:2048", "-nodes", "-keyout"])
-            .arg(&key)
-            .arg("-out")
-            .arg(&csr)
-            .args(["-subj", &format!("/CN={name}")]));
-        run(Command::new("openssl")
-            .args(["x509", "-req", "-days", "2", "-CAcreateserial", "-in"])
-            .arg(&csr)
-            .arg("-CA")
-            .arg(self.file("ca.pem"))
-            .arg("-CAkey")
-            .arg(self.file("ca.key"))
-            .arg("-out")
-            .arg(&cert)
-            .arg("-extfile")
-            .arg(&ext));
-        (cert, key)
+    }
+
+    /// A certificate `dir/file.pem` (key `dir/file.key`) for `subject` with the X.509 v3
+    /// `extensions`, signed by the cluster CA ([`crate::openssl::signed_cert`]).
+    pub fn signed_cert(
+        &self,
+        dir: &Path,
+        file: &str,
+        subject: &str,
+        extensions: &str,
+    ) -> (PathBuf, PathBuf) {
+        let (ca_cert, ca_key) = (self.file("ca.pem"), self.file("ca.key"));
+        crate::openssl::signed_cert(dir, file, subject, extensions, (&ca_cert, &ca_key))
     }
 
     /// The gateway in front of this cluster as docs/gateway.md starts it: `listwatch serve
@@ -471,10 +452,20 @@ impl KubeCluster {
 
     /// A kubeconfig at `path` naming `server` (trusting the cluster CA) with `token`.
     pub fn kubeconfig_for(&self, path: &Path, server: &str, token: &str) -> PathBuf {
+        self.kubeconfig_with(path, server, &[("token", token)])
+    }
+
+    /// A kubeconfig at `path` naming `server` (trusting the cluster CA) whose user has the
+    /// credential members `user` (`token`, or `client-certificate` and `client-key`).
+    pub fn kubeconfig_with(&self, path: &Path, server: &str, user: &[(&str, &str)]) -> PathBuf {
+        let user: String = user
+            .iter()
+            .map(|(k, v)| format!("    {k}: {v}\n"))
+            .collect();
         let text = format!(
             "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
              clusters:\n- name: k\n  cluster:\n    server: {server}\n    certificate-authority: {}\n\
-             users:\n- name: u\n  user:\n    token: {token}\n\
+             users:\n- name: u\n  user:\n{user}\
              contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n",
             self.file("ca.pem").display()
         );
@@ -494,6 +485,19 @@ impl Drop for KubeCluster {
             .stderr(Stdio::null())
             .status();
     }
+}
+
+/// `listwatch serve`'s flags to pass requests upstream as a front proxy
+/// (`--upstream-identity front-proxy`) presenting the client certificate `cert` (key `key`).
+pub fn front_proxy_identity<'a>(cert: &'a Path, key: &'a Path) -> Vec<&'a std::ffi::OsStr> {
+    vec![
+        "--upstream-identity".as_ref(),
+        "front-proxy".as_ref(),
+        "--proxy-client-cert-file".as_ref(),
+        cert.as_os_str(),
+        "--proxy-client-key-file".as_ref(),
+        key.as_os_str(),
+    ]
 }
 
 /// The `listwatch` binary with every feature (`--source etcd` included), built by cargo
@@ -594,6 +598,12 @@ impl Listwatch {
             .arg(format!("{}{path}", self.url()))
             .output()
             .expect("curl runs")
+    }
+
+    /// Its `/metrics` text, read with the bearer `token`.
+    pub fn metrics(&self, ca: &Path, token: &str) -> String {
+        let auth = format!("Authorization: Bearer {token}");
+        String::from_utf8_lossy(&self.curl(ca, &["-H", &auth, "/metrics"]).stdout).into_owned()
     }
 
     /// What it logged so far.

@@ -6,10 +6,15 @@
 //! system tests.
 
 pub mod kube;
+pub mod openssl;
+pub mod process;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "server")]
 pub mod tls;
+pub mod workload;
+
+pub use process::{Killed, PipeLines, TempDir, serve};
 
 use std::io::BufRead;
 use std::net::SocketAddr;
@@ -365,6 +370,17 @@ pub fn json_diff(got: &serde_json::Value, want: &serde_json::Value, limit: usize
     let mut out = Vec::new();
     walk("", got, want, &mut out, limit);
     out
+}
+
+/// The sum of the samples of `metric` in a Prometheus text (`/metrics`) whose labels
+/// contain every one of `labels` (`verb="LIST"`, say).
+pub fn metric_sum(metrics: &str, metric: &str, labels: &[&str]) -> f64 {
+    let start = format!("{metric}{{");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&start) && labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// `../shared/reference/<rel>` beside the repository (panics naming what is missing: the

@@ -185,18 +185,8 @@ impl State {
         mut req: Request<Incoming>,
         query: Vec<(String, String)>,
     ) -> Response<Body> {
-        let wanted = if sub == "portforward" {
-            PORTFORWARD_TUNNEL
-        } else {
-            CHANNEL_V5
-        };
-        let offered = req
-            .headers()
-            .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|p| p.trim() == wanted);
+        let wanted = protocol(sub, PORTFORWARD_TUNNEL, CHANNEL_V5);
+        let offered = offers(req.headers(), header::SEC_WEBSOCKET_PROTOCOL, wanted);
         let Some(key) = req.headers().get(header::SEC_WEBSOCKET_KEY) else {
             return text(StatusCode::BAD_REQUEST, "no Sec-WebSocket-Key".into());
         };
@@ -242,19 +232,8 @@ impl State {
         mut req: Request<Incoming>,
         query: Vec<(String, String)>,
     ) -> Response<Body> {
-        let wanted = if sub == "portforward" {
-            PORTFORWARD_V1
-        } else {
-            CHANNEL_V4
-        };
-        let offered = req
-            .headers()
-            .get_all("x-stream-protocol-version")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|p| p.trim() == wanted);
-        if !offered {
+        let wanted = protocol(sub, PORTFORWARD_V1, CHANNEL_V4);
+        if !offers(req.headers(), "x-stream-protocol-version", wanted) {
             return text(
                 StatusCode::FORBIDDEN,
                 format!("{sub}: protocol {wanted} not offered"),
@@ -279,6 +258,26 @@ impl State {
             .body(empty())
             .expect("a valid 101")
     }
+}
+
+/// The protocol a session of `sub` speaks: `portforward`'s, or the remote command
+/// `channel` of exec and attach.
+fn protocol(sub: &str, portforward: &'static str, channel: &'static str) -> &'static str {
+    if sub == "portforward" {
+        portforward
+    } else {
+        channel
+    }
+}
+
+/// Whether the comma-separated values of the `name` headers offer the protocol `wanted`.
+fn offers(headers: &http::HeaderMap, name: impl header::AsHeaderName, wanted: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim() == wanted)
 }
 
 fn empty() -> Body {
