@@ -356,7 +356,8 @@ impl EtcdSource {
         let resp = call(self.config.request_timeout, || {
             let mut kv = self.client.get().kv_client();
             let key = key.clone();
-            async move { kv.get(key, None).await }
+            // Keys only: the CRD's mod_revision is all this read needs, not its schema.
+            async move { kv.get(key, Some(GetOptions::new().with_keys_only())).await }
         })
         .await?;
         let rev = resp.header().ok_or(EtcdError::NoHeader)?.revision();
