@@ -72,6 +72,22 @@ wait_ready() { # wait_ready NAME PORT PID [SECONDS]
   done
   log "$1 not ready in ${4:-300} s"; return 1
 }
+# settle NAME PID: wait (at most 3 min) until the server is idle, under 5 % of a core over
+# 5 s, so that its idle RSS is idle. kube-apiserver and the fork are ready before their own
+# informers synced: the Node authorizer's pod informer decodes all 40,000 pods after /readyz
+# says ok (half of them were still arriving 30 s later on a loaded machine), and a row begun
+# then counted that informer's growth and its decoding's garbage in the row's peak − idle.
+settle() {
+  local i a b
+  for i in $(seq 1 36); do
+    a=$(cpu_s "$2"); sleep 5; b=$(cpu_s "$2")
+    if awk -v a="$a" -v b="$b" 'BEGIN { exit !(b - a < 0.25) }'; then
+      [ "$i" = 1 ] || log "$1 settled after $((i * 5)) s"
+      return 0
+    fi
+  done
+  log "$1 still busy after 180 s (last 5 s: $a -> $b CPU s)"
+}
 kas() { # kas METHOD PATH [BODY]: a request to kube-apiserver as the admin
   curl -s --cacert "$R/ca.pem" -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
     -X "$1" "https://127.0.0.1:$KPORT$2" ${3:+-d "$3"} -o /dev/null -w '%{http_code}'
@@ -252,6 +268,8 @@ run_row() {
   # for room, so the next run is not stopped for memory another server still holds.
   local i
   for i in $(seq 1 120); do [ "$(mem_available_mib)" -gt $((MEM_FLOOR_MIB * 2)) ] && break; sleep 1; done
+  settle "$t" "$PID"
+  [[ $t != lw-* ]] || settle kube-apiserver "$KPID" # the upstream feeds the listwatch targets
   if [[ $t == lw-* ]]; then
     samples=$W/reports/$row-$t.upstream-rss
     (while :; do rss_kib $KPID; sleep 0.1; done) >"$samples" 2>/dev/null &
