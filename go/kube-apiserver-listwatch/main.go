@@ -114,10 +114,11 @@ func start(fs *pflag.FlagSet, tunables *serverFlags, keepCache bool) (*listwatch
 	registerMetrics(lw)
 	if !keepCache && !fs.Changed("watch-cache-sizes") {
 		// Set before kube-apiserver's RunE builds its storage from the parsed options.
-		if err := fs.Set("watch-cache-sizes", strings.Join(watchCacheOff(), ",")); err != nil {
+		off := watchCacheOff()
+		if err := fs.Set("watch-cache-sizes", strings.Join(off, ",")); err != nil {
 			return nil, fmt.Errorf("listwatch: --watch-cache-sizes: %w", err)
 		}
-		klog.Infof("listwatch: kube-apiserver's watch cache is off for the %d resources listwatch serves", len(servedResources))
+		klog.Infof("listwatch: kube-apiserver's watch cache is off for the %d resources listwatch serves", len(off))
 	}
 	klog.Infof("listwatch: serving reads, following etcd %v", servers)
 	return lw, nil
@@ -184,43 +185,12 @@ func (s *serverFlags) config(fs *pflag.FlagSet) listwatch.ServerConfig {
 	}
 }
 
-// servedResources are the resources listwatch serves by default (its built-ins,
-// crates/core/src/resource.rs builtin_resources), as kube-apiserver's --watch-cache-sizes
-// names them: resource[.group].
-var servedResources = []string{
-	"configmaps", "endpoints", "events", "limitranges", "namespaces", "nodes",
-	"persistentvolumeclaims", "persistentvolumes", "pods", "podtemplates",
-	"replicationcontrollers", "resourcequotas", "secrets", "serviceaccounts", "services",
-	"mutatingadmissionpolicies.admissionregistration.k8s.io",
-	"mutatingadmissionpolicybindings.admissionregistration.k8s.io",
-	"mutatingwebhookconfigurations.admissionregistration.k8s.io",
-	"validatingadmissionpolicies.admissionregistration.k8s.io",
-	"validatingadmissionpolicybindings.admissionregistration.k8s.io",
-	"validatingwebhookconfigurations.admissionregistration.k8s.io",
-	"customresourcedefinitions.apiextensions.k8s.io", "apiservices.apiregistration.k8s.io",
-	"controllerrevisions.apps", "daemonsets.apps", "deployments.apps", "replicasets.apps",
-	"statefulsets.apps", "horizontalpodautoscalers.autoscaling", "cronjobs.batch", "jobs.batch",
-	"certificatesigningrequests.certificates.k8s.io", "leases.coordination.k8s.io",
-	"endpointslices.discovery.k8s.io", "flowschemas.flowcontrol.apiserver.k8s.io",
-	"prioritylevelconfigurations.flowcontrol.apiserver.k8s.io",
-	"ingressclasses.networking.k8s.io", "ingresses.networking.k8s.io",
-	"ipaddresses.networking.k8s.io", "networkpolicies.networking.k8s.io",
-	"servicecidrs.networking.k8s.io", "runtimeclasses.node.k8s.io",
-	"poddisruptionbudgets.policy", "clusterrolebindings.rbac.authorization.k8s.io",
-	"clusterroles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io",
-	"roles.rbac.authorization.k8s.io", "deviceclasses.resource.k8s.io",
-	"resourceclaims.resource.k8s.io", "resourceclaimtemplates.resource.k8s.io",
-	"resourceslices.resource.k8s.io", "priorityclasses.scheduling.k8s.io",
-	"csidrivers.storage.k8s.io", "csinodes.storage.k8s.io",
-	"csistoragecapacities.storage.k8s.io", "storageclasses.storage.k8s.io",
-	"volumeattachments.storage.k8s.io", "volumeattributesclasses.storage.k8s.io",
-}
-
 // watchCacheOff is --watch-cache-sizes turning kube-apiserver's watch cache off for every
 // resource listwatch serves.
 func watchCacheOff() []string {
-	out := make([]string, len(servedResources))
-	for i, r := range servedResources {
+	served := listwatch.BuiltinResources()
+	out := make([]string, len(served))
+	for i, r := range served {
 		out[i] = r + "#0"
 	}
 	return out

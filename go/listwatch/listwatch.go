@@ -205,6 +205,19 @@ func takeErr(rc C.int32_t, msg *C.char) error {
 	return &Error{Code: int(rc), Message: text}
 }
 
+// BuiltinResources are the built-in resources listwatch serves, each as
+// kube-apiserver's --watch-cache-sizes names it: resource[.group], once however many
+// versions it has. A host that lets listwatch serve them can turn its own caches off for
+// exactly these.
+func BuiltinResources() []string {
+	var out *C.char
+	if C.lw_builtin_resources(&out) != C.LW_OK || out == nil {
+		return nil
+	}
+	defer C.lw_string_free(out)
+	return strings.Split(C.GoString(out), "\n")
+}
+
 type wireConfig struct {
 	Workers   int             `json:"workers,omitempty"`
 	StartRV   uint64          `json:"startRv,omitempty"`

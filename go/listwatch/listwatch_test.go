@@ -645,3 +645,31 @@ func TestEtcdSource(t *testing.T) {
 		t.Fatalf("GET: %d %s", code, body)
 	}
 }
+
+// The fork turns kube-apiserver's watch cache off for exactly these names, so they must be
+// --watch-cache-sizes' spelling of storage resources: resource[.group], each once, with no
+// version and none of the views (events.k8s.io events, autoscaling/v1 HPAs) that share
+// another resource's storage.
+func TestBuiltinResources(t *testing.T) {
+	names := BuiltinResources()
+	seen := map[string]bool{}
+	for _, n := range names {
+		if n == "" || strings.ContainsAny(n, "/#, ") || seen[n] {
+			t.Fatalf("bad or repeated name %q in %q", n, names)
+		}
+		seen[n] = true
+	}
+	for _, want := range []string{"pods", "secrets", "events", "deployments.apps",
+		"horizontalpodautoscalers.autoscaling", "leases.coordination.k8s.io",
+		"customresourcedefinitions.apiextensions.k8s.io", "apiservices.apiregistration.k8s.io"} {
+		if !seen[want] {
+			t.Errorf("%q missing from %q", want, names)
+		}
+	}
+	for _, view := range []string{"events.events.k8s.io", "horizontalpodautoscalers"} {
+		if seen[view] {
+			t.Errorf("%q is a view of another resource's storage, not a cache of its own", view)
+		}
+	}
+	t.Logf("%d resources: %s", len(names), strings.Join(names, ","))
+}

@@ -246,6 +246,16 @@ int32_t lw_close(const LwInstance *inst, uint64_t grace_ms);
 // `inst` null or live; invalid afterwards.
 void lw_free(LwInstance *inst);
 
+// The built-in resources listwatch serves, one `resource[.group]` a line as
+// kube-apiserver's `--watch-cache-sizes` names them (each once, however many versions it
+// has), in `*out`: a NUL-terminated string the caller frees with [`lw_string_free`]. A host
+// that lets listwatch serve them turns its own caches off for exactly these, from the one
+// list listwatch keeps. Returns [`LW_OK`], or [`LW_ERR_ARG`] for a null `out`.
+//
+// # Safety
+// `out` null or valid for one write of a `char *`.
+int32_t lw_builtin_resources(char **out);
+
 // Frees a message returned through an `err` argument.
 //
 // # Safety

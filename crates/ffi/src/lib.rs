@@ -997,6 +997,44 @@ pub unsafe extern "C" fn lw_free(inst: *mut LwInstance) {
     let _ = catch_unwind(AssertUnwindSafe(move || drop(inst)));
 }
 
+/// The built-in resources listwatch serves, one `resource[.group]` a line as
+/// kube-apiserver's `--watch-cache-sizes` names them (each once, however many versions it
+/// has), in `*out`: a NUL-terminated string the caller frees with [`lw_string_free`]. A host
+/// that lets listwatch serve them turns its own caches off for exactly these, from the one
+/// list listwatch keeps. Returns [`LW_OK`], or [`LW_ERR_ARG`] for a null `out`.
+///
+/// # Safety
+/// `out` null or valid for one write of a `char *`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lw_builtin_resources(out: *mut *mut c_char) -> i32 {
+    guard(|| {
+        if out.is_null() {
+            return LW_ERR_ARG;
+        }
+        // Resource and group names never hold a NUL.
+        let names = CString::new(builtin_resource_names().join("\n")).unwrap_or_default();
+        // SAFETY: `out` is non-null and, per the contract above, writable.
+        unsafe { *out = names.into_raw() };
+        LW_OK
+    })
+}
+
+/// `resource[.group]` of each built-in resource, first version's order, without repeats.
+fn builtin_resource_names() -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for r in listwatch::builtin_resources() {
+        let name = if r.group.is_empty() {
+            r.resource
+        } else {
+            format!("{}.{}", r.resource, r.group)
+        };
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
 /// Frees a message returned through an `err` argument.
 ///
 /// # Safety
