@@ -539,14 +539,17 @@ static STATEFUL_SETS: BuiltinPrinter = BuiltinPrinter::new("Name, Ready, Age", |
 static DAEMON_SETS: BuiltinPrinter = BuiltinPrinter::new(
     "Name, Desired:integer, Current:integer, Ready:integer, Up-to-date:integer, Available:integer, Node Selector, Age",
     |b, _| {
-        vec![
-            int(b, &["status", "desiredNumberScheduled"]),
-            int(b, &["status", "currentNumberScheduled"]),
-            int(b, &["status", "numberReady"]),
-            int(b, &["status", "updatedNumberScheduled"]),
-            int(b, &["status", "numberAvailable"]),
-            map_text(b, &["spec", "template", "spec", "nodeSelector"]),
-        ]
+        // The status's pod counts, then the pods' node selector.
+        let counts = [
+            "desiredNumberScheduled",
+            "currentNumberScheduled",
+            "numberReady",
+            "updatedNumberScheduled",
+            "numberAvailable",
+        ];
+        let mut cells: Vec<String> = counts.iter().map(|c| int(b, &["status", c])).collect();
+        cells.push(map_text(b, &["spec", "template", "spec", "nodeSelector"]));
+        cells
     },
 )
 .with_workload(WORKLOAD);
