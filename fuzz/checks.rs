@@ -15,8 +15,8 @@ pub fn list_options(data: &[u8]) {
     for ns in [Some("ns-1"), None] {
         match ListOptions::parse(query, &resources[0], ns) {
             Ok(o) => {
-                if o.send_initial_events.is_some() {
-                    assert!(o.watch, "sendInitialEvents accepted without watch");
+                if o.flags.send_initial_events.is_some() {
+                    assert!(o.flags.watch, "sendInitialEvents accepted without watch");
                 }
             }
             Err(e) => {

@@ -254,16 +254,20 @@ mod tests {
         }
     }
 
+    /// Whom `admin` impersonates with the headers `h` (allowed), and what the authorizer
+    /// was asked on the way.
+    fn admin_impersonating(h: &[(&str, &str)]) -> (User, Vec<String>) {
+        let a = AdminMay::default();
+        let u = run(&a, "admin", h)
+            .expect("allowed")
+            .expect("impersonating");
+        (u, a.0.into_inner().expect("lock"))
+    }
+
     #[test]
     fn a_service_account_is_impersonated_with_its_groups_once_allowed() {
-        let a = AdminMay::default();
-        let u = run(
-            &a,
-            "admin",
-            &[("Impersonate-User", "system:serviceaccount:ns1:e2e")],
-        )
-        .expect("allowed")
-        .expect("impersonating");
+        let (u, asked) =
+            admin_impersonating(&[("Impersonate-User", "system:serviceaccount:ns1:e2e")]);
         assert_eq!(u.name, "system:serviceaccount:ns1:e2e");
         assert_eq!(
             u.groups,
@@ -273,32 +277,22 @@ mod tests {
                 "system:authenticated"
             ]
         );
-        assert_eq!(
-            a.0.lock().expect("lock").as_slice(),
-            ["admin impersonate /serviceaccounts/ e2e"]
-        );
+        assert_eq!(asked, ["admin impersonate /serviceaccounts/ e2e"]);
     }
 
     #[test]
     fn named_groups_uid_and_extras_are_each_authorized_and_replace_the_account_s() {
-        let a = AdminMay::default();
-        let u = run(
-            &a,
-            "admin",
-            &[
-                ("Impersonate-User", "system:serviceaccount:ns1:e2e"),
-                ("Impersonate-Group", "system:authenticated"),
-                ("Impersonate-Group", "devs"),
-                ("Impersonate-Uid", "u-1"),
-                ("Impersonate-Extra-Scopes%2Fx", "read"),
-            ],
-        )
-        .expect("allowed")
-        .expect("impersonating");
+        let (u, asked) = admin_impersonating(&[
+            ("Impersonate-User", "system:serviceaccount:ns1:e2e"),
+            ("Impersonate-Group", "system:authenticated"),
+            ("Impersonate-Group", "devs"),
+            ("Impersonate-Uid", "u-1"),
+            ("Impersonate-Extra-Scopes%2Fx", "read"),
+        ]);
         assert_eq!(u.groups, ["system:authenticated", "devs"]);
         assert_eq!(u.uid, "u-1");
         assert_eq!(u.extra.get("scopes/x"), Some(&vec!["read".to_string()]));
-        assert_eq!(a.0.lock().expect("lock").len(), 5);
+        assert_eq!(asked.len(), 5);
     }
 
     #[test]

@@ -6,15 +6,16 @@
 use listwatch_core::scan;
 use listwatch_core::time::{human_duration, parse_rfc3339};
 
-/// One column: name, OpenAPI type, format, priority (1 = `-o wide`).
-pub type Column = (&'static str, &'static str, &'static str, i32);
-
 /// A printer: its columns and how a row's cells are read from an object.
 pub struct BuiltinPrinter {
-    /// Column definitions, Name first; a workload's pod-template columns follow them.
-    columns: &'static [Column],
-    /// The cells of one object under `columns` (`now` in Unix seconds, for ages).
-    cells: fn(name: &str, b: &[u8], now: i64) -> Vec<String>,
+    /// Column definitions as a header line ([`header_columns`]): `Name, Ready, Age`, Name
+    /// first; a workload's pod-template columns follow them.
+    columns: &'static str,
+    /// The cells of one object under `columns` but Name and Age, which every printer
+    /// fills alike ([`Self::cells`]) (`now` in Unix seconds, for ages).
+    cells: fn(b: &[u8], now: i64) -> Vec<String>,
+    /// The Name cell of an object named `name`.
+    name: fn(name: &str, b: &[u8]) -> String,
     /// A workload's pod template, whose containers and images (and selector) kubectl
     /// shows with `-o wide` after the other columns.
     workload: Option<Workload>,
@@ -37,41 +38,71 @@ enum Selector {
 }
 
 /// A workload's wide columns, in kubectl's order (Selector only with a selector).
-const WORKLOAD_COLUMNS: [Column; 3] = [
-    ("Containers", "string", "", 1),
-    ("Images", "string", "", 1),
-    ("Selector", "string", "", 1),
-];
+const WORKLOAD_COLUMNS: &str = "Containers*, Images*, Selector*";
 
 /// The pod template's spec of Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs.
 const TEMPLATE: &[&str] = &["spec", "template", "spec"];
 
 /// A workload whose pod template is at [`TEMPLATE`] and label selector at `spec.selector`.
-const WORKLOAD: Option<Workload> = Some(Workload {
+const WORKLOAD: Workload = Workload {
     template: TEMPLATE,
     selector: Selector::Labels(&["spec", "selector"]),
-});
+};
+
+/// The Name cell of most printers: the object's name.
+fn plain_name(name: &str, _: &[u8]) -> String {
+    name.into()
+}
 
 impl BuiltinPrinter {
+    /// The printer of the header line `columns` whose cells but Name and Age `cells`
+    /// reads, with no workload columns.
+    const fn new(columns: &'static str, cells: fn(b: &[u8], now: i64) -> Vec<String>) -> Self {
+        BuiltinPrinter {
+            columns,
+            cells,
+            name: plain_name,
+            workload: None,
+        }
+    }
+
+    /// This printer with `workload`'s pod-template columns after its own.
+    const fn with_workload(self, workload: Workload) -> Self {
+        BuiltinPrinter {
+            workload: Some(workload),
+            ..self
+        }
+    }
+
+    /// This printer with its Name cell made by `name`.
+    const fn with_name(self, name: fn(name: &str, b: &[u8]) -> String) -> Self {
+        BuiltinPrinter { name, ..self }
+    }
+
     /// The column definitions' JSON (`columnDefinitions`).
     pub fn columns_json(&self) -> String {
         let wide = match &self.workload {
             Some(Workload {
                 selector: Selector::None,
                 ..
-            }) => &WORKLOAD_COLUMNS[..2],
-            Some(_) => &WORKLOAD_COLUMNS[..],
-            None => &[],
+            }) => 2,
+            Some(_) => 3,
+            None => 0,
         };
-        let described = self.columns.iter().chain(wide);
-        columns_json(
-            described.map(|&(name, ty, format, priority)| (name, ty, format, "", priority)),
-        )
+        let workload = header_columns(WORKLOAD_COLUMNS).take(wide);
+        columns_json(header_columns(self.columns).chain(workload))
     }
 
     /// The cells of one object (`now` in Unix seconds, for ages).
     pub fn cells(&self, name: &str, b: &[u8], now: i64) -> Vec<String> {
-        let mut cells = (self.cells)(name, b, now);
+        let mut read = (self.cells)(b, now).into_iter();
+        let mut cells: Vec<String> = header_columns(self.columns)
+            .map(|(column, ..)| match column {
+                "Name" => (self.name)(name, b),
+                "Age" => created(b, now),
+                _ => read.next().unwrap_or_default(),
+            })
+            .collect();
         if let Some(w) = &self.workload {
             let (containers, images) = containers_images(b, w.template);
             cells.extend([containers, images]);
@@ -140,8 +171,23 @@ pub(crate) fn columns_json<'a>(
     String::from_utf8(v).unwrap_or_default()
 }
 
-const NAME: Column = ("Name", "string", "name", 0);
-const AGE: Column = ("Age", "string", "", 0);
+/// The columns of a header line: names separated by `, `, each a `string` unless a
+/// `:type` follows it (`Desired:integer`), shown with `-o wide` (priority 1) when marked
+/// `*`; a column called Name has the `name` format. As (name, type, format, description,
+/// priority), for [`columns_json`].
+fn header_columns(
+    header: &'static str,
+) -> impl Iterator<Item = (&'static str, &'static str, &'static str, &'static str, i32)> {
+    header.split(", ").map(|column| {
+        let (column, priority) = match column.strip_suffix('*') {
+            Some(narrow) => (narrow, 1),
+            None => (column, 0),
+        };
+        let (name, ty) = column.split_once(':').unwrap_or((column, "string"));
+        let format = if name == "Name" { "name" } else { "" };
+        (name, ty, format, "", priority)
+    })
+}
 
 fn text<'a>(b: &'a [u8], start: usize, path: &[&str]) -> Option<&'a str> {
     scan::find_path(b, start, path)
@@ -239,20 +285,9 @@ fn containers_images(b: &[u8], spec: &[&str]) -> (String, String) {
     (names.join(","), images.join(","))
 }
 
-static NODES: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Status", "string", "", 0),
-        ("Roles", "string", "", 0),
-        AGE,
-        ("Version", "string", "", 0),
-        ("Internal-IP", "string", "", 1),
-        ("External-IP", "string", "", 1),
-        ("OS-Image", "string", "", 1),
-        ("Kernel-Version", "string", "", 1),
-        ("Container-Runtime", "string", "", 1),
-    ],
-    cells: |name, b, now| {
+static NODES: BuiltinPrinter = BuiltinPrinter::new(
+    "Name, Status, Roles, Age, Version, Internal-IP*, External-IP*, OS-Image*, Kernel-Version*, Container-Runtime*",
+    |b, _| {
         let mut status = Vec::new();
         for c in elements(b, &["status", "conditions"]) {
             if text(b, c.0, &["type"]) == Some("Ready") {
@@ -311,10 +346,8 @@ static NODES: BuiltinPrinter = BuiltinPrinter {
             kernel = format!("{kernel} ({arch})");
         }
         vec![
-            name.into(),
             status.join(","),
             or_none(roles.join(",")),
-            created(b, now),
             s(b, &["status", "nodeInfo", "kubeletVersion"]),
             address("InternalIP"),
             address("ExternalIP"),
@@ -323,26 +356,14 @@ static NODES: BuiltinPrinter = BuiltinPrinter {
             unknown(s(b, &["status", "nodeInfo", "containerRuntimeVersion"])),
         ]
     },
-    workload: None,
-};
+);
 
-static NAMESPACES: BuiltinPrinter = BuiltinPrinter {
-    columns: &[NAME, ("Status", "string", "", 0), AGE],
-    cells: |name, b, now| vec![name.into(), s(b, &["status", "phase"]), created(b, now)],
-    workload: None,
-};
+static NAMESPACES: BuiltinPrinter =
+    BuiltinPrinter::new("Name, Status, Age", |b, _| vec![s(b, &["status", "phase"])]);
 
-static SERVICES: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Type", "string", "", 0),
-        ("Cluster-IP", "string", "", 0),
-        ("External-IP", "string", "", 0),
-        ("Port(s)", "string", "", 0),
-        AGE,
-        ("Selector", "string", "", 1),
-    ],
-    cells: |name, b, now| {
+static SERVICES: BuiltinPrinter = BuiltinPrinter::new(
+    "Name, Type, Cluster-IP, External-IP, Port(s), Age, Selector*",
+    |b, _| {
         let ty = s(b, &["spec", "type"]);
         let mut external = Vec::new();
         match ty.as_str() {
@@ -377,34 +398,19 @@ static SERVICES: BuiltinPrinter = BuiltinPrinter {
             })
             .collect();
         vec![
-            name.into(),
             ty,
             or_none(s(b, &["spec", "clusterIP"])),
             or_none(external.join(",")),
             or_none(ports.join(",")),
-            created(b, now),
             map_text(b, &["spec", "selector"]),
         ]
     },
-    workload: None,
-};
+);
 
-static EVENTS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        ("Last Seen", "string", "", 0),
-        ("Type", "string", "", 0),
-        ("Reason", "string", "", 0),
-        ("Object", "string", "", 0),
-        ("Subobject", "string", "", 1),
-        ("Source", "string", "", 1),
-        ("Message", "string", "", 0),
-        ("First Seen", "string", "", 1),
-        ("Count", "string", "", 1),
-        ("Name", "string", "name", 1),
-    ],
-    cells: |name, b, now| event_cells(&CORE_EVENT, name, b, now),
-    workload: None,
-};
+static EVENTS: BuiltinPrinter = BuiltinPrinter::new(
+    "Last Seen, Type, Reason, Object, Subobject*, Source*, Message, First Seen*, Count*, Name*",
+    |b, now| event_cells(&CORE_EVENT, b, now),
+);
 
 /// Where an Event version keeps what the Event printer shows.
 struct EventFields {
@@ -429,24 +435,20 @@ const CORE_EVENT: EventFields = EventFields {
 
 /// events.k8s.io/v1 (a view of the stored core/v1 Event): kube-apiserver prints the
 /// stored Event, so its Table has the core columns, read under their events.k8s.io names.
-static EVENTS_V1: BuiltinPrinter = BuiltinPrinter {
-    columns: EVENTS.columns,
-    cells: |name, b, now| {
-        const FIELDS: EventFields = EventFields {
-            regarding: "regarding",
-            source: "deprecatedSource",
-            reporting: "reportingController",
-            note: "note",
-            first: "deprecatedFirstTimestamp",
-            last: "deprecatedLastTimestamp",
-            count: "deprecatedCount",
-        };
-        event_cells(&FIELDS, name, b, now)
-    },
-    workload: None,
-};
+static EVENTS_V1: BuiltinPrinter = BuiltinPrinter::new(EVENTS.columns, |b, now| {
+    const FIELDS: EventFields = EventFields {
+        regarding: "regarding",
+        source: "deprecatedSource",
+        reporting: "reportingController",
+        note: "note",
+        first: "deprecatedFirstTimestamp",
+        last: "deprecatedLastTimestamp",
+        count: "deprecatedCount",
+    };
+    event_cells(&FIELDS, b, now)
+});
 
-fn event_cells(f: &EventFields, name: &str, b: &[u8], now: i64) -> Vec<String> {
+fn event_cells(f: &EventFields, b: &[u8], now: i64) -> Vec<String> {
     let seen = |p: &[&str]| text(b, 0, p).and_then(parse_rfc3339);
     let last = seen(&["series", "lastObservedTime"])
         .or_else(|| seen(&[f.last]))
@@ -484,55 +486,33 @@ fn event_cells(f: &EventFields, name: &str, b: &[u8], now: i64) -> Vec<String> {
         s(b, &[f.note]).trim().to_string(),
         ago(first),
         count,
-        name.into(),
     ]
 }
 
-fn replica_counts(name: &str, b: &[u8], now: i64) -> Vec<String> {
+fn replica_counts(b: &[u8], _: i64) -> Vec<String> {
     vec![
-        name.into(),
         int(b, &["spec", "replicas"]),
         int(b, &["status", "replicas"]),
         int(b, &["status", "readyReplicas"]),
-        created(b, now),
     ]
 }
 
-const REPLICA_COLUMNS: &[Column] = &[
-    NAME,
-    ("Desired", "integer", "", 0),
-    ("Current", "integer", "", 0),
-    ("Ready", "integer", "", 0),
-    AGE,
-];
+const REPLICA_COLUMNS: &str = "Name, Desired:integer, Current:integer, Ready:integer, Age";
 
-static REPLICA_SETS: BuiltinPrinter = BuiltinPrinter {
-    columns: REPLICA_COLUMNS,
-    cells: replica_counts,
-    workload: WORKLOAD,
-};
+static REPLICA_SETS: BuiltinPrinter =
+    BuiltinPrinter::new(REPLICA_COLUMNS, replica_counts).with_workload(WORKLOAD);
 
-static REPLICATION_CONTROLLERS: BuiltinPrinter = BuiltinPrinter {
-    columns: REPLICA_COLUMNS,
-    cells: replica_counts,
-    // An RC's selector is a plain map.
-    workload: Some(Workload {
-        template: TEMPLATE,
-        selector: Selector::Map(&["spec", "selector"]),
-    }),
-};
+static REPLICATION_CONTROLLERS: BuiltinPrinter =
+    BuiltinPrinter::new(REPLICA_COLUMNS, replica_counts)
+        // An RC's selector is a plain map.
+        .with_workload(Workload {
+            template: TEMPLATE,
+            selector: Selector::Map(&["spec", "selector"]),
+        });
 
-static DEPLOYMENTS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Ready", "string", "", 0),
-        ("Up-to-date", "string", "", 0),
-        ("Available", "string", "", 0),
-        AGE,
-    ],
-    cells: |name, b, now| {
+static DEPLOYMENTS: BuiltinPrinter =
+    BuiltinPrinter::new("Name, Ready, Up-to-date, Available, Age", |b, _| {
         vec![
-            name.into(),
             format!(
                 "{}/{}",
                 int(b, &["status", "readyReplicas"]),
@@ -540,66 +520,42 @@ static DEPLOYMENTS: BuiltinPrinter = BuiltinPrinter {
             ),
             int(b, &["status", "updatedReplicas"]),
             int(b, &["status", "availableReplicas"]),
-            created(b, now),
         ]
-    },
-    workload: WORKLOAD,
-};
+    })
+    .with_workload(WORKLOAD);
 
-static STATEFUL_SETS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[NAME, ("Ready", "string", "", 0), AGE],
-    cells: |name, b, now| {
-        vec![
-            name.into(),
-            format!(
-                "{}/{}",
-                int(b, &["status", "readyReplicas"]),
-                int(b, &["spec", "replicas"])
-            ),
-            created(b, now),
-        ]
-    },
-    workload: Some(Workload {
-        template: TEMPLATE,
-        selector: Selector::None,
-    }),
-};
+static STATEFUL_SETS: BuiltinPrinter = BuiltinPrinter::new("Name, Ready, Age", |b, _| {
+    vec![format!(
+        "{}/{}",
+        int(b, &["status", "readyReplicas"]),
+        int(b, &["spec", "replicas"])
+    )]
+})
+.with_workload(Workload {
+    template: TEMPLATE,
+    selector: Selector::None,
+});
 
-static DAEMON_SETS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Desired", "integer", "", 0),
-        ("Current", "integer", "", 0),
-        ("Ready", "integer", "", 0),
-        ("Up-to-date", "integer", "", 0),
-        ("Available", "integer", "", 0),
-        ("Node Selector", "string", "", 0),
-        AGE,
-    ],
-    cells: |name, b, now| {
-        vec![
-            name.into(),
-            int(b, &["status", "desiredNumberScheduled"]),
-            int(b, &["status", "currentNumberScheduled"]),
-            int(b, &["status", "numberReady"]),
-            int(b, &["status", "updatedNumberScheduled"]),
-            int(b, &["status", "numberAvailable"]),
-            map_text(b, &["spec", "template", "spec", "nodeSelector"]),
-            created(b, now),
-        ]
+static DAEMON_SETS: BuiltinPrinter = BuiltinPrinter::new(
+    "Name, Desired:integer, Current:integer, Ready:integer, Up-to-date:integer, Available:integer, Node Selector, Age",
+    |b, _| {
+        // The status's pod counts, then the pods' node selector.
+        let counts = [
+            "desiredNumberScheduled",
+            "currentNumberScheduled",
+            "numberReady",
+            "updatedNumberScheduled",
+            "numberAvailable",
+        ];
+        let mut cells: Vec<String> = counts.iter().map(|c| int(b, &["status", c])).collect();
+        cells.push(map_text(b, &["spec", "template", "spec", "nodeSelector"]));
+        cells
     },
-    workload: WORKLOAD,
-};
+)
+.with_workload(WORKLOAD);
 
-static JOBS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Status", "string", "", 0),
-        ("Completions", "string", "", 0),
-        ("Duration", "string", "", 0),
-        AGE,
-    ],
-    cells: |name, b, now| {
+static JOBS: BuiltinPrinter =
+    BuiltinPrinter::new("Name, Status, Completions, Duration, Age", |b, now| {
         let mut status = "Running";
         for c in elements(b, &["status", "conditions"]) {
             if text(b, c.0, &["status"]) != Some("True") {
@@ -635,33 +591,17 @@ static JOBS: BuiltinPrinter = BuiltinPrinter {
             (Some(s), None) => human_duration(now - s),
             _ => String::new(),
         };
-        vec![
-            name.into(),
-            status.into(),
-            completions,
-            duration,
-            created(b, now),
-        ]
-    },
-    workload: WORKLOAD,
-};
+        vec![status.into(), completions, duration]
+    })
+    .with_workload(WORKLOAD);
 
-static CRON_JOBS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Schedule", "string", "", 0),
-        ("Timezone", "string", "", 0),
-        ("Suspend", "boolean", "", 0),
-        ("Active", "integer", "", 0),
-        ("Last Schedule", "string", "", 0),
-        AGE,
-    ],
-    cells: |name, b, now| {
+static CRON_JOBS: BuiltinPrinter = BuiltinPrinter::new(
+    "Name, Schedule, Timezone, Suspend:boolean, Active:integer, Last Schedule, Age",
+    |b, now| {
         let last = text(b, 0, &["status", "lastScheduleTime"])
             .and_then(parse_rfc3339)
             .map_or_else(|| "<none>".into(), |t| human_duration(now - t));
         vec![
-            name.into(),
             s(b, &["spec", "schedule"]),
             or_none(s(b, &["spec", "timeZone"])),
             if text(b, 0, &["spec", "suspend"]) == Some("true") {
@@ -671,26 +611,17 @@ static CRON_JOBS: BuiltinPrinter = BuiltinPrinter {
             },
             elements(b, &["status", "active"]).len().to_string(),
             last,
-            created(b, now),
         ]
     },
-    workload: Some(Workload {
-        template: &["spec", "jobTemplate", "spec", "template", "spec"],
-        selector: Selector::Labels(&["spec", "jobTemplate", "spec", "selector"]),
-    }),
-};
+)
+.with_workload(Workload {
+    template: &["spec", "jobTemplate", "spec", "template", "spec"],
+    selector: Selector::Labels(&["spec", "jobTemplate", "spec", "selector"]),
+});
 
-static HPAS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Reference", "string", "", 0),
-        ("Targets", "string", "", 0),
-        ("MinPods", "string", "", 0),
-        ("MaxPods", "string", "", 0),
-        ("Replicas", "string", "", 0),
-        AGE,
-    ],
-    cells: |name, b, now| {
+static HPAS: BuiltinPrinter = BuiltinPrinter::new(
+    "Name, Reference, Targets, MinPods, MaxPods, Replicas, Age",
+    |b, _| {
         // Resource metrics as kubectl shows them: "cpu: <current>/<target>".
         let mut targets = Vec::new();
         if text(b, 0, &["apiVersion"]) == Some("autoscaling/v1") {
@@ -727,7 +658,6 @@ static HPAS: BuiltinPrinter = BuiltinPrinter {
             targets.push(format!("{res}: {current}/{target}"));
         }
         vec![
-            name.into(),
             format!(
                 "{}/{}",
                 s(b, &["spec", "scaleTargetRef", "kind"]),
@@ -739,11 +669,9 @@ static HPAS: BuiltinPrinter = BuiltinPrinter {
                 .to_string(),
             int(b, &["spec", "maxReplicas"]),
             int(b, &["status", "currentReplicas"]),
-            created(b, now),
         ]
     },
-    workload: None,
-};
+);
 
 /// The resource metrics of an autoscaling/v1 HPA (a view of the stored v2 one) as the v2
 /// printer shows them (kube-apiserver prints the stored object): v1 keeps the metrics it
@@ -865,55 +793,29 @@ fn unset(v: String) -> String {
     if v.is_empty() { "<unset>".into() } else { v }
 }
 
-static PVCS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Status", "string", "", 0),
-        ("Volume", "string", "", 0),
-        ("Capacity", "string", "", 0),
-        ("Access Modes", "string", "", 0),
-        ("StorageClass", "string", "", 0),
-        ("VolumeAttributesClass", "string", "", 0),
-        AGE,
-        ("VolumeMode", "string", "", 1),
-    ],
-    cells: |name, b, now| {
+static PVCS: BuiltinPrinter = BuiltinPrinter::new(
+    "Name, Status, Volume, Capacity, Access Modes, StorageClass, VolumeAttributesClass, Age, VolumeMode*",
+    |b, _| {
         vec![
-            name.into(),
             s(b, &["status", "phase"]),
             s(b, &["spec", "volumeName"]),
             s(b, &["status", "capacity", "storage"]),
             access_modes(b, &["status", "accessModes"]),
             storage_class(b),
             unset(s(b, &["spec", "volumeAttributesClassName"])),
-            created(b, now),
             unset(s(b, &["spec", "volumeMode"])),
         ]
     },
-    workload: None,
-};
+);
 
-static PVS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Capacity", "string", "", 0),
-        ("Access Modes", "string", "", 0),
-        ("Reclaim Policy", "string", "", 0),
-        ("Status", "string", "", 0),
-        ("Claim", "string", "", 0),
-        ("StorageClass", "string", "", 0),
-        ("VolumeAttributesClass", "string", "", 0),
-        ("Reason", "string", "", 0),
-        AGE,
-        ("VolumeMode", "string", "", 1),
-    ],
-    cells: |name, b, now| {
+static PVS: BuiltinPrinter = BuiltinPrinter::new(
+    "Name, Capacity, Access Modes, Reclaim Policy, Status, Claim, StorageClass, VolumeAttributesClass, Reason, Age, VolumeMode*",
+    |b, _| {
         let claim = match text(b, 0, &["spec", "claimRef", "name"]) {
             Some(n) => format!("{}/{n}", s(b, &["spec", "claimRef", "namespace"])),
             None => String::new(),
         };
         vec![
-            name.into(),
             s(b, &["spec", "capacity", "storage"]),
             access_modes(b, &["spec", "accessModes"]),
             s(b, &["spec", "persistentVolumeReclaimPolicy"]),
@@ -922,23 +824,14 @@ static PVS: BuiltinPrinter = BuiltinPrinter {
             storage_class(b),
             unset(s(b, &["spec", "volumeAttributesClassName"])),
             s(b, &["status", "reason"]),
-            created(b, now),
             unset(s(b, &["spec", "volumeMode"])),
         ]
     },
-    workload: None,
-};
+);
 
-static CSRS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        AGE,
-        ("SignerName", "string", "", 0),
-        ("Requestor", "string", "", 0),
-        ("RequestedDuration", "string", "", 0),
-        ("Condition", "string", "", 0),
-    ],
-    cells: |name, b, now| {
+static CSRS: BuiltinPrinter = BuiltinPrinter::new(
+    "Name, Age, SignerName, Requestor, RequestedDuration, Condition",
+    |b, _| {
         let mut conds = Vec::new();
         for c in elements(b, &["status", "conditions"]) {
             if let Some(t) = text(b, c.0, &["type"]) {
@@ -955,16 +848,13 @@ static CSRS: BuiltinPrinter = BuiltinPrinter {
             .and_then(|s| s.parse::<i64>().ok())
             .map_or_else(|| "<none>".into(), human_duration);
         vec![
-            name.into(),
-            created(b, now),
             s(b, &["spec", "signerName"]),
             s(b, &["spec", "username"]),
             duration,
             conds.join(","),
         ]
     },
-    workload: None,
-};
+);
 
 /// Up to three items, then `+ N more...`, as kubectl's list cells.
 fn first_three(items: Vec<String>, empty: &str) -> String {
@@ -975,15 +865,8 @@ fn first_three(items: Vec<String>, empty: &str) -> String {
     }
 }
 
-static ENDPOINT_SLICES: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("AddressType", "string", "", 0),
-        ("Ports", "string", "", 0),
-        ("Endpoints", "string", "", 0),
-        AGE,
-    ],
-    cells: |name, b, now| {
+static ENDPOINT_SLICES: BuiltinPrinter =
+    BuiltinPrinter::new("Name, AddressType, Ports, Endpoints, Age", |b, _| {
         let ports = elements(b, &["ports"])
             .into_iter()
             .map(|p| text(b, p.0, &["port"]).unwrap_or("<unset>").to_string())
@@ -993,26 +876,14 @@ static ENDPOINT_SLICES: BuiltinPrinter = BuiltinPrinter {
             addrs.extend(strings(b, e.0, &["addresses"]));
         }
         vec![
-            name.into(),
             s(b, &["addressType"]),
             first_three(ports, "<unset>"),
             first_three(addrs, "<unset>"),
-            created(b, now),
         ]
-    },
-    workload: None,
-};
+    });
 
-static INGRESSES: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Class", "string", "", 0),
-        ("Hosts", "string", "", 0),
-        ("Address", "string", "", 0),
-        ("Ports", "string", "", 0),
-        AGE,
-    ],
-    cells: |name, b, now| {
+static INGRESSES: BuiltinPrinter =
+    BuiltinPrinter::new("Name, Class, Hosts, Address, Ports, Age", |b, _| {
         let hosts = elements(b, &["spec", "rules"])
             .into_iter()
             .map(|r| {
@@ -1034,81 +905,54 @@ static INGRESSES: BuiltinPrinter = BuiltinPrinter {
             "80, 443"
         };
         vec![
-            name.into(),
             or_none(s(b, &["spec", "ingressClassName"])),
             first_three(hosts, "*"),
             address.join(","),
             ports.into(),
-            created(b, now),
         ]
-    },
-    workload: None,
-};
+    });
 
-static LEASES: BuiltinPrinter = BuiltinPrinter {
-    columns: &[NAME, ("Holder", "string", "", 0), AGE],
-    cells: |name, b, now| {
-        vec![
-            name.into(),
-            s(b, &["spec", "holderIdentity"]),
-            created(b, now),
-        ]
-    },
-    workload: None,
-};
+static LEASES: BuiltinPrinter = BuiltinPrinter::new("Name, Holder, Age", |b, _| {
+    vec![s(b, &["spec", "holderIdentity"])]
+});
 
-static STORAGE_CLASSES: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Provisioner", "string", "", 0),
-        ("ReclaimPolicy", "string", "", 0),
-        ("VolumeBindingMode", "string", "", 0),
-        ("AllowVolumeExpansion", "string", "", 0),
-        AGE,
-    ],
-    cells: |name, b, now| {
-        let default = text(
-            b,
-            0,
-            &[
-                "metadata",
-                "annotations",
-                "storageclass.kubernetes.io/is-default-class",
-            ],
-        ) == Some("true");
+static STORAGE_CLASSES: BuiltinPrinter = BuiltinPrinter::new(
+    "Name, Provisioner, ReclaimPolicy, VolumeBindingMode, AllowVolumeExpansion, Age",
+    |b, _| {
         let or = |v: String, d: &str| if v.is_empty() { d.to_string() } else { v };
         vec![
-            if default {
-                format!("{name} (default)")
-            } else {
-                name.into()
-            },
             s(b, &["provisioner"]),
             or(s(b, &["reclaimPolicy"]), "Delete"),
             or(s(b, &["volumeBindingMode"]), "Immediate"),
             or(s(b, &["allowVolumeExpansion"]), "false"),
-            created(b, now),
         ]
     },
-    workload: None,
-};
+)
+.with_name(|name, b| {
+    // kubectl marks the default class.
+    let default = text(
+        b,
+        0,
+        &[
+            "metadata",
+            "annotations",
+            "storageclass.kubernetes.io/is-default-class",
+        ],
+    ) == Some("true");
+    if default {
+        format!("{name} (default)")
+    } else {
+        name.into()
+    }
+});
 
-static CREATED_AT: BuiltinPrinter = BuiltinPrinter {
-    columns: &[NAME, ("Created At", "date", "", 0)],
-    cells: |name, b, _| vec![name.into(), s(b, &["metadata", "creationTimestamp"])],
-    workload: None,
-};
+static CREATED_AT: BuiltinPrinter = BuiltinPrinter::new("Name, Created At:date", |b, _| {
+    vec![s(b, &["metadata", "creationTimestamp"])]
+});
 
-static BINDINGS: BuiltinPrinter = BuiltinPrinter {
-    columns: &[
-        NAME,
-        ("Role", "string", "", 0),
-        AGE,
-        ("Users", "string", "", 1),
-        ("Groups", "string", "", 1),
-        ("ServiceAccounts", "string", "", 1),
-    ],
-    cells: |name, b, now| {
+static BINDINGS: BuiltinPrinter = BuiltinPrinter::new(
+    "Name, Role, Age, Users*, Groups*, ServiceAccounts*",
+    |b, _| {
         let (mut users, mut groups, mut sas) = (Vec::new(), Vec::new(), Vec::new());
         for sub in elements(b, &["subjects"]) {
             let n = text(b, sub.0, &["name"]).unwrap_or("").to_string();
@@ -1123,17 +967,14 @@ static BINDINGS: BuiltinPrinter = BuiltinPrinter {
             }
         }
         vec![
-            name.into(),
             format!(
                 "{}/{}",
                 s(b, &["roleRef", "kind"]),
                 s(b, &["roleRef", "name"])
             ),
-            created(b, now),
             users.join(", "),
             groups.join(", "),
             sas.join(", "),
         ]
     },
-    workload: None,
-};
+);

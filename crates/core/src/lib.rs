@@ -24,7 +24,9 @@ pub mod verb;
 pub use continue_token::ContinueToken;
 pub use fields::FieldSelector;
 pub use labels::LabelSelector;
-pub use options::{ListOptions, Propagation, QueryParams, ResourceVersion, RvMatch, WriteOptions};
+pub use options::{
+    ListOptions, Propagation, QueryParams, ResourceVersion, RvMatch, WatchFlags, WriteOptions,
+};
 pub use resource::{PrinterColumn, ResourceInfo, builtin_resource, builtin_resources};
 pub use status::{ApiError, FieldError, ObjectRef, Status};
 pub use verb::Verb;

@@ -43,14 +43,23 @@ pub struct ListOptions {
     pub label_selector: LabelSelector,
     /// `fieldSelector`.
     pub field_selector: FieldSelector,
+    /// `watch`, `allowWatchBookmarks`, `sendInitialEvents`.
+    pub flags: WatchFlags,
+    /// `timeoutSeconds`.
+    pub timeout_seconds: Option<i64>,
+}
+
+/// The watch flags of a read's query, with Go's bool conversion: what
+/// [`QueryParams::decode`] reads and [`ListOptions`] keeps (they need no validation of
+/// their own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WatchFlags {
     /// `watch`.
     pub watch: bool,
     /// `allowWatchBookmarks`.
     pub allow_watch_bookmarks: bool,
-    /// `sendInitialEvents`.
+    /// `sendInitialEvents`, when given.
     pub send_initial_events: Option<bool>,
-    /// `timeoutSeconds`.
-    pub timeout_seconds: Option<i64>,
 }
 
 /// Go's `strconv.ParseInt`/`ParseUint` error text.
@@ -70,6 +79,11 @@ fn parse_i64(s: &str) -> Result<i64, ApiError> {
     // Go accepts a leading '+'; Rust does too.
     s.parse::<i64>()
         .map_err(|e| ApiError::BadRequest(go_parse_int_error("ParseInt", s, &e)))
+}
+
+/// An integer parameter, `None` when absent or empty.
+fn parse_given_i64(v: Option<&str>) -> Result<Option<i64>, ApiError> {
+    v.filter(|s| !s.is_empty()).map(parse_i64).transpose()
 }
 
 /// Go's query-to-bool conversion: only "0", "f" and "false" (any case) are false.
@@ -94,12 +108,8 @@ pub struct QueryParams {
     pub label_selector: String,
     /// `fieldSelector`.
     pub field_selector: String,
-    /// `watch`, with Go's bool conversion.
-    pub watch: bool,
-    /// `allowWatchBookmarks`.
-    pub allow_watch_bookmarks: bool,
-    /// `sendInitialEvents`, when given.
-    pub send_initial_events: Option<bool>,
+    /// `watch`, `allowWatchBookmarks`, `sendInitialEvents`.
+    pub flags: WatchFlags,
     /// `timeoutSeconds`, undecoded.
     pub timeout_seconds: Option<String>,
     /// `includeObject` (Tables: `None`, `Metadata`, `Object`).
@@ -136,9 +146,9 @@ impl QueryParams {
                 "continue" => p.continue_token = v.into_owned(),
                 "labelSelector" => p.label_selector = v.into_owned(),
                 "fieldSelector" => p.field_selector = v.into_owned(),
-                "watch" => p.watch = parse_bool(&v),
-                "allowWatchBookmarks" => p.allow_watch_bookmarks = parse_bool(&v),
-                "sendInitialEvents" => p.send_initial_events = Some(parse_bool(&v)),
+                "watch" => p.flags.watch = parse_bool(&v),
+                "allowWatchBookmarks" => p.flags.allow_watch_bookmarks = parse_bool(&v),
+                "sendInitialEvents" => p.flags.send_initial_events = Some(parse_bool(&v)),
                 "timeoutSeconds" => p.timeout_seconds = Some(v.into_owned()),
                 "includeObject" => p.include_object = Some(v.into_owned()),
                 "verbose" => p.verbose = true,
@@ -317,21 +327,11 @@ impl ListOptions {
         let rv = &p.resource_version;
         let rv_match = &p.resource_version_match;
         let cont = &p.continue_token;
-        let watch = p.watch;
-        let initial = p.send_initial_events;
+        let watch = p.flags.watch;
+        let initial = p.flags.send_initial_events;
         // 1. Decoding (400): numbers, then selectors, in Go's conversion order.
-        let timeout_seconds = p
-            .timeout_seconds
-            .as_deref()
-            .filter(|s| !s.is_empty())
-            .map(parse_i64)
-            .transpose()?;
-        let limit = p
-            .limit
-            .as_deref()
-            .filter(|s| !s.is_empty())
-            .map(parse_i64)
-            .transpose()?;
+        let timeout_seconds = parse_given_i64(p.timeout_seconds.as_deref())?;
+        let limit = parse_given_i64(p.limit.as_deref())?;
         let label_selector =
             LabelSelector::parse(&p.label_selector).map_err(ApiError::BadRequest)?;
         let field_selector =
@@ -383,9 +383,7 @@ impl ListOptions {
             continue_token,
             label_selector,
             field_selector,
-            watch,
-            allow_watch_bookmarks: p.allow_watch_bookmarks,
-            send_initial_events: initial,
+            flags: p.flags,
             timeout_seconds,
         })
     }
@@ -408,7 +406,7 @@ impl ListOptions {
     /// Whether this watch starts with the initial state (synthetic ADDED events): explicit
     /// `sendInitialEvents=true`, or the legacy rule for RV unset or "0".
     pub fn wants_initial_events(&self) -> bool {
-        match self.send_initial_events {
+        match self.flags.send_initial_events {
             Some(v) => v,
             None => matches!(
                 self.resource_version,
@@ -519,7 +517,7 @@ mod tests {
             None,
         )
         .unwrap();
-        assert!(o.watch && o.allow_watch_bookmarks && o.wants_initial_events());
+        assert!(o.flags.watch && o.flags.allow_watch_bookmarks && o.wants_initial_events());
         assert_eq!(o.timeout_seconds, Some(2));
         assert_eq!(o.rv_match, Some(RvMatch::NotOlderThan));
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::danger::{ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime, pem::PemObject};
 
 use crate::Error;
@@ -180,6 +180,11 @@ impl CaFile {
     fn new(file: &Path) -> Result<CaFile, Error> {
         Reloading::new(&[file], |f| server_verifier_of(f[0])).map(CaFile)
     }
+
+    /// The verifier of the bundle as it is now.
+    fn current(&self) -> Arc<WebPkiServerVerifier> {
+        self.0.current()
+    }
 }
 
 /// A verifier of server certificates trusting every certificate of the PEM bundle `ca`.
@@ -200,7 +205,7 @@ impl ServerCertVerifier for CaFile {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        self.0.current().verify_server_cert(
+        self.current().verify_server_cert(
             end_entity,
             intermediates,
             server_name,
@@ -209,27 +214,38 @@ impl ServerCertVerifier for CaFile {
         )
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.current().verify_tls12_signature(message, cert, dss)
-    }
+    crate::delegate_handshake_signatures!(current);
+}
 
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.current().verify_tls13_signature(message, cert, dss)
-    }
+/// The handshake-signature methods rustls' `ServerCertVerifier` and `ClientCertVerifier`
+/// have alike (`verify_tls12_signature`, `verify_tls13_signature`,
+/// `supported_verify_schemes`), each handed to the verifier `self.$current()` returns: a
+/// verifier read again from its files checks signatures as the one it holds now does.
+/// Written once for the server verifier here and listwatch-auth's client verifier; the
+/// calling crate depends on rustls 0.23.
+#[macro_export]
+macro_rules! delegate_handshake_signatures {
+    ($current:ident) => {
+        $crate::delegate_handshake_signatures!(
+            @each $current, verify_tls12_signature verify_tls13_signature
+        );
 
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.current().supported_verify_schemes()
-    }
+        fn supported_verify_schemes(&self) -> Vec<::rustls::SignatureScheme> {
+            self.$current().supported_verify_schemes()
+        }
+    };
+    (@each $current:ident, $($method:ident)*) => {
+        $(
+            fn $method(
+                &self,
+                message: &[u8],
+                cert: &::rustls::pki_types::CertificateDer<'_>,
+                dss: &::rustls::DigitallySignedStruct,
+            ) -> Result<::rustls::client::danger::HandshakeSignatureValid, ::rustls::Error> {
+                self.$current().$method(message, cert, dss)
+            }
+        )*
+    };
 }
 
 /// A client certificate and its key.

@@ -150,14 +150,31 @@ fn produces(builtin: bool, watch: bool) -> Vec<&'static str> {
     v
 }
 
+/// The content types a request body of `op` is read in: a PATCH's patch types (strategic
+/// merge for built-ins only), anything for the rest.
+fn consumes(op: &Op, builtin: bool) -> Vec<&'static str> {
+    if op.action != "patch" {
+        return vec!["*/*"];
+    }
+    let mut v = vec![
+        "application/json-patch+json",
+        "application/merge-patch+json",
+    ];
+    if builtin {
+        v.push("application/strategic-merge-patch+json");
+    }
+    v
+}
+
+/// One operation of a path: its `x-kubernetes-action` (`list` alone also watches), the
+/// verb its operationId starts with, its query parameters, its body's definition (and
+/// whether the body is required) and its responses' codes and definitions.
 struct Op<'a> {
     action: &'static str,
     id_verb: &'static str,
     params: Vec<Param>,
     body: Option<(&'a str, bool)>,
     responses: Vec<(&'static str, &'a str)>,
-    consumes: Vec<&'static str>,
-    watch: bool,
 }
 
 /// Adds `info`'s paths for `verbs` to `paths`, and the definitions they name to `defs`.
@@ -201,24 +218,21 @@ pub fn add(
     } else {
         vec![]
     };
+    // A create, replace or patch: dry-run and field-manager parameters, a required body,
+    // the object back under each of `codes`.
+    let write = |action, id_verb, body, codes: &[&'static str]| Op {
+        action,
+        id_verb,
+        params: vec![DRY_RUN, FIELD_MANAGER],
+        body: Some((body, true)),
+        responses: codes.iter().map(|&c| (c, kind.kind.as_str())).collect(),
+    };
     let mut collection = Vec::new();
     if has("list") {
         collection.push(list_op(kind));
     }
     if has("create") {
-        collection.push(Op {
-            action: "post",
-            id_verb: "create",
-            params: vec![DRY_RUN, FIELD_MANAGER],
-            body: Some((&kind.kind, true)),
-            responses: vec![
-                ("200", &kind.kind),
-                ("201", &kind.kind),
-                ("202", &kind.kind),
-            ],
-            consumes: vec![],
-            watch: false,
-        });
+        collection.push(write("post", "create", &kind.kind, &["200", "201", "202"]));
     }
     if has("deletecollection") {
         let mut params = LIST.to_vec();
@@ -229,8 +243,6 @@ pub fn add(
             params,
             body: Some((&delete_options, false)),
             responses: vec![("200", &status)],
-            consumes: vec![],
-            watch: false,
         });
     }
     let mut object = Vec::new();
@@ -241,38 +253,13 @@ pub fn add(
             params: vec![],
             body: None,
             responses: vec![("200", &kind.kind)],
-            consumes: vec![],
-            watch: false,
         });
     }
     if has("update") {
-        object.push(Op {
-            action: "put",
-            id_verb: "replace",
-            params: vec![DRY_RUN, FIELD_MANAGER],
-            body: Some((&kind.kind, true)),
-            responses: vec![("200", &kind.kind), ("201", &kind.kind)],
-            consumes: vec![],
-            watch: false,
-        });
+        object.push(write("put", "replace", &kind.kind, &["200", "201"]));
     }
     if has("patch") {
-        let mut consumes = vec![
-            "application/json-patch+json",
-            "application/merge-patch+json",
-        ];
-        if builtin {
-            consumes.push("application/strategic-merge-patch+json");
-        }
-        object.push(Op {
-            action: "patch",
-            id_verb: "patch",
-            params: vec![DRY_RUN, FIELD_MANAGER],
-            body: Some((&patch, true)),
-            responses: vec![("200", &kind.kind), ("201", &kind.kind)],
-            consumes,
-            watch: false,
-        });
+        object.push(write("patch", "patch", &patch, &["200", "201"]));
     }
     if has("delete") {
         object.push(Op {
@@ -281,8 +268,6 @@ pub fn add(
             params: DELETE.to_vec(),
             body: Some((&delete_options, false)),
             responses: vec![("200", &kind.kind), ("202", &kind.kind)],
-            consumes: vec![],
-            watch: false,
         });
     }
     let gvk = kind.gvk(kind.kind_name());
@@ -331,8 +316,6 @@ fn list_op(kind: &KindSchemas) -> Op<'_> {
         params: LIST.to_vec(),
         body: None,
         responses: vec![("200", &kind.list)],
-        consumes: vec![],
-        watch: true,
     }
 }
 
@@ -343,7 +326,8 @@ fn operation(flavor: Flavor, op: &Op, id: &str, gvk: &Value, builtin: bool) -> V
         "x-kubernetes-group-version-kind": gvk,
     });
     let mut params: Vec<Value> = op.params.iter().map(|p| param(flavor, *p)).collect();
-    let types = produces(builtin, op.watch);
+    let types = produces(builtin, op.action == "list");
+    let consumes = consumes(op, builtin);
     let mut responses = Map::new();
     for (code, def) in &op.responses {
         let r = flavor.described_ref(def, None);
@@ -377,11 +361,6 @@ fn operation(flavor: Flavor, op: &Op, id: &str, gvk: &Value, builtin: bool) -> V
                 params.insert(0, b);
             }
             Flavor::V3 => {
-                let consumes = if op.consumes.is_empty() {
-                    vec!["*/*"]
-                } else {
-                    op.consumes.clone()
-                };
                 let content: Map<String, Value> = consumes
                     .iter()
                     .map(|t| (t.to_string(), json!({"schema": r.clone()})))
@@ -392,11 +371,7 @@ fn operation(flavor: Flavor, op: &Op, id: &str, gvk: &Value, builtin: bool) -> V
     }
     if flavor == Flavor::V2 {
         o["produces"] = json!(types);
-        o["consumes"] = json!(if op.consumes.is_empty() {
-            vec!["*/*"]
-        } else {
-            op.consumes.clone()
-        });
+        o["consumes"] = json!(consumes);
         o["schemes"] = json!(["https"]);
     }
     if !params.is_empty() {

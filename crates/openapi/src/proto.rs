@@ -4,18 +4,16 @@
 //! only what listwatch's documents use is encoded. Field numbers are gnostic's
 //! `openapiv2/OpenAPIv2.proto`.
 
+use std::ops::RangeInclusive;
+
 use serde_json::{Map, Value};
 
 /// Encodes the Swagger 2.0 document `doc` (as [`crate::OpenApiDocs`] builds it).
 pub fn document(doc: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     str_field(&mut out, 1, doc.get("swagger"));
-    if let Some(Value::Object(info)) = doc.get("info") {
-        message(&mut out, 2, |m| {
-            str_field(m, 1, info.get("title"));
-            str_field(m, 2, info.get("version"));
-            str_field(m, 3, info.get("description"));
-        });
+    if let Some(info @ Value::Object(_)) = doc.get("info") {
+        message(&mut out, 2, |m| members(m, info, Message::Info, 1..=3));
     }
     if let Some(Value::Object(paths)) = doc.get("paths") {
         message(&mut out, 8, |m| {
@@ -88,6 +86,114 @@ fn double(out: &mut Vec<u8>, field: u32, v: Option<&Value>) {
     }
 }
 
+/// The gnostic messages whose plain members [`MEMBERS`] lists.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Message {
+    Info,
+    Schema,
+    Operation,
+    BodyParameter,
+    QueryParameter,
+    PathParameter,
+}
+
+/// How a JSON member is encoded: a string, each string of an array (or a lone string), a
+/// bool (true only), an int64 or a double (both non-zero only), or gnostic's `Any`.
+#[derive(Clone, Copy)]
+enum Encoding {
+    Str,
+    Strings,
+    Bool,
+    Int64,
+    Double,
+    Any,
+}
+
+/// The members each message takes from its JSON object as they are (the others are
+/// written by hand): message, field number, JSON member, encoding; in field order within
+/// a message. `QueryParameter` and `PathParameter` are the query and path
+/// `NonBodyParameter` sub-schemas, which number `type` and `uniqueItems` differently
+/// (query has `allowEmptyValue` before them).
+const MEMBERS: &[(Message, u32, &str, Encoding)] = {
+    use Encoding::*;
+    use Message::*;
+    &[
+        (Info, 1, "title", Str),
+        (Info, 2, "version", Str),
+        (Info, 3, "description", Str),
+        (Schema, 1, "$ref", Str),
+        (Schema, 2, "format", Str),
+        (Schema, 3, "title", Str),
+        (Schema, 4, "description", Str),
+        (Schema, 5, "default", Any),
+        (Schema, 6, "multipleOf", Double),
+        (Schema, 7, "maximum", Double),
+        (Schema, 8, "exclusiveMaximum", Bool),
+        (Schema, 9, "minimum", Double),
+        (Schema, 10, "exclusiveMinimum", Bool),
+        (Schema, 11, "maxLength", Int64),
+        (Schema, 12, "minLength", Int64),
+        (Schema, 13, "pattern", Str),
+        (Schema, 14, "maxItems", Int64),
+        (Schema, 15, "minItems", Int64),
+        (Schema, 16, "uniqueItems", Bool),
+        (Schema, 17, "maxProperties", Int64),
+        (Schema, 18, "minProperties", Int64),
+        (Schema, 19, "required", Strings),
+        (Schema, 26, "discriminator", Str),
+        (Schema, 27, "readOnly", Bool),
+        (Schema, 30, "example", Any),
+        (Operation, 1, "tags", Strings),
+        (Operation, 2, "summary", Str),
+        (Operation, 3, "description", Str),
+        (Operation, 5, "operationId", Str),
+        (Operation, 6, "produces", Strings),
+        (Operation, 7, "consumes", Strings),
+        (Operation, 10, "schemes", Strings),
+        (Operation, 11, "deprecated", Bool),
+        (BodyParameter, 1, "description", Str),
+        (BodyParameter, 2, "name", Str),
+        (BodyParameter, 3, "in", Str),
+        (BodyParameter, 4, "required", Bool),
+        (QueryParameter, 1, "required", Bool),
+        (QueryParameter, 2, "in", Str),
+        (QueryParameter, 3, "description", Str),
+        (QueryParameter, 4, "name", Str),
+        (QueryParameter, 6, "type", Str),
+        (QueryParameter, 7, "format", Str),
+        (QueryParameter, 20, "uniqueItems", Bool),
+        (PathParameter, 1, "required", Bool),
+        (PathParameter, 2, "in", Str),
+        (PathParameter, 3, "description", Str),
+        (PathParameter, 4, "name", Str),
+        (PathParameter, 5, "type", Str),
+        (PathParameter, 6, "format", Str),
+        (PathParameter, 19, "uniqueItems", Bool),
+    ]
+};
+
+/// The members of `o` that [`MEMBERS`] lists for `message` with field numbers in `fields`.
+fn members(out: &mut Vec<u8>, o: &Value, message: Message, fields: RangeInclusive<u32>) {
+    let listed = MEMBERS
+        .iter()
+        .filter(|(m, field, ..)| *m == message && fields.contains(field));
+    for &(_, field, member, encoding) in listed {
+        let v = o.get(member);
+        match encoding {
+            Encoding::Str => str_field(out, field, v),
+            Encoding::Strings => strings(out, field, v),
+            Encoding::Bool => boolean(out, field, v),
+            Encoding::Int64 => int64(out, field, v),
+            Encoding::Double => double(out, field, v),
+            Encoding::Any => {
+                if let Some(v) = v {
+                    any(out, field, v);
+                }
+            }
+        }
+    }
+}
+
 /// A length-delimited sub-message written by `f`.
 fn message(out: &mut Vec<u8>, field: u32, f: impl FnOnce(&mut Vec<u8>)) {
     let mut inner = Vec::new();
@@ -126,27 +232,7 @@ fn schema(out: &mut Vec<u8>, v: &Value) {
     let Value::Object(o) = v else {
         return;
     };
-    str_field(out, 1, o.get("$ref"));
-    str_field(out, 2, o.get("format"));
-    str_field(out, 3, o.get("title"));
-    str_field(out, 4, o.get("description"));
-    if let Some(d) = o.get("default") {
-        any(out, 5, d);
-    }
-    double(out, 6, o.get("multipleOf"));
-    double(out, 7, o.get("maximum"));
-    boolean(out, 8, o.get("exclusiveMaximum"));
-    double(out, 9, o.get("minimum"));
-    boolean(out, 10, o.get("exclusiveMinimum"));
-    int64(out, 11, o.get("maxLength"));
-    int64(out, 12, o.get("minLength"));
-    str_field(out, 13, o.get("pattern"));
-    int64(out, 14, o.get("maxItems"));
-    int64(out, 15, o.get("minItems"));
-    boolean(out, 16, o.get("uniqueItems"));
-    int64(out, 17, o.get("maxProperties"));
-    int64(out, 18, o.get("minProperties"));
-    strings(out, 19, o.get("required"));
+    members(out, v, Message::Schema, 1..=19);
     if let Some(Value::Array(e)) = o.get("enum") {
         e.iter().for_each(|x| any(out, 20, x));
     }
@@ -171,11 +257,7 @@ fn schema(out: &mut Vec<u8>, v: &Value) {
     if let Some(Value::Object(p)) = o.get("properties") {
         message(out, 25, |m| named_schemas(m, 1, p));
     }
-    str_field(out, 26, o.get("discriminator"));
-    boolean(out, 27, o.get("readOnly"));
-    if let Some(e) = o.get("example") {
-        any(out, 30, e);
-    }
+    members(out, v, Message::Schema, 26..=30);
     extensions(out, 31, o);
 }
 
@@ -204,12 +286,7 @@ fn operation(out: &mut Vec<u8>, op: &Value) {
     let Value::Object(o) = op else {
         return;
     };
-    strings(out, 1, o.get("tags"));
-    str_field(out, 2, o.get("summary"));
-    str_field(out, 3, o.get("description"));
-    str_field(out, 5, o.get("operationId"));
-    strings(out, 6, o.get("produces"));
-    strings(out, 7, o.get("consumes"));
+    members(out, op, Message::Operation, 1..=7);
     parameters(out, 8, o.get("parameters"));
     if let Some(Value::Object(rs)) = o.get("responses") {
         message(out, 9, |m| {
@@ -229,8 +306,7 @@ fn operation(out: &mut Vec<u8>, op: &Value) {
             }
         });
     }
-    strings(out, 10, o.get("schemes"));
-    boolean(out, 11, o.get("deprecated"));
+    members(out, op, Message::Operation, 10..=11);
     extensions(out, 13, o);
 }
 
@@ -244,10 +320,7 @@ fn parameters(out: &mut Vec<u8>, field: u32, ps: Option<&Value>) {
             message(item, 1, |param| {
                 if p.get("in").and_then(Value::as_str) == Some("body") {
                     message(param, 1, |b| {
-                        str_field(b, 1, p.get("description"));
-                        str_field(b, 2, p.get("name"));
-                        str_field(b, 3, p.get("in"));
-                        boolean(b, 4, p.get("required"));
+                        members(b, p, Message::BodyParameter, 1..=4);
                         if let Some(s) = p.get("schema") {
                             message(b, 5, |x| schema(x, s));
                         }
@@ -260,22 +333,14 @@ fn parameters(out: &mut Vec<u8>, field: u32, ps: Option<&Value>) {
     }
 }
 
-/// A query or path parameter (the two kinds the documents have). Their sub-schemas
-/// number `type` and `uniqueItems` differently: query has `allowEmptyValue` before them.
+/// A query or path parameter (the two kinds the documents have), each its own
+/// `NonBodyParameter` sub-schema.
 fn non_body(out: &mut Vec<u8>, p: &Value) {
-    let (which, ty, format, unique) = match p.get("in").and_then(Value::as_str) {
-        Some("path") => (4, 5, 6, 19),
-        _ => (3, 6, 7, 20),
+    let (which, sub_schema) = match p.get("in").and_then(Value::as_str) {
+        Some("path") => (4, Message::PathParameter),
+        _ => (3, Message::QueryParameter),
     };
     message(out, 2, |nb| {
-        message(nb, which, |s| {
-            boolean(s, 1, p.get("required"));
-            str_field(s, 2, p.get("in"));
-            str_field(s, 3, p.get("description"));
-            str_field(s, 4, p.get("name"));
-            str_field(s, ty, p.get("type"));
-            str_field(s, format, p.get("format"));
-            boolean(s, unique, p.get("uniqueItems"));
-        })
+        message(nb, which, |s| members(s, p, sub_schema, 1..=20))
     });
 }

@@ -226,7 +226,8 @@ impl Service {
         match head.verb {
             Verb::List => self.limits.admit_list(chunk, who).map(Some),
             Verb::Watch => {
-                let initial = (head.params.send_initial_events == Some(true)).then_some(chunk);
+                let initial =
+                    (head.params.flags.send_initial_events == Some(true)).then_some(chunk);
                 self.limits
                     .admit_watch(head.user_name(), initial, who)
                     .map(Some)

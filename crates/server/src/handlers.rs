@@ -404,9 +404,10 @@ async fn watch(
     };
     let spec = WatchSpec {
         initial: initial_reader,
-        initial_events_end: opts.send_initial_events == Some(true) && opts.allow_watch_bookmarks,
+        initial_events_end: opts.flags.send_initial_events == Some(true)
+            && opts.flags.allow_watch_bookmarks,
         initial_rv,
-        bookmarks: opts.allow_watch_bookmarks,
+        bookmarks: opts.flags.allow_watch_bookmarks,
         bookmark_every: ctx.config.bookmark_interval,
         deadline: deadline.into_std(),
         chunk: ctx.config.chunk_bytes,

@@ -152,7 +152,7 @@ impl ApiRequest {
             _ if passes => RequestKind::PassThrough(Request::from_parts(parts, body)),
             Route::Resource(target) => {
                 let object = target.name.is_some();
-                let watch = target.legacy_watch || params.watch;
+                let watch = target.legacy_watch || params.flags.watch;
                 verb = Verb::of(method.as_str(), object, watch);
                 // kube's request info labels a server-side apply `APPLY`, other patches `PATCH`.
                 let apply = PatchType::Apply.media_type();
@@ -259,7 +259,7 @@ fn resource_kind(
     let info = target.store.info();
     let options =
         ListOptions::from_params(params, info, target.namespace.as_deref()).map(|mut o| {
-            o.watch |= target.legacy_watch;
+            o.flags.watch |= target.legacy_watch;
             if let (Verb::Watch, Some(name)) = (verb, &target.name) {
                 // Watching one object is a watch with a name field selector.
                 o.field_selector.terms.push(FieldTerm {

@@ -146,26 +146,11 @@ impl EmbeddedSource {
                 body: Bytes::from(new.json),
             });
         }
-        let record = self.commit(store, &mut rev, &new.json)?;
-        Ok(WriteResult {
-            code: 201,
-            body: record,
-        })
+        self.commit_answering(store, &mut rev, &new.json, 201)
     }
 
-    /// PUT: replaces an object; a stale `metadata.resourceVersion` is a 409 Conflict.
-    pub fn update(
-        &self,
-        store: &Arc<Store>,
-        namespace: Option<&str>,
-        name: &str,
-        body: &[u8],
-    ) -> Result<WriteResult, ApiError> {
-        self.update_with(store, namespace, name, body, WriteOptions::default())
-    }
-
-    /// [`Self::update`] with `options` (dry run: the object as it would be, at the
-    /// `resourceVersion` it has now).
+    /// PUT: replaces an object; a stale `metadata.resourceVersion` is a 409 Conflict. With
+    /// `options` (dry run: the object as it would be, at the `resourceVersion` it has now).
     pub fn update_with(
         &self,
         store: &Arc<Store>,
@@ -198,24 +183,11 @@ impl EmbeddedSource {
         if options.dry_run {
             return answer_at(&json, &info, existing.rv());
         }
-        let record = self.commit(store, &mut rev, &json)?;
-        Ok(WriteResult {
-            code: 200,
-            body: record,
-        })
+        self.commit_answering(store, &mut rev, &json, 200)
     }
 
-    /// DELETE: removes an object and answers with a success `Status`.
-    pub fn delete(
-        &self,
-        store: &Arc<Store>,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<WriteResult, ApiError> {
-        self.delete_with(store, namespace, name, WriteOptions::default())
-    }
-
-    /// [`Self::delete`] with `options` (dry run: the same answer, nothing removed).
+    /// DELETE: removes an object and answers with a success `Status`. With `options` (dry
+    /// run: the same answer, nothing removed).
     pub fn delete_with(
         &self,
         store: &Arc<Store>,
@@ -471,6 +443,19 @@ impl EmbeddedSource {
         {
             tracing::error!(namespace = ns, error = %e, "finalizing a namespace");
         }
+    }
+
+    /// [`Self::commit`], answered with `code` and the object as committed (a create's 201, an
+    /// update's 200).
+    fn commit_answering(
+        &self,
+        store: &Arc<Store>,
+        rev: &mut u64,
+        bytes: &[u8],
+        code: u16,
+    ) -> Result<WriteResult, ApiError> {
+        let body = self.commit(store, rev, bytes)?;
+        Ok(WriteResult { code, body })
     }
 
     fn commit(&self, store: &Arc<Store>, rev: &mut u64, bytes: &[u8]) -> Result<Bytes, ApiError> {

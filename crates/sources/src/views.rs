@@ -37,6 +37,13 @@ pub use json::ConvertError;
 /// One converter: stored object JSON (the source's version) → the view's JSON.
 type Convert = fn(&Value) -> Result<Vec<u8>, ConvertError>;
 
+/// What `convert` makes of the JSON text `stored`, as text (the converters' unit tests).
+#[cfg(test)]
+fn converted_text(convert: Convert, stored: &str) -> String {
+    let v: Value = serde_json::from_str(stored).unwrap();
+    String::from_utf8(convert(&v).unwrap()).unwrap()
+}
+
 /// A resource served as a conversion of another: where it comes from and how.
 struct ViewDef {
     /// `(group, version, resource)` of the source store.

@@ -167,50 +167,70 @@ mod tests {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
     }
-    fn counter() -> (Arc<Count>, Waker) {
-        let c = Arc::new(Count(AtomicUsize::new(0)));
-        (c.clone(), Waker::from(c))
+
+    /// A receiver polled with a waker of its own that counts its wake-ups.
+    struct Counted {
+        receiver: BeaconReceiver,
+        count: Arc<Count>,
+        waker: Waker,
+    }
+
+    impl Counted {
+        fn new(b: &Arc<Beacon>) -> Counted {
+            let count = Arc::new(Count(AtomicUsize::new(0)));
+            Counted {
+                receiver: b.subscribe(),
+                waker: Waker::from(count.clone()),
+                count,
+            }
+        }
+
+        fn poll(&mut self) -> Poll<()> {
+            self.receiver
+                .poll_changed(&mut Context::from_waker(&self.waker))
+        }
+
+        fn woken(&self) -> usize {
+            self.count.0.load(Ordering::SeqCst)
+        }
     }
 
     #[test]
     fn a_send_wakes_each_waiting_receiver_once_and_marks_it_changed() {
         let b = Beacon::new(7);
-        let (mut r1, mut r2) = (b.subscribe(), b.subscribe());
-        let (c1, w1) = counter();
-        let (c2, w2) = counter();
-        assert!(r1.poll_changed(&mut Context::from_waker(&w1)).is_pending());
+        let (mut r1, mut r2) = (Counted::new(&b), Counted::new(&b));
+        assert!(r1.poll().is_pending());
         // Polled twice: one slot, woken once.
-        assert!(r1.poll_changed(&mut Context::from_waker(&w1)).is_pending());
-        assert!(r2.poll_changed(&mut Context::from_waker(&w2)).is_pending());
+        assert!(r1.poll().is_pending());
+        assert!(r2.poll().is_pending());
         assert_eq!(b.waiters.lock().slots.len(), 2);
         b.send(9);
-        assert_eq!(c1.0.load(Ordering::SeqCst), 1);
-        assert_eq!(c2.0.load(Ordering::SeqCst), 1);
-        assert!(r1.has_changed());
-        assert!(r1.poll_changed(&mut Context::from_waker(&w1)).is_ready());
-        assert_eq!(r1.borrow_and_update(), 9);
-        assert!(!r1.has_changed());
-        assert!(r1.poll_changed(&mut Context::from_waker(&w1)).is_pending());
+        assert_eq!(r1.woken(), 1);
+        assert_eq!(r2.woken(), 1);
+        assert!(r1.receiver.has_changed());
+        assert!(r1.poll().is_ready());
+        assert_eq!(r1.receiver.borrow_and_update(), 9);
+        assert!(!r1.receiver.has_changed());
+        assert!(r1.poll().is_pending());
         assert_eq!(b.receiver_count(), 2);
     }
 
     #[test]
     fn a_reused_slot_is_never_taken_for_another_receivers() {
         let b = Beacon::new(0);
-        let (mut r1, mut r2) = (b.subscribe(), b.subscribe());
-        let (c1, w1) = counter();
-        let (c2, w2) = counter();
-        assert!(r1.poll_changed(&mut Context::from_waker(&w1)).is_pending());
+        let (mut r1, mut r2) = (Counted::new(&b), Counted::new(&b));
+        assert!(r1.poll().is_pending());
         b.send(1);
-        r1.borrow_and_update();
-        r2.borrow_and_update();
+        r1.receiver.borrow_and_update();
+        r2.receiver.borrow_and_update();
         // r2 now gets the slot r1 had; r1 dropped must not free it, and r1 polling again
         // must not overwrite r2's waker.
-        assert!(r2.poll_changed(&mut Context::from_waker(&w2)).is_pending());
-        assert!(r1.poll_changed(&mut Context::from_waker(&w1)).is_pending());
+        assert!(r2.poll().is_pending());
+        assert!(r1.poll().is_pending());
+        let c1 = r1.count.clone();
         drop(r1);
         b.send(2);
-        assert_eq!(c2.0.load(Ordering::SeqCst), 1);
+        assert_eq!(r2.woken(), 1);
         assert_eq!(c1.0.load(Ordering::SeqCst), 1);
         assert!(b.waiters.lock().slots.is_empty());
     }
@@ -218,9 +238,8 @@ mod tests {
     #[test]
     fn a_dropped_waiter_gives_its_slot_back() {
         let b = Beacon::new(0);
-        let mut r = b.subscribe();
-        let (_c, w) = counter();
-        assert!(r.poll_changed(&mut Context::from_waker(&w)).is_pending());
+        let mut r = Counted::new(&b);
+        assert!(r.poll().is_pending());
         drop(r);
         assert!(b.waiters.lock().slots.is_empty());
         assert_eq!(b.receiver_count(), 0);

@@ -125,17 +125,13 @@ pub fn core_event_to_events_v1(core: &Value) -> Result<Vec<u8>, ConvertError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn convert(core: &str) -> String {
-        let v: Value = serde_json::from_str(core).unwrap();
-        String::from_utf8(core_event_to_events_v1(&v).unwrap()).unwrap()
-    }
+    use crate::views::converted_text;
 
     #[test]
     fn a_kubelet_event_moves_to_the_events_names() {
         let core = r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"p.1","namespace":"a","resourceVersion":"7"},"involvedObject":{"kind":"Pod","namespace":"a","name":"p","apiVersion":"v1","fieldPath":"spec.containers{app}"},"reason":"BackOff","message":"Back-off <restarting>","source":{"component":"kubelet","host":"node-1"},"firstTimestamp":"2026-11-23T06:57:51Z","lastTimestamp":"2026-11-23T06:58:51Z","count":6,"type":"Warning","eventTime":null,"reportingComponent":"kubelet","reportingInstance":"node-1"}"#;
         assert_eq!(
-            convert(core),
+            converted_text(core_event_to_events_v1, core),
             r#"{"kind":"Event","apiVersion":"events.k8s.io/v1","metadata":{"name":"p.1","namespace":"a","resourceVersion":"7"},"eventTime":null,"reportingController":"kubelet","reportingInstance":"node-1","reason":"BackOff","regarding":{"kind":"Pod","namespace":"a","name":"p","apiVersion":"v1","fieldPath":"spec.containers{app}"},"note":"Back-off \u003crestarting\u003e","type":"Warning","deprecatedSource":{"component":"kubelet","host":"node-1"},"deprecatedFirstTimestamp":"2026-11-23T06:57:51Z","deprecatedLastTimestamp":"2026-11-23T06:58:51Z","deprecatedCount":6}"#
         );
     }
@@ -144,14 +140,14 @@ mod tests {
     fn a_new_style_event_keeps_series_related_and_action() {
         let core = r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"e"},"involvedObject":{},"source":{},"firstTimestamp":null,"lastTimestamp":null,"type":"Normal","eventTime":"2026-11-23T06:57:51.000000Z","series":{"count":2,"lastObservedTime":"2026-11-23T06:59:00.000000Z"},"action":"Reconcile","related":{"kind":"Node","name":"n"},"reportingComponent":"ctl","reportingInstance":""}"#;
         assert_eq!(
-            convert(core),
+            converted_text(core_event_to_events_v1, core),
             r#"{"kind":"Event","apiVersion":"events.k8s.io/v1","metadata":{"name":"e"},"eventTime":"2026-11-23T06:57:51.000000Z","series":{"count":2,"lastObservedTime":"2026-11-23T06:59:00.000000Z"},"reportingController":"ctl","action":"Reconcile","regarding":{},"related":{"kind":"Node","name":"n"},"type":"Normal","deprecatedSource":{},"deprecatedFirstTimestamp":null,"deprecatedLastTimestamp":null}"#
         );
     }
 
     #[test]
     fn an_empty_event_is_the_kinds_empty_object() {
-        let got = convert(r#"{"metadata":{}}"#);
+        let got = converted_text(core_event_to_events_v1, r#"{"metadata":{}}"#);
         let tail = info().empty_object_tail;
         assert_eq!(
             got,

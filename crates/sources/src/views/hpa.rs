@@ -364,17 +364,13 @@ fn insert_annotations(meta: &mut Map<String, Value>, annotations: Map<String, Va
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn convert(v2: &str) -> String {
-        let v: Value = serde_json::from_str(v2).unwrap();
-        String::from_utf8(hpa_v2_to_v1(&v).unwrap()).unwrap()
-    }
+    use crate::views::converted_text;
 
     #[test]
     fn a_cpu_utilization_target_becomes_the_v1_percentage() {
         let v2 = r#"{"kind":"HorizontalPodAutoscaler","apiVersion":"autoscaling/v2","metadata":{"name":"web","namespace":"a","resourceVersion":"253","labels":{"t":"b"},"annotations":{"note":"x"}},"spec":{"scaleTargetRef":{"kind":"Deployment","name":"web","apiVersion":"apps/v1"},"minReplicas":2,"maxReplicas":10,"metrics":[{"type":"Resource","resource":{"name":"cpu","target":{"type":"Utilization","averageUtilization":70}}}]},"status":{"currentMetrics":null,"desiredReplicas":0}}"#;
         assert_eq!(
-            convert(v2),
+            converted_text(hpa_v2_to_v1, v2),
             r#"{"kind":"HorizontalPodAutoscaler","apiVersion":"autoscaling/v1","metadata":{"name":"web","namespace":"a","resourceVersion":"253","labels":{"t":"b"},"annotations":{"note":"x"}},"spec":{"scaleTargetRef":{"kind":"Deployment","name":"web","apiVersion":"apps/v1"},"minReplicas":2,"maxReplicas":10,"targetCPUUtilizationPercentage":70},"status":{"currentReplicas":0,"desiredReplicas":0}}"#
         );
     }
@@ -382,7 +378,7 @@ mod tests {
     #[test]
     fn what_v1_cannot_express_travels_in_annotations() {
         let v2 = r#"{"metadata":{"name":"h","uid":"u","labels":{"a":"b"},"managedFields":[]},"spec":{"scaleTargetRef":{"kind":"Deployment","name":"d"},"maxReplicas":5,"metrics":[{"type":"Resource","resource":{"name":"cpu","target":{"type":"Utilization","averageUtilization":50}}},{"type":"Pods","pods":{"metric":{"name":"qps"},"target":{"type":"AverageValue","averageValue":"1k"}}},{"type":"External","external":{"metric":{"name":"queue","selector":{"matchLabels":{"q":"w"}}},"target":{"type":"Value","value":"30"}}},{"type":"Resource","resource":{"name":"memory","target":{"type":"AverageValue","averageValue":"100Mi"}}}],"behavior":{"scaleDown":{"stabilizationWindowSeconds":300,"selectPolicy":"Max","policies":[{"type":"Percent","value":100,"periodSeconds":15}]}}},"status":{"observedGeneration":3,"lastScaleTime":"2026-11-23T06:57:51Z","currentReplicas":2,"desiredReplicas":3,"currentMetrics":[{"type":"Resource","resource":{"name":"cpu","current":{"averageValue":"250m","averageUtilization":62}}}],"conditions":[{"type":"AbleToScale","status":"True","lastTransitionTime":"2026-11-23T06:57:51Z","reason":"ReadyForNewScale","message":"recommended size matches current size"}]}}"#;
-        let got: Value = serde_json::from_str(&convert(v2)).unwrap();
+        let got: Value = serde_json::from_str(&converted_text(hpa_v2_to_v1, v2)).unwrap();
         let a = &got["metadata"]["annotations"];
         let keys: Vec<&String> = a.as_object().unwrap().keys().collect();
         assert_eq!(
@@ -430,14 +426,14 @@ mod tests {
     fn stale_round_trip_annotations_alone_are_dropped() {
         let v2 = r#"{"metadata":{"name":"h","annotations":{"autoscaling.alpha.kubernetes.io/conditions":"[]"}},"spec":{"scaleTargetRef":{"kind":"Deployment","name":"d"},"maxReplicas":1,"metrics":[{"type":"Resource","resource":{"name":"cpu","target":{"type":"AverageValue","averageValue":"500m"}}}]},"status":{"desiredReplicas":1}}"#;
         assert_eq!(
-            convert(v2),
+            converted_text(hpa_v2_to_v1, v2),
             r#"{"kind":"HorizontalPodAutoscaler","apiVersion":"autoscaling/v1","metadata":{"name":"h","annotations":{"autoscaling.alpha.kubernetes.io/metrics":"[{\"type\":\"Resource\",\"resource\":{\"name\":\"cpu\",\"targetAverageValue\":\"500m\"}}]"}},"spec":{"scaleTargetRef":{"kind":"Deployment","name":"d"},"maxReplicas":1},"status":{"currentReplicas":0,"desiredReplicas":1}}"#,
             "a CPU target that is not a utilization sets no percentage and is kept as a metric"
         );
         let only = r#"{"metadata":{"name":"h","annotations":{"autoscaling.alpha.kubernetes.io/conditions":"[]"}},"spec":{}}"#;
         let tail = info().empty_object_tail;
         assert_eq!(
-            convert(only),
+            converted_text(hpa_v2_to_v1, only),
             format!(
                 r#"{{"kind":"HorizontalPodAutoscaler","apiVersion":"autoscaling/v1","metadata":{{"name":"h"}},{tail}}}"#
             )
