@@ -64,18 +64,9 @@ pub(crate) enum Scenario {
     about = "Concurrent LIST / watch-list load with server RSS sampling"
 )]
 pub(crate) struct Args {
-    /// Base URL (http://host:port) of the apiserver.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub url: String,
-    /// Bearer token, if the server wants one.
-    #[arg(long)]
-    pub token: Option<String>,
-    /// CA bundle (PEM) to trust for an https:// URL.
-    #[arg(long)]
-    pub ca_file: Option<PathBuf>,
-    /// Accept any server certificate (https:// URLs).
-    #[arg(long)]
-    pub insecure_skip_tls_verify: bool,
+    /// The apiserver and how to reach it.
+    #[command(flatten)]
+    pub target: net::Target,
     /// idle-watchers only: multiplex this many watches per HTTP/2 (h2c) connection, as
     /// client-go does, instead of one HTTP/1.1 connection per watch.
     #[arg(long)]
@@ -392,12 +383,7 @@ async fn run(args: Arc<Args>, host: String, server: Server) -> Result<Outcome, S
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Arc::new(Args::parse());
-    let host = net::init(
-        &args.url,
-        args.ca_file.as_deref(),
-        args.insecure_skip_tls_verify,
-        args.token.as_deref(),
-    )?;
+    let host = net::init(&args.target)?;
     http::streams_over_h2(args.h2);
     let server = Server::new(args.pid);
     let sampler = Sampler::start(server);
@@ -474,7 +460,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let report = Report {
         scenario: args.scenario,
         clients: args.clients,
-        url: args.url.clone(),
+        url: args.target.url.clone(),
         path: args.path.clone(),
         gzip: args.gzip,
         protobuf: args.protobuf,
