@@ -94,13 +94,9 @@ pub(crate) struct Args {
     /// Collection path.
     #[arg(long, default_value = "/api/v1/pods")]
     pub path: String,
-    /// Ask for gzip.
-    #[arg(long)]
-    pub gzip: bool,
-    /// Ask for `application/vnd.kubernetes.protobuf` (list, watch-list, churn, idle-watchers,
-    /// relist-storm, kubelet-storm, informers).
-    #[arg(long)]
-    pub protobuf: bool,
+    /// How requests ask for their bodies.
+    #[command(flatten)]
+    pub form: http::Form,
     /// list / watchlist scenarios: ask for PartialObjectMetadata (what metadata informers,
     /// the garbage collector and quota ask for).
     #[arg(long)]
@@ -179,8 +175,8 @@ struct Report {
     clients: usize,
     url: String,
     path: String,
-    gzip: bool,
-    protobuf: bool,
+    #[serde(flatten)]
+    form: http::Form,
     metadata_only: bool,
     /// Seconds into the samples where measuring started (after a scenario's set-up).
     measured_from_s: f64,
@@ -274,10 +270,7 @@ async fn run_informers(args: Arc<Args>, host: String, mode: informers::Mode) -> 
                 host.clone(),
                 args.path.clone(),
                 mode,
-                informers::Form {
-                    gzip: args.gzip,
-                    protobuf: args.protobuf,
-                },
+                args.form,
                 args.discard_objects,
                 limiter.clone(),
                 start.clone(),
@@ -462,8 +455,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         clients: args.clients,
         url: args.target.url.clone(),
         path: args.path.clone(),
-        gzip: args.gzip,
-        protobuf: args.protobuf,
+        form: args.form,
         metadata_only: args.metadata_only,
         measured_from_s: from_s,
         idle_rss_kib: idle,

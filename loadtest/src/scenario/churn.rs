@@ -121,7 +121,7 @@ pub async fn run(args: Arc<Args>, host: String, server: Server) -> (Vec<ClientRe
                 host.clone(),
                 stopped.clone(),
                 progress.clone(),
-                args.protobuf,
+                args.form.protobuf,
             );
             tokio::spawn(async move {
                 let full = i % every == 0;
@@ -195,7 +195,7 @@ pub async fn run(args: Arc<Args>, host: String, server: Server) -> (Vec<ClientRe
         write_errors: log.errors,
         write_error_samples: log.first_errors,
         in_order: true,
-        protobuf: args.protobuf,
+        protobuf: args.form.protobuf,
         full_decode_every: every,
         ..Default::default()
     };

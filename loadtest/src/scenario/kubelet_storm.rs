@@ -239,7 +239,7 @@ pub async fn run(
         .ok_or("kubelet-storm needs --pods-from FILE (an NDJSON of Pods)")?;
     let mut report = Report {
         nodes,
-        protobuf: args.protobuf,
+        protobuf: args.form.protobuf,
         ..Default::default()
     };
 
@@ -299,7 +299,7 @@ pub async fn run(
                 stopped.clone(),
                 progress.clone(),
                 synced.clone(),
-                args.protobuf,
+                args.form.protobuf,
                 retried.clone(),
             );
             let (relisted, first_error_event) = (relisted.clone(), first_error_event.clone());

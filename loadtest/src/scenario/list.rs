@@ -73,18 +73,18 @@ pub async fn fetch(
     watch: bool,
     res: &mut ClientResult,
 ) -> Result<(u64, ListMeta), String> {
-    let accept = http::accept(args.protobuf, args.metadata_only, watch);
+    let accept = http::accept(args.form.protobuf, args.metadata_only, watch);
     let asked = Instant::now();
     let first = res.headers_ms.is_none();
     let (status, mut body, timing) =
-        http::get_timed(host, path, accept.as_deref(), args.gzip, first).await?;
+        http::get_timed(host, path, accept.as_deref(), args.form.gzip, first).await?;
     let sent = timing.sent;
     let head = sent.elapsed();
     res.requests += 1;
     if status != 200 {
         return Err(format!("HTTP {status}"));
     }
-    let mut counter = Counter::new(watch, args.protobuf);
+    let mut counter = Counter::new(watch, args.form.protobuf);
     let mut first_byte = None;
     let read = async {
         while let Some(chunk) = body.chunk().await? {
