@@ -19,7 +19,7 @@ use hyper::Method;
 use serde::Serialize;
 
 use crate::events::{self, Kind};
-use crate::report::{ClientResult, Server, cpu_delta, own_cpu_s, pct, us_per_event};
+use crate::report::{ClientResult, Server, Spread, cpu_delta, own_cpu_s, pct, us_per_event};
 use crate::writers::{self, Write};
 use crate::{Args, http};
 
@@ -228,9 +228,9 @@ pub async fn run(args: Arc<Args>, host: String, server: Server) -> (Vec<ClientRe
         same && acks.keys().all(|rv| rvs.contains(rv)) && count >= log.writes;
     report.delivered_events = report.events_per_watcher.iter().sum();
     lat.sort_by(f64::total_cmp);
-    report.p50_ms = pct(&lat, 0.50);
+    let spread = Spread::of(&lat).unwrap_or_default();
+    (report.p50_ms, report.max_ms) = (spread.p50, spread.max);
     report.p99_ms = pct(&lat, 0.99);
-    report.max_ms = lat.last().copied().unwrap_or(0.0);
     report.server_cpu_s = cpu_delta(cpu0, cpu1);
     report.server_cpu_us_per_event = us_per_event(report.server_cpu_s, report.delivered_events);
     report.client_cpu_s = cpu_delta(own0, own1);

@@ -31,7 +31,7 @@ use serde_json::Value;
 use super::churn::delivered;
 use super::list::{WATCH_LIST, with_query};
 use crate::events::{self, Kind};
-use crate::report::{ClientResult, Server, cpu_delta, own_cpu_s, pct, us_per_event};
+use crate::report::{ClientResult, Server, Spread, cpu_delta, own_cpu_s, us_per_event};
 use crate::writers::{self, Write};
 use crate::{Args, http};
 
@@ -498,8 +498,8 @@ pub async fn run(
         results.push(result);
     }
     sync.sort_by(f64::total_cmp);
-    report.sync_s_p50 = pct(&sync, 0.5);
-    report.sync_s_max = sync.last().copied().unwrap_or(0.0);
+    let sync = Spread::of(&sync).unwrap_or_default();
+    (report.sync_s_p50, report.sync_s_max) = (sync.p50, sync.max);
     report.server_cpu_us_per_event = us_per_event(report.churn_server_cpu_s, report.churn_events);
     report.expected = expected;
     report.every_node_got_its_events = exact && report.create_errors == 0 && log.errors == 0;
