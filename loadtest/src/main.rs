@@ -19,7 +19,7 @@ mod report;
 mod scenario;
 mod writers;
 
-use report::{ClientResult, FirstByte, Sampler, Server, cpu_delta};
+use report::{ClientResult, Cpu, CpuMark, FirstByte, Sampler, Server, cpu_delta};
 use scenario::{
     churn, idle_watchers, informers, kubelet_storm, list, relist_storm, slow_readers, writes,
 };
@@ -184,10 +184,10 @@ struct Report {
     peak_rss_kib: Option<u64>,
     peak_minus_idle_kib: Option<u64>,
     duration_s: f64,
-    /// The server's CPU (user + system) over the measured part of the run.
-    server_cpu_s: Option<f64>,
-    /// This harness's CPU over the same.
-    client_cpu_s: Option<f64>,
+    /// The server's CPU (user + system) over the measured part of the run, and this
+    /// harness's over the same.
+    #[serde(flatten)]
+    cpu: Cpu,
     total_wire_bytes: u64,
     objects_per_client: Vec<u64>,
     complete: bool,
@@ -380,14 +380,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     http::streams_over_h2(args.h2);
     let server = Server::new(args.pid);
     let sampler = Sampler::start(server);
-    let (t0, idle0, cpu0, own0) = (
-        sampler.t0,
-        server.rss_kib(),
-        server.cpu_s(),
-        report::own_cpu_s(),
-    );
+    let (t0, idle0, cpu) = (sampler.t0, server.rss_kib(), CpuMark::now(server));
     let outcome = run(args.clone(), host, server).await?;
-    let (cpu1, own1) = (server.cpu_s(), report::own_cpu_s());
+    let cpu = cpu.elapsed();
     let end = Instant::now();
     let samples = sampler.finish();
     // A scenario with a set-up (creating objects) measures from where it says.
@@ -462,14 +457,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         peak_rss_kib: peak,
         peak_minus_idle_kib: idle.zip(peak).map(|(i, p)| p.saturating_sub(i)),
         duration_s: end.saturating_duration_since(from).as_secs_f64(),
-        server_cpu_s: match &outcome.kubelet {
-            Some(k) => k
-                .storm_server_cpu_s
-                .zip(k.churn_server_cpu_s)
-                .map(|(a, b)| a + b),
-            None => cpu_delta(cpu0, cpu1),
+        cpu: Cpu {
+            server_cpu_s: match &outcome.kubelet {
+                Some(k) => k
+                    .storm_server_cpu_s
+                    .zip(k.churn_server_cpu_s)
+                    .map(|(a, b)| a + b),
+                None => cpu.server_cpu_s,
+            },
+            ..cpu
         },
-        client_cpu_s: cpu_delta(own0, own1),
         total_wire_bytes: per_client.iter().map(|c| c.wire_bytes).sum(),
         objects_per_client: objects,
         complete,
@@ -528,7 +525,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         report.idle_rss_kib,
         report.peak_rss_kib,
         report.peak_minus_idle_kib,
-        report.server_cpu_s,
+        report.cpu.server_cpu_s,
         report.complete
     );
     if !report.complete {

@@ -41,6 +41,42 @@ pub fn own_cpu_s() -> Option<f64> {
     process::cpu_seconds("self")
 }
 
+/// CPU seconds used over a measured window: the server's (user + system) and this
+/// harness's.
+#[derive(Serialize, Default, Clone, Copy)]
+pub struct Cpu {
+    /// The server's CPU (none without `--pid`).
+    pub server_cpu_s: Option<f64>,
+    /// This harness's CPU.
+    pub client_cpu_s: Option<f64>,
+}
+
+/// The server's and this harness's CPU readings at the start of a window.
+pub struct CpuMark {
+    server: Server,
+    server_s: Option<f64>,
+    own_s: Option<f64>,
+}
+
+impl CpuMark {
+    /// Reads both now.
+    pub fn now(server: Server) -> Self {
+        CpuMark {
+            server,
+            server_s: server.cpu_s(),
+            own_s: own_cpu_s(),
+        }
+    }
+
+    /// The CPU used from the mark until now.
+    pub fn elapsed(&self) -> Cpu {
+        Cpu {
+            server_cpu_s: cpu_delta(self.server_s, self.server.cpu_s()),
+            client_cpu_s: cpu_delta(self.own_s, own_cpu_s()),
+        }
+    }
+}
+
 /// Samples the server's RSS every 100 ms on its own thread until [`Sampler::finish`].
 pub struct Sampler {
     running: Arc<AtomicBool>,
