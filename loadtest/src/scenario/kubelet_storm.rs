@@ -182,7 +182,6 @@ fn produce(
     Ok(())
 }
 
-/// The first pod of `file`, the template of the churned pods.
 /// How many times a node relists after an ERROR event before it fails.
 const RELISTS_AFTER_ERROR: u32 = 3;
 
@@ -210,6 +209,7 @@ fn status_message(raw: &[u8]) -> String {
         .unwrap_or_default()
 }
 
+/// The first pod of `file`, the template of the churned pods.
 fn template(file: &Path) -> Result<Value, String> {
     let first = lines(file)?
         .find(|l| l.as_ref().map_or(true, |l| !l.trim().is_empty()))
