@@ -14,8 +14,7 @@ use listwatch_core::builtin_resources;
 use listwatch_sources::{EmbeddedSource, Registry};
 use listwatch_store::{Record, StoreConfig};
 
-#[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+listwatch_benches::jemalloc!();
 
 fn fill(registry: &Registry, resource: &str, objects: Vec<serde_json::Value>) {
     let store = registry

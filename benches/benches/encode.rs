@@ -8,8 +8,7 @@ use listwatch_benches::{list_encoder, pod_store};
 use listwatch_codec::{ChunkWriter, DEFAULT_CHUNK, watch};
 use listwatch_store::{EventType, Filter, SnapshotReader};
 
-#[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+listwatch_benches::jemalloc!();
 
 const N: usize = 100_000;
 

@@ -5,8 +5,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use listwatch_benches::{pod_records, pods};
 use listwatch_store::{Change, Filter, Record, Store, StoreConfig};
 
-#[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+listwatch_benches::jemalloc!();
 
 const CURSORS: usize = 1_000;
 const EVENTS: usize = 1_000;

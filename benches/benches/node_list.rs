@@ -11,8 +11,7 @@ use listwatch_core::fields::FieldSelector;
 use listwatch_core::labels::LabelSelector;
 use listwatch_store::{Filter, Record, Snapshot, Store, StoreConfig};
 
-#[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+listwatch_benches::jemalloc!();
 
 const PODS: usize = 150_000;
 const NODES: usize = 5_000;

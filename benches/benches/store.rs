@@ -4,8 +4,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use listwatch_benches::{pod_records, pod_store, pods};
 use listwatch_store::{Change, Store, StoreConfig};
 
-#[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+listwatch_benches::jemalloc!();
 
 const N: usize = 100_000;
 

@@ -10,8 +10,7 @@ use listwatch_benches::{pod_records, pods};
 use listwatch_codec::{Encoding, Form, Rendering, WatchEncoder, WatchSpec, WatchStep};
 use listwatch_store::{Change, Filter, Record, Store, StoreConfig};
 
-#[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+listwatch_benches::jemalloc!();
 
 const WATCHERS: usize = 100;
 const EVENTS: usize = 200;

@@ -7,6 +7,20 @@ use listwatch_core::{ResourceInfo, builtin_resource};
 use listwatch_sources::demo::demo_pod;
 use listwatch_store::{Filter, Record, Snapshot, SnapshotReader, Store, StoreConfig};
 
+#[doc(hidden)]
+pub use tikv_jemallocator;
+
+/// Makes jemalloc the bench's global allocator, the one `listwatch serve` runs with, so a
+/// bench's allocations cost what the server's do. A macro, not a `#[global_allocator]` here:
+/// the heap-overhead test links this crate too and counts with dhat's allocator.
+#[macro_export]
+macro_rules! jemalloc {
+    () => {
+        #[global_allocator]
+        static ALLOC: $crate::tikv_jemallocator::Jemalloc = $crate::tikv_jemallocator::Jemalloc;
+    };
+}
+
 /// The built-in pods resource.
 pub fn pods() -> Arc<ResourceInfo> {
     Arc::new(builtin_resource("pods").expect("pods"))

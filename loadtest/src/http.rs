@@ -17,6 +17,19 @@ use crate::net;
 /// Protobuf, as kube-apiserver names it.
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
+/// How a scenario's requests ask for their bodies: the command line's `--gzip` and
+/// `--protobuf`, reported as they were given.
+#[derive(clap::Args, serde::Serialize, Clone, Copy)]
+pub struct Form {
+    /// Ask for gzip.
+    #[arg(long)]
+    pub gzip: bool,
+    /// Ask for `application/vnd.kubernetes.protobuf` (list, watch-list, churn, idle-watchers,
+    /// relist-storm, kubelet-storm, informers).
+    #[arg(long)]
+    pub protobuf: bool,
+}
+
 /// The sending half of one HTTP/1.1 connection.
 pub type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 

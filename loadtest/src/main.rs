@@ -19,7 +19,7 @@ mod report;
 mod scenario;
 mod writers;
 
-use report::{ClientResult, FirstByte, Sampler, Server, cpu_delta};
+use report::{ClientResult, Cpu, CpuMark, FirstByte, Sampler, Server, cpu_delta};
 use scenario::{
     churn, idle_watchers, informers, kubelet_storm, list, relist_storm, slow_readers, writes,
 };
@@ -64,18 +64,9 @@ pub(crate) enum Scenario {
     about = "Concurrent LIST / watch-list load with server RSS sampling"
 )]
 pub(crate) struct Args {
-    /// Base URL (http://host:port) of the apiserver.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub url: String,
-    /// Bearer token, if the server wants one.
-    #[arg(long)]
-    pub token: Option<String>,
-    /// CA bundle (PEM) to trust for an https:// URL.
-    #[arg(long)]
-    pub ca_file: Option<PathBuf>,
-    /// Accept any server certificate (https:// URLs).
-    #[arg(long)]
-    pub insecure_skip_tls_verify: bool,
+    /// The apiserver and how to reach it.
+    #[command(flatten)]
+    pub target: net::Target,
     /// idle-watchers only: multiplex this many watches per HTTP/2 (h2c) connection, as
     /// client-go does, instead of one HTTP/1.1 connection per watch.
     #[arg(long)]
@@ -103,13 +94,9 @@ pub(crate) struct Args {
     /// Collection path.
     #[arg(long, default_value = "/api/v1/pods")]
     pub path: String,
-    /// Ask for gzip.
-    #[arg(long)]
-    pub gzip: bool,
-    /// Ask for `application/vnd.kubernetes.protobuf` (list, watch-list, churn, idle-watchers,
-    /// relist-storm, kubelet-storm, informers).
-    #[arg(long)]
-    pub protobuf: bool,
+    /// How requests ask for their bodies.
+    #[command(flatten)]
+    pub form: http::Form,
     /// list / watchlist scenarios: ask for PartialObjectMetadata (what metadata informers,
     /// the garbage collector and quota ask for).
     #[arg(long)]
@@ -188,8 +175,8 @@ struct Report {
     clients: usize,
     url: String,
     path: String,
-    gzip: bool,
-    protobuf: bool,
+    #[serde(flatten)]
+    form: http::Form,
     metadata_only: bool,
     /// Seconds into the samples where measuring started (after a scenario's set-up).
     measured_from_s: f64,
@@ -197,10 +184,10 @@ struct Report {
     peak_rss_kib: Option<u64>,
     peak_minus_idle_kib: Option<u64>,
     duration_s: f64,
-    /// The server's CPU (user + system) over the measured part of the run.
-    server_cpu_s: Option<f64>,
-    /// This harness's CPU over the same.
-    client_cpu_s: Option<f64>,
+    /// The server's CPU (user + system) over the measured part of the run, and this
+    /// harness's over the same.
+    #[serde(flatten)]
+    cpu: Cpu,
     total_wire_bytes: u64,
     objects_per_client: Vec<u64>,
     complete: bool,
@@ -283,10 +270,7 @@ async fn run_informers(args: Arc<Args>, host: String, mode: informers::Mode) -> 
                 host.clone(),
                 args.path.clone(),
                 mode,
-                informers::Form {
-                    gzip: args.gzip,
-                    protobuf: args.protobuf,
-                },
+                args.form,
                 args.discard_objects,
                 limiter.clone(),
                 start.clone(),
@@ -392,23 +376,13 @@ async fn run(args: Arc<Args>, host: String, server: Server) -> Result<Outcome, S
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Arc::new(Args::parse());
-    let host = net::init(
-        &args.url,
-        args.ca_file.as_deref(),
-        args.insecure_skip_tls_verify,
-        args.token.as_deref(),
-    )?;
+    let host = net::init(&args.target)?;
     http::streams_over_h2(args.h2);
     let server = Server::new(args.pid);
     let sampler = Sampler::start(server);
-    let (t0, idle0, cpu0, own0) = (
-        sampler.t0,
-        server.rss_kib(),
-        server.cpu_s(),
-        report::own_cpu_s(),
-    );
+    let (t0, idle0, cpu) = (sampler.t0, server.rss_kib(), CpuMark::now(server));
     let outcome = run(args.clone(), host, server).await?;
-    let (cpu1, own1) = (server.cpu_s(), report::own_cpu_s());
+    let cpu = cpu.elapsed();
     let end = Instant::now();
     let samples = sampler.finish();
     // A scenario with a set-up (creating objects) measures from where it says.
@@ -474,24 +448,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let report = Report {
         scenario: args.scenario,
         clients: args.clients,
-        url: args.url.clone(),
+        url: args.target.url.clone(),
         path: args.path.clone(),
-        gzip: args.gzip,
-        protobuf: args.protobuf,
+        form: args.form,
         metadata_only: args.metadata_only,
         measured_from_s: from_s,
         idle_rss_kib: idle,
         peak_rss_kib: peak,
         peak_minus_idle_kib: idle.zip(peak).map(|(i, p)| p.saturating_sub(i)),
         duration_s: end.saturating_duration_since(from).as_secs_f64(),
-        server_cpu_s: match &outcome.kubelet {
-            Some(k) => k
-                .storm_server_cpu_s
-                .zip(k.churn_server_cpu_s)
-                .map(|(a, b)| a + b),
-            None => cpu_delta(cpu0, cpu1),
+        cpu: Cpu {
+            server_cpu_s: match &outcome.kubelet {
+                Some(k) => k
+                    .storm_server_cpu_s
+                    .zip(k.churn_server_cpu_s)
+                    .map(|(a, b)| a + b),
+                None => cpu.server_cpu_s,
+            },
+            ..cpu
         },
-        client_cpu_s: cpu_delta(own0, own1),
         total_wire_bytes: per_client.iter().map(|c| c.wire_bytes).sum(),
         objects_per_client: objects,
         complete,
@@ -550,7 +525,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         report.idle_rss_kib,
         report.peak_rss_kib,
         report.peak_minus_idle_kib,
-        report.server_cpu_s,
+        report.cpu.server_cpu_s,
         report.complete
     );
     if !report.complete {

@@ -31,14 +31,31 @@ pub fn bearer() -> Option<String> {
     TOKEN.get()?.as_ref().map(|t| format!("Bearer {t}"))
 }
 
+/// Where the target is and how to reach it: the command line's connection flags.
+#[derive(clap::Args)]
+pub struct Target {
+    /// Base URL (http://host:port) of the apiserver.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// Bearer token, if the server wants one.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// CA bundle (PEM) to trust for an https:// URL.
+    #[arg(long)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Accept any server certificate (https:// URLs).
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
+}
+
 /// Sets up TLS for an `https://` target and the bearer token; returns `host:port`.
-pub fn init(
-    url: &str,
-    ca_file: Option<&std::path::Path>,
-    insecure: bool,
-    token: Option<&str>,
-) -> Result<String, String> {
-    let _ = TOKEN.set(token.map(str::to_string));
+pub fn init(target: &Target) -> Result<String, String> {
+    let (url, ca_file, insecure) = (
+        target.url.as_str(),
+        target.ca_file.as_deref(),
+        target.insecure_skip_tls_verify,
+    );
+    let _ = TOKEN.set(target.token.clone());
     let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
         (true, r)
     } else if let Some(r) = url.strip_prefix("http://") {
@@ -266,6 +283,22 @@ async fn connect_over(
     }
 }
 
+/// The trait's signature checks, each handed to rustls's function of the same name with the
+/// provider's algorithms: skipping verification skips the certificate, not the handshake's
+/// signatures.
+macro_rules! signature_checks {
+    ($($check:ident),*) => {$(
+        fn $check(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::$check(message, cert, dss, &self.0.signature_verification_algorithms)
+        }
+    )*};
+}
+
 /// `--insecure-skip-tls-verify`: accepts any certificate (signatures still checked).
 #[derive(Debug)]
 struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
@@ -282,33 +315,7 @@ impl ServerCertVerifier for NoVerify {
         Ok(ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
+    signature_checks!(verify_tls12_signature, verify_tls13_signature);
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()

@@ -41,6 +41,42 @@ pub fn own_cpu_s() -> Option<f64> {
     process::cpu_seconds("self")
 }
 
+/// CPU seconds used over a measured window: the server's (user + system) and this
+/// harness's.
+#[derive(Serialize, Default, Clone, Copy)]
+pub struct Cpu {
+    /// The server's CPU (none without `--pid`).
+    pub server_cpu_s: Option<f64>,
+    /// This harness's CPU.
+    pub client_cpu_s: Option<f64>,
+}
+
+/// The server's and this harness's CPU readings at the start of a window.
+pub struct CpuMark {
+    server: Server,
+    server_s: Option<f64>,
+    own_s: Option<f64>,
+}
+
+impl CpuMark {
+    /// Reads both now.
+    pub fn now(server: Server) -> Self {
+        CpuMark {
+            server,
+            server_s: server.cpu_s(),
+            own_s: own_cpu_s(),
+        }
+    }
+
+    /// The CPU used from the mark until now.
+    pub fn elapsed(&self) -> Cpu {
+        Cpu {
+            server_cpu_s: cpu_delta(self.server_s, self.server.cpu_s()),
+            client_cpu_s: cpu_delta(self.own_s, own_cpu_s()),
+        }
+    }
+}
+
 /// Samples the server's RSS every 100 ms on its own thread until [`Sampler::finish`].
 pub struct Sampler {
     running: Arc<AtomicBool>,
@@ -94,15 +130,9 @@ pub struct ClientResult {
     pub seconds: f64,
     /// Requests made.
     pub requests: u32,
-    /// First request: milliseconds to open its connection (before it was sent).
-    pub connect_ms: Option<f64>,
-    /// First request: milliseconds from its bytes going to the kernel until the response's
-    /// first bytes reached the socket (plain HTTP/1.1; see `net::Arrival`).
-    pub arrival_ms: Option<f64>,
-    /// First request: milliseconds from sending it to the response head.
-    pub headers_ms: Option<f64>,
-    /// First request: milliseconds from sending it to the first body byte.
-    pub first_byte_ms: Option<f64>,
+    /// Its first request's timings (list scenarios).
+    #[serde(flatten)]
+    pub first: FirstRequest,
     /// What went wrong, if anything.
     pub error: Option<String>,
 }
@@ -122,6 +152,29 @@ impl ClientResult {
             error,
             ..Default::default()
         }
+    }
+}
+
+/// What a client's first request took, in milliseconds (each `None` until timed).
+#[derive(Serialize, Default, Clone, Copy)]
+pub struct FirstRequest {
+    /// Opening its connection (before it was sent).
+    pub connect_ms: Option<f64>,
+    /// From its bytes going to the kernel until the response's first bytes reached the
+    /// socket (plain HTTP/1.1; see `net::Arrival`).
+    pub arrival_ms: Option<f64>,
+    /// From sending it to the response head.
+    pub headers_ms: Option<f64>,
+    /// From sending it to the first body byte.
+    pub first_byte_ms: Option<f64>,
+}
+
+impl FirstRequest {
+    /// The earlier observer of the response's first bytes, `arrival` or `headers` (both see
+    /// them only after they reached the socket: the poll(2) thread waits for a core too,
+    /// `headers` counts from before the first write), so the tighter bound.
+    fn seen_ms(&self) -> Option<f64> {
+        Some(self.arrival_ms?.min(self.headers_ms?))
     }
 }
 
@@ -145,59 +198,77 @@ pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// The median and the largest of some samples.
+#[derive(Clone, Copy, Default, Debug, PartialEq)]
+pub struct Spread {
+    /// The median.
+    pub p50: f64,
+    /// The largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `sorted` (ascending); `None` when it is empty.
+    pub fn of(sorted: &[f64]) -> Option<Spread> {
+        Some(Spread {
+            p50: pct(sorted, 0.5),
+            max: *sorted.last()?,
+        })
+    }
+}
+
 /// First-byte latency over every client's first request, from sending it (its connection's
-/// setup apart: a storm of new connections is the listener's and the client's work).
-#[derive(Serialize)]
+/// setup apart: a storm of new connections is the listener's and the client's work), in ms.
+/// Reported as `<what>_p50_ms` and `<what>_max_ms` for each, in this order.
 pub struct FirstByte {
-    /// Median time to open the connection the first request went on, ms.
-    pub connect_p50_ms: f64,
-    /// Slowest time to open it, ms.
-    pub connect_max_ms: f64,
-    /// Median time from the request's bytes going to the kernel until the response's first
-    /// bytes reached the client's socket, ms: the server's figure, without the harness's own
-    /// delays in writing and reading (plain HTTP/1.1).
-    pub arrival_p50_ms: Option<f64>,
-    /// Slowest such time, ms.
-    pub arrival_max_ms: Option<f64>,
-    /// Median of each client's earlier observer, `arrival` or `headers`, ms. Both see the
-    /// bytes only after they reached the socket (the poll(2) thread waits for a core too,
-    /// `headers` counts from before the first write), so the earlier is the tighter bound.
-    pub seen_p50_ms: Option<f64>,
-    /// Slowest such time, ms.
-    pub seen_max_ms: Option<f64>,
-    /// Median time to the response head, ms.
-    pub headers_p50_ms: f64,
-    /// Slowest time to the response head, ms.
-    pub headers_max_ms: f64,
-    /// Median time to the first body byte, ms.
-    pub first_byte_p50_ms: f64,
-    /// Slowest time to the first body byte, ms.
-    pub first_byte_max_ms: f64,
+    /// Time to open the connection the first request went on.
+    pub connect: Spread,
+    /// Time from the request's bytes going to the kernel until the response's first bytes
+    /// reached the client's socket: the server's figure, without the harness's own delays in
+    /// writing and reading (plain HTTP/1.1).
+    pub arrival: Option<Spread>,
+    /// Each client's earlier observer, `arrival` or `headers` ([`FirstRequest`]).
+    pub seen: Option<Spread>,
+    /// Time to the response head.
+    pub headers: Spread,
+    /// Time to the first body byte.
+    pub first_byte: Spread,
 }
 
 impl FirstByte {
     /// Summarizes the clients' first requests (`None` when none got a response).
     pub fn of(clients: &[ClientResult]) -> Option<Self> {
-        let sorted = |f: fn(&ClientResult) -> Option<f64>| {
-            let mut v: Vec<f64> = clients.iter().filter_map(f).collect();
+        let spread = |f: fn(&FirstRequest) -> Option<f64>| {
+            let mut v: Vec<f64> = clients.iter().filter_map(|c| f(&c.first)).collect();
             v.sort_by(f64::total_cmp);
-            v
+            Spread::of(&v)
         };
-        let (h, b) = (sorted(|c| c.headers_ms), sorted(|c| c.first_byte_ms));
-        let (c, a) = (sorted(|c| c.connect_ms), sorted(|c| c.arrival_ms));
-        let seen = sorted(|c| Some(c.arrival_ms?.min(c.headers_ms?)));
-        (!h.is_empty()).then(|| FirstByte {
-            arrival_p50_ms: (!a.is_empty()).then(|| pct(&a, 0.5)),
-            arrival_max_ms: a.last().copied(),
-            seen_p50_ms: (!seen.is_empty()).then(|| pct(&seen, 0.5)),
-            seen_max_ms: seen.last().copied(),
-            connect_p50_ms: pct(&c, 0.5),
-            connect_max_ms: c.last().copied().unwrap_or(0.0),
-            headers_p50_ms: pct(&h, 0.5),
-            headers_max_ms: h.last().copied().unwrap_or(0.0),
-            first_byte_p50_ms: pct(&b, 0.5),
-            first_byte_max_ms: b.last().copied().unwrap_or(0.0),
+        Some(FirstByte {
+            headers: spread(|f| f.headers_ms)?,
+            connect: spread(|f| f.connect_ms).unwrap_or_default(),
+            arrival: spread(|f| f.arrival_ms),
+            seen: spread(FirstRequest::seen_ms),
+            first_byte: spread(|f| f.first_byte_ms).unwrap_or_default(),
         })
+    }
+}
+
+impl Serialize for FirstByte {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let spreads = [
+            ("connect", Some(self.connect)),
+            ("arrival", self.arrival),
+            ("seen", self.seen),
+            ("headers", Some(self.headers)),
+            ("first_byte", Some(self.first_byte)),
+        ];
+        let mut map = s.serialize_map(Some(2 * spreads.len()))?;
+        for (what, spread) in spreads {
+            map.serialize_entry(&format!("{what}_p50_ms"), &spread.map(|s| s.p50))?;
+            map.serialize_entry(&format!("{what}_max_ms"), &spread.map(|s| s.max))?;
+        }
+        map.end()
     }
 }
 
@@ -207,9 +278,12 @@ mod tests {
 
     fn client(arrival: Option<f64>, headers: f64) -> ClientResult {
         ClientResult {
-            arrival_ms: arrival,
-            headers_ms: Some(headers),
-            first_byte_ms: Some(headers),
+            first: FirstRequest {
+                arrival_ms: arrival,
+                headers_ms: Some(headers),
+                first_byte_ms: Some(headers),
+                ..FirstRequest::default()
+            },
             ..ClientResult::default()
         }
     }
@@ -220,12 +294,12 @@ mod tests {
         // for the second: each client's first bytes were seen by 15 and 20 ms.
         let f = FirstByte::of(&[client(Some(89.0), 15.0), client(Some(20.0), 70.0)])
             .expect("responses");
-        assert_eq!(f.arrival_max_ms, Some(89.0));
-        assert_eq!(f.headers_max_ms, 70.0);
-        assert_eq!(f.seen_max_ms, Some(20.0));
-        assert_eq!(f.seen_p50_ms, Some(20.0));
+        assert_eq!(f.arrival.map(|a| a.max), Some(89.0));
+        assert_eq!(f.headers.max, 70.0);
+        assert_eq!(f.seen.map(|s| s.max), Some(20.0));
+        assert_eq!(f.seen.map(|s| s.p50), Some(20.0));
         // Without an arrival thread (HTTP/2, TLS) there is no second observer.
         let f = FirstByte::of(&[client(None, 15.0)]).expect("responses");
-        assert_eq!((f.seen_p50_ms, f.seen_max_ms), (None, None));
+        assert_eq!(f.seen, None);
     }
 }

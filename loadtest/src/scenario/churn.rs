@@ -19,7 +19,7 @@ use hyper::Method;
 use serde::Serialize;
 
 use crate::events::{self, Kind};
-use crate::report::{ClientResult, Server, cpu_delta, own_cpu_s, pct, us_per_event};
+use crate::report::{ClientResult, Cpu, CpuMark, Server, Spread, pct, us_per_event};
 use crate::writers::{self, Write};
 use crate::{Args, http};
 
@@ -52,12 +52,11 @@ pub struct Report {
     pub full_decode_mismatches: u64,
     /// Events delivered, all watchers.
     pub delivered_events: u64,
-    /// Server CPU from the first write until the watchers stopped.
-    pub server_cpu_s: Option<f64>,
-    /// That CPU per delivered event, in microseconds (writes included).
+    /// The server's and this harness's CPU from the first write until the watchers stopped.
+    #[serde(flatten)]
+    pub cpu: Cpu,
+    /// The server's CPU per delivered event, in microseconds (writes included).
     pub server_cpu_us_per_event: Option<f64>,
-    /// This harness's CPU over the same time.
-    pub client_cpu_s: Option<f64>,
 }
 
 /// What one watcher saw.
@@ -121,7 +120,7 @@ pub async fn run(args: Arc<Args>, host: String, server: Server) -> (Vec<ClientRe
                 host.clone(),
                 stopped.clone(),
                 progress.clone(),
-                args.protobuf,
+                args.form.protobuf,
             );
             tokio::spawn(async move {
                 let full = i % every == 0;
@@ -151,7 +150,7 @@ pub async fn run(args: Arc<Args>, host: String, server: Server) -> (Vec<ClientRe
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (cpu0, own0) = (server.cpu_s(), own_cpu_s());
+    let cpu = CpuMark::now(server);
     let plan = {
         let coll = coll.clone();
         Arc::new(move |w: u64, i: u64| {
@@ -182,7 +181,7 @@ pub async fn run(args: Arc<Args>, host: String, server: Server) -> (Vec<ClientRe
     let want = log.writes;
     delivered(&progress, |_| want, Duration::from_secs(5)).await;
     let _ = stop.send(true);
-    let (cpu1, own1) = (server.cpu_s(), own_cpu_s());
+    let cpu = cpu.elapsed();
 
     let acks: HashMap<u64, Instant> = log
         .acks
@@ -195,7 +194,7 @@ pub async fn run(args: Arc<Args>, host: String, server: Server) -> (Vec<ClientRe
         write_errors: log.errors,
         write_error_samples: log.first_errors,
         in_order: true,
-        protobuf: args.protobuf,
+        protobuf: args.form.protobuf,
         full_decode_every: every,
         ..Default::default()
     };
@@ -228,11 +227,10 @@ pub async fn run(args: Arc<Args>, host: String, server: Server) -> (Vec<ClientRe
         same && acks.keys().all(|rv| rvs.contains(rv)) && count >= log.writes;
     report.delivered_events = report.events_per_watcher.iter().sum();
     lat.sort_by(f64::total_cmp);
-    report.p50_ms = pct(&lat, 0.50);
+    let spread = Spread::of(&lat).unwrap_or_default();
+    (report.p50_ms, report.max_ms) = (spread.p50, spread.max);
     report.p99_ms = pct(&lat, 0.99);
-    report.max_ms = lat.last().copied().unwrap_or(0.0);
-    report.server_cpu_s = cpu_delta(cpu0, cpu1);
-    report.server_cpu_us_per_event = us_per_event(report.server_cpu_s, report.delivered_events);
-    report.client_cpu_s = cpu_delta(own0, own1);
+    report.cpu = cpu;
+    report.server_cpu_us_per_event = us_per_event(cpu.server_cpu_s, report.delivered_events);
     (results, report)
 }

@@ -59,7 +59,7 @@ async fn watcher(
         args.hold + 60
     );
     let until = tokio::time::Instant::now() + Duration::from_secs(args.hold);
-    let accept = http::accept(args.protobuf, false, true);
+    let accept = http::accept(args.form.protobuf, false, true);
     // Cut in the teardown (with --ramp-seconds, the first watches end while later ones
     // still hold, and the server closes a connection whose streams its clients reset
     // quickly: its rapid-reset guard).

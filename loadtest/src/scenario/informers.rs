@@ -29,7 +29,7 @@ use tokio::sync::Mutex;
 use listwatch_protobuf::{JsonWriter, Schema};
 
 use crate::events::{EventReader, Kind};
-use crate::http::{self, Body};
+use crate::http::{self, Body, Form};
 
 /// client-go's default client-side rate limit: 5 requests/s, bursts of 10.
 const QPS: f64 = 5.0;
@@ -157,15 +157,6 @@ fn key(p: &Pod) -> String {
         p.metadata.namespace.as_deref().unwrap_or(""),
         p.metadata.name.as_deref().unwrap_or("")
     )
-}
-
-/// How an informer's requests ask for their bodies.
-#[derive(Clone, Copy)]
-pub struct Form {
-    /// `Accept-Encoding: gzip`, as Go's transport asks.
-    pub gzip: bool,
-    /// Protobuf instead of JSON.
-    pub protobuf: bool,
 }
 
 /// A GET on a fresh connection, JSON asked for as client-go's default does (or protobuf).

@@ -31,7 +31,7 @@ use serde_json::Value;
 use super::churn::delivered;
 use super::list::{WATCH_LIST, with_query};
 use crate::events::{self, Kind};
-use crate::report::{ClientResult, Server, cpu_delta, own_cpu_s, pct, us_per_event};
+use crate::report::{ClientResult, Server, Spread, cpu_delta, own_cpu_s, us_per_event};
 use crate::writers::{self, Write};
 use crate::{Args, http};
 
@@ -182,7 +182,6 @@ fn produce(
     Ok(())
 }
 
-/// The first pod of `file`, the template of the churned pods.
 /// How many times a node relists after an ERROR event before it fails.
 const RELISTS_AFTER_ERROR: u32 = 3;
 
@@ -210,6 +209,7 @@ fn status_message(raw: &[u8]) -> String {
         .unwrap_or_default()
 }
 
+/// The first pod of `file`, the template of the churned pods.
 fn template(file: &Path) -> Result<Value, String> {
     let first = lines(file)?
         .find(|l| l.as_ref().map_or(true, |l| !l.trim().is_empty()))
@@ -239,7 +239,7 @@ pub async fn run(
         .ok_or("kubelet-storm needs --pods-from FILE (an NDJSON of Pods)")?;
     let mut report = Report {
         nodes,
-        protobuf: args.protobuf,
+        protobuf: args.form.protobuf,
         ..Default::default()
     };
 
@@ -299,7 +299,7 @@ pub async fn run(
                 stopped.clone(),
                 progress.clone(),
                 synced.clone(),
-                args.protobuf,
+                args.form.protobuf,
                 retried.clone(),
             );
             let (relisted, first_error_event) = (relisted.clone(), first_error_event.clone());
@@ -498,8 +498,8 @@ pub async fn run(
         results.push(result);
     }
     sync.sort_by(f64::total_cmp);
-    report.sync_s_p50 = pct(&sync, 0.5);
-    report.sync_s_max = sync.last().copied().unwrap_or(0.0);
+    let sync = Spread::of(&sync).unwrap_or_default();
+    (report.sync_s_p50, report.sync_s_max) = (sync.p50, sync.max);
     report.server_cpu_us_per_event = us_per_event(report.churn_server_cpu_s, report.churn_events);
     report.expected = expected;
     report.every_node_got_its_events = exact && report.create_errors == 0 && log.errors == 0;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::count::{ListCounter, ListMeta};
 use crate::events::InitialEvents;
-use crate::report::{ClientResult, ms};
+use crate::report::{ClientResult, FirstRequest, ms};
 use crate::{Args, Scenario, http};
 
 /// The query of a watch-list as client-go's reflector sends it.
@@ -73,18 +73,18 @@ pub async fn fetch(
     watch: bool,
     res: &mut ClientResult,
 ) -> Result<(u64, ListMeta), String> {
-    let accept = http::accept(args.protobuf, args.metadata_only, watch);
+    let accept = http::accept(args.form.protobuf, args.metadata_only, watch);
     let asked = Instant::now();
-    let first = res.headers_ms.is_none();
+    let first = res.first.headers_ms.is_none();
     let (status, mut body, timing) =
-        http::get_timed(host, path, accept.as_deref(), args.gzip, first).await?;
+        http::get_timed(host, path, accept.as_deref(), args.form.gzip, first).await?;
     let sent = timing.sent;
     let head = sent.elapsed();
     res.requests += 1;
     if status != 200 {
         return Err(format!("HTTP {status}"));
     }
-    let mut counter = Counter::new(watch, args.protobuf);
+    let mut counter = Counter::new(watch, args.form.protobuf);
     let mut first_byte = None;
     let read = async {
         while let Some(chunk) = body.chunk().await? {
@@ -102,10 +102,12 @@ pub async fn fetch(
     };
     let r = read.await;
     if first {
-        res.connect_ms = Some(ms(sent - asked));
-        res.arrival_ms = timing.arrival.and_then(|a| a.round_trip()).map(ms);
-        res.headers_ms = Some(ms(head));
-        res.first_byte_ms = first_byte.map(ms);
+        res.first = FirstRequest {
+            connect_ms: Some(ms(sent - asked)),
+            arrival_ms: timing.arrival.and_then(|a| a.round_trip()).map(ms),
+            headers_ms: Some(ms(head)),
+            first_byte_ms: first_byte.map(ms),
+        };
     }
     res.wire_bytes += body.wire;
     res.body_bytes += body.decoded;

@@ -35,7 +35,7 @@ pub async fn client(
         &format!("watch=1&resourceVersion={rv}&allowWatchBookmarks=true"),
     );
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let (h, protobuf) = (host.clone(), args.protobuf);
+    let (h, protobuf) = (host.clone(), args.form.protobuf);
     let watch = tokio::spawn(async move {
         events::watch(&h, &path, protobuf, stopped, |_, _| {
             Ok(std::ops::ControlFlow::Continue(()))
