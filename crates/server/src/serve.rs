@@ -95,13 +95,20 @@ pub async fn serve_with(
         #[cfg(feature = "standalone")]
         let (tls, client_certs) = (tls.clone(), options.client_certs.clone());
         let watcher = graceful.watcher();
+        #[cfg(feature = "standalone")]
+        let handshake_deadline = app.config().limits.connection.first_request;
         tokio::spawn(async move {
             #[cfg(feature = "standalone")]
             if let Some(acceptor) = tls {
                 // Boxed: the handshake's state is freed once it is done, not kept in the
                 // connection's task for its life.
-                let Some((tls_stream, identity)) =
-                    Box::pin(accept_tls(acceptor, stream, client_certs.as_deref())).await
+                let Some((tls_stream, identity)) = Box::pin(accept_tls(
+                    acceptor,
+                    stream,
+                    client_certs.as_deref(),
+                    handshake_deadline,
+                ))
+                .await
                 else {
                     tracing::debug!(%peer, "TLS handshake failed or timed out");
                     return;
@@ -130,18 +137,21 @@ pub async fn serve_with(
     Ok(())
 }
 
-/// Completes a client's TLS handshake (within 10 s, so a client that never finishes it does
+/// Completes a client's TLS handshake within `deadline` (the time from accept to the first
+/// request, kube-apiserver's read-header timeout, which counts its handshakes too: a busy
+/// client's handshake it accepts is not cut here either; a client that never finishes does
 /// not hold a task forever) and names the client by its certificate.
 #[cfg(feature = "standalone")]
 async fn accept_tls(
     acceptor: tokio_rustls::TlsAcceptor,
     stream: tokio::net::TcpStream,
     client_certs: Option<&listwatch_auth::tls::ClientCerts>,
+    deadline: Duration,
 ) -> Option<(
     tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
     PeerIdentity,
 )> {
-    let accepted = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await;
+    let accepted = tokio::time::timeout(deadline, acceptor.accept(stream)).await;
     let tls_stream = accepted.ok()?.ok()?;
     let chain = tls_stream.get_ref().1.peer_certificates().unwrap_or(&[]);
     let identity = match client_certs {

@@ -28,7 +28,10 @@ fn short_timeouts() -> ServerConfig {
 
 /// Reads until the server closes the connection (or `within` passes); returns whether it
 /// closed and what it sent.
-async fn closed_within(s: &mut TcpStream, within: Duration) -> (bool, Vec<u8>) {
+async fn closed_within(
+    s: &mut (impl tokio::io::AsyncRead + Unpin),
+    within: Duration,
+) -> (bool, Vec<u8>) {
     let mut got = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     let deadline = tokio::time::Instant::now() + within;
@@ -184,11 +187,18 @@ async fn without_a_per_connection_share_one_client_starves_the_rest() {
     assert!(codes.iter().all(|c| *c == 429), "{codes:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tls_connection_idle_after_its_handshake_is_closed() {
+/// A TLS server with [`short_timeouts`]; its CA, its files' folder and its stop handle.
+async fn tls_server(
+    name: &str,
+) -> (
+    std::net::SocketAddr,
+    common::tls::Ca,
+    common::etcd::TempDir,
+    tokio::sync::oneshot::Sender<()>,
+) {
     use common::tls::{Ca, write};
     use listwatch_auth::tls::tls_config;
-    let dir = common::etcd::TempDir::new("tls-idle");
+    let dir = common::etcd::TempDir::new(name);
     let ca = Ca::new("listwatch-idle-ca");
     let leaf = ca.server();
     let cert = write(&dir.0, "server.crt", &leaf.cert_pem);
@@ -207,7 +217,7 @@ async fn a_tls_connection_idle_after_its_handshake_is_closed() {
         tls: Some(tls_config(&cert, &key, None).expect("tls")),
         ..Default::default()
     };
-    let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(listwatch_server::serve_with(
         app,
         listener,
@@ -216,6 +226,12 @@ async fn a_tls_connection_idle_after_its_handshake_is_closed() {
             let _ = rx.await;
         },
     ));
+    (addr, ca, dir, stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_connection_idle_after_its_handshake_is_closed() {
+    let (addr, ca, _dir, _stop) = tls_server("tls-idle").await;
     // The handshake completes, then the client says nothing.
     let mut s = common::tls::connect(addr, &ca, &["http/1.1"], None)
         .await
@@ -231,5 +247,40 @@ async fn a_tls_connection_idle_after_its_handshake_is_closed() {
         t.elapsed() >= Duration::from_millis(900),
         "{:?}",
         t.elapsed()
+    );
+}
+
+/// The handshake has the first request's deadline (kube-apiserver's read-header timeout
+/// covers its handshakes too), not one of its own: a client that never starts it is let go
+/// after that deadline, and one that starts it late, within the deadline, is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_handshake_has_the_first_requests_deadline() {
+    let (addr, ca, _dir, _stop) = tls_server("tls-handshake").await;
+    let mut silent = TcpStream::connect(addr).await.expect("connect");
+    let t = Instant::now();
+    let (closed, _) = closed_within(&mut silent, Duration::from_secs(5)).await;
+    assert!(
+        closed,
+        "a connection that never began its TLS handshake stayed open 5 s (the deadline is 1 s)"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+
+    let late = TcpStream::connect(addr).await.expect("connect");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut s = common::tls::connect_stream(late, &ca, &["http/1.1"], None)
+        .await
+        .expect("a handshake begun within the deadline completes");
+    s.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let (_, got) = closed_within(&mut s, Duration::from_secs(5)).await;
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
     );
 }

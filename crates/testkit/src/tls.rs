@@ -101,6 +101,17 @@ pub async fn connect(
     alpn: &[&str],
     client: Option<&Leaf>,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    connect_stream(tcp, ca, alpn, client).await
+}
+
+/// [`connect`] over a TCP connection already open (a test can wait before the handshake).
+pub async fn connect_stream(
+    tcp: tokio::net::TcpStream,
+    ca: &Ca,
+    alpn: &[&str],
+    client: Option<&Leaf>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.cert_der.clone()).expect("root");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -118,7 +129,6 @@ pub async fn connect(
         None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let name = ServerName::try_from("127.0.0.1").expect("name");
     let mut s = connector.connect(name, tcp).await?;
