@@ -538,18 +538,19 @@ async fn an_upstream_body_that_breaks_off_is_not_relayed_as_complete() {
     );
 }
 
-/// A scratch directory `tag` holding a serving certificate for 127.0.0.1 signed by `ca`
-/// (`tls.crt`, `tls.key`) and `ca`'s own certificate (`ca.crt`): the directory and the
-/// three files.
-fn serving_files(tag: &str, ca: &Ca) -> (TempDir, [std::path::PathBuf; 3]) {
+/// A new cluster CA and a scratch directory `tag` holding a serving certificate for
+/// 127.0.0.1 it signed (`tls.crt`, `tls.key`) and its own certificate (`ca.crt`, the CA
+/// client certificates are checked against): the CA, the directory and the three files.
+fn serving_files(tag: &str) -> (Ca, TempDir, [std::path::PathBuf; 3]) {
+    let cluster = Ca::new("cluster-ca");
     let dir = TempDir::new(tag);
-    let serving = ca.server();
+    let serving = cluster.server();
     let files = [
         write(&dir, "tls.crt", &serving.cert_pem),
         write(&dir, "tls.key", &serving.key_pem),
-        write(&dir, "ca.crt", &ca.cert_pem),
+        write(&dir, "ca.crt", &cluster.cert_pem),
     ];
-    (dir, files)
+    (cluster, dir, files)
 }
 
 /// Sends one HTTP/1.1 request (with the header lines `headers`) over TLS to `addr`, trusting
@@ -575,9 +576,8 @@ async fn https_status(
 #[tokio::test]
 async fn a_client_certificate_failing_verification_never_reaches_the_upstream() {
     let (up, seen) = upstream().await;
-    let cluster = Ca::new("cluster-ca");
+    let (cluster, _dir, [cert, key, client_ca]) = serving_files("gw-tls");
     let rogue = Ca::new("rogue-ca");
-    let (_dir, [cert, key, client_ca]) = serving_files("gw-tls", &cluster);
     let tls = listwatch_auth::tls::tls_config(&cert, &key, Some(&client_ca)).expect("tls");
     let options = ServeOptions {
         tls: Some(tls),
@@ -608,9 +608,8 @@ async fn a_client_certificate_failing_verification_never_reaches_the_upstream() 
 #[tokio::test]
 async fn a_trusted_front_proxy_s_headers_name_the_user() {
     let (up, seen) = upstream().await;
-    let cluster = Ca::new("cluster-ca");
+    let (cluster, dir, [cert, key, client_ca]) = serving_files("gw-rh");
     let proxies = Ca::new("front-proxy-ca");
-    let (dir, [cert, key, client_ca]) = serving_files("gw-rh", &cluster);
     let trust = listwatch_auth::tls::FrontProxyTrust {
         ca: write(&dir, "front-proxy-ca.crt", &proxies.cert_pem),
         allowed_names: vec!["front-proxy-client".into()],
