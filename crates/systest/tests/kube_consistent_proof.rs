@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use listwatch_testkit::TempDir;
-use listwatch_testkit::kube::{KubeCluster, KubeRun};
+use listwatch_testkit::kube::KubeRun;
 use listwatch_testkit::workload::Workload;
 
 listwatch_testkit::kube_tests!(consistent_reads_of_an_idle_collection_are_proven_by_a_bookmark);

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use listwatch_testkit::TempDir;
-use listwatch_testkit::kube::{KubeCluster, KubeRun};
+use listwatch_testkit::kube::KubeRun;
 use listwatch_testkit::workload::{Subject, Workload};
 
 listwatch_testkit::kube_tests!(

@@ -8,10 +8,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
 
 use listwatch_testkit::TempDir;
-use listwatch_testkit::kube::{KubeCluster, KubeRun, or_skip};
+use listwatch_testkit::kube::{KubeRun, or_skip};
 
 listwatch_testkit::kube_tests!(client_go_informers_sync_through_the_gateway_and_see_their_writes);
 

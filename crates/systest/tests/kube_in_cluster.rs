@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use listwatch_testkit::kube::{KubeCluster, KubeRun, Listwatch};
+use listwatch_testkit::kube::{KubeRun, Listwatch};
 use listwatch_testkit::workload::{Subject, Workload};
 use listwatch_testkit::{PipeLines, TempDir};
 
