@@ -294,7 +294,7 @@ async fn reference_scenarios() {
         )
     );
     for q in ["limit=0", "limit=-1"] {
-        let r = configmaps(a, &format!("{q}")).await;
+        let r = configmaps(a, q).await;
         assert_eq!(
             json(&r.body)["items"].as_array().expect("items").len(),
             3,
