@@ -405,13 +405,7 @@ fn node_identities_are_decided_as_kube_apiserver_decides() {
             ));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {cases} differ:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    assert!(cases >= 140, "only {cases} cases");
+    listwatch_testkit::assert_no_differences(&failures, cases, 140);
 }
 
 /// What reaches the authorizer from a request's query: kube-apiserver's request-info step.

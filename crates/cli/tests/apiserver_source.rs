@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use listwatch_testkit::{Killed, next_line, send, serve, try_stream_lines, wait_ready};
+use listwatch_testkit::{Killed, send, serve, try_stream_lines, wait_ready};
 
 /// An upstream listwatch with `pods` demo pods and a front following it with `flags`,
 /// ready: both processes (killed when dropped) and the front's address.
@@ -83,11 +83,7 @@ async fn a_front_listwatch_serves_the_upstream_s_objects() {
         .map(|i| i["metadata"]["name"].as_str().unwrap_or("").to_string())
         .collect();
     assert!(names.contains(&"w".to_string()), "{names:?}");
-    let line = next_line(&mut watch, 10).await.expect("an event");
-    assert!(
-        line.contains("\"ADDED\"") && line.contains("\"w\""),
-        "{line}"
-    );
+    listwatch_testkit::next_added(&mut watch, "w").await;
 }
 
 /// In front of a cluster, named no authorization mode and given no credential to ask the

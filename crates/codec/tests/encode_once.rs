@@ -12,7 +12,7 @@ use listwatch_codec::{ChunkWriter, Rendering, WatchEncoder, WatchSpec, WatchStep
 use listwatch_core::builtin_resource;
 use listwatch_core::fields::FieldSelector;
 use listwatch_core::labels::LabelSelector;
-use listwatch_store::{Change, Event, Filter, Record, Store, StoreConfig};
+use listwatch_store::{Change, Event, Filter, Record, Store};
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
@@ -33,8 +33,7 @@ fn configmap(i: u64, team: &str, rv: u64) -> Record {
 /// A store at RV 1 and its log's events after it: creates, updates (some moving an
 /// object out of team `a`, which a filtered watcher sees as a stamped DELETED) and deletes.
 fn store_with_events() -> Arc<Store> {
-    let info = Arc::new(builtin_resource("configmaps").expect("configmaps"));
-    let store = Store::new(info, 1, Vec::<Record>::new(), StoreConfig::default());
+    let store = listwatch_testkit::store::empty_store("configmaps", 1);
     for rv in 2..2 + EVENTS {
         let i = rv - 2;
         let change = if i >= 20 && i % 7 == 0 {

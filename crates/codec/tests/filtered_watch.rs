@@ -10,7 +10,7 @@ use listwatch_codec::{Encoding, Rendering, WatchEncoder, WatchSpec, WatchStep};
 use listwatch_core::builtin_resource;
 use listwatch_core::fields::FieldSelector;
 use listwatch_core::labels::LabelSelector;
-use listwatch_store::{Change, Filter, Record, Store, StoreConfig};
+use listwatch_store::{Change, Filter, Record};
 
 fn pod(name: &str, node: &str, rv: u64) -> Record {
     let info = builtin_resource("pods").expect("pods");
@@ -31,13 +31,8 @@ fn drain(w: &mut WatchEncoder) -> Vec<u8> {
 
 #[test]
 fn a_filtered_watch_reads_past_a_batch_of_other_objects_events() {
-    let info = Arc::new(builtin_resource("pods").expect("pods"));
-    let store = Store::new(
-        info.clone(),
-        1,
-        Vec::<Record>::new(),
-        StoreConfig::default(),
-    );
+    let store = listwatch_testkit::store::empty_store("pods", 1);
+    let info = store.info().clone();
     for trigger in [false, true] {
         let fields = FieldSelector::parse("spec.nodeName=node-a").expect("selector");
         let filter = Arc::new(Filter::from_parts(

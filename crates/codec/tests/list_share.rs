@@ -146,6 +146,23 @@ fn delta(before: SharedStats, after: SharedStats) -> (u64, u64) {
     (after.hits - before.hits, after.kept - before.kept)
 }
 
+/// Sends the responses of `at_once` together, asserts that each is `lone`'s bytes (`what`
+/// names them), and returns the items they found shared and kept ([`delta`]).
+fn all_as_lone(
+    sh: &Sharing,
+    lone: &[u8],
+    what: &str,
+    at_once: impl FnOnce() -> Vec<Vec<u8>>,
+) -> (u64, u64) {
+    let before = sh.stats();
+    let bodies = at_once();
+    let counts = delta(before, sh.stats());
+    for body in &bodies {
+        assert!(body == lone, "{what} differs from a lone one");
+    }
+    counts
+}
+
 /// LISTs and watch-lists of one node's pods (read by the pods' node index) neither look up
 /// nor keep items: a node's pods are read by that node alone, and a kubelet storm filled
 /// the shared window's budget with items nobody took. Two of one namespace still share.
@@ -582,15 +599,12 @@ fn concurrent_protobuf_responses_share_items_and_send_the_same_bytes() {
         assert!(lone.len() > OBJECTS as usize * 20);
 
         // Four at once: every object is transcoded about once and copied three times.
-        let s1 = sh.stats();
-        let four = list_bodies(sh, &store, metadata, 4);
-        let (hits, kept) = delta(s1, sh.stats());
-        for body in &four {
-            assert!(
-                body == &lone,
-                "a shared LIST differs from a lone one (metadata={metadata})"
-            );
-        }
+        let (hits, kept) = all_as_lone(
+            sh,
+            &lone,
+            &format!("a shared LIST (metadata={metadata})"),
+            || list_bodies(sh, &store, metadata, 4),
+        );
         assert!(
             (OBJECTS..OBJECTS + OBJECTS / 10).contains(&kept),
             "kept {kept}"
@@ -600,15 +614,12 @@ fn concurrent_protobuf_responses_share_items_and_send_the_same_bytes() {
 
         // Watch-lists share the same items.
         let lone_watch = watch_bodies(sh, &store, metadata, 1).remove(0);
-        let s2 = sh.stats();
-        let three = watch_bodies(sh, &store, metadata, 3);
-        let (hits, _) = delta(s2, sh.stats());
-        for body in &three {
-            assert!(
-                body == &lone_watch,
-                "a shared watch-list differs (metadata={metadata})"
-            );
-        }
+        let (hits, _) = all_as_lone(
+            sh,
+            &lone_watch,
+            &format!("a shared watch-list (metadata={metadata})"),
+            || watch_bodies(sh, &store, metadata, 3),
+        );
         assert!(hits >= 2 * OBJECTS - OBJECTS / 10, "watch-list hits {hits}");
         assert_eq!(sh.stats().held, 0);
     }

@@ -15,6 +15,7 @@ use listwatch_auth::authn::Authenticator;
 use listwatch_gateway::{ClientCert, Gateway, GatewayConfig, Identity};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use listwatch_testkit::TempDir;
+use listwatch_testkit::tls::{Ca, Leaf, connect, write};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -97,23 +98,11 @@ async fn upstream() -> (SocketAddr, Seen) {
 
 /// A front-proxy certificate the gateway presents (any will do over plain http).
 fn proxy_cert() -> ClientCert {
-    let (key, params) = cert_params("front-proxy-client", &[]);
-    let cert = params.self_signed(&key).expect("cert");
+    let proxy = Ca::new("front-proxy-ca").client("front-proxy-client", &[]);
     ClientCert::Pem {
-        cert: cert.pem().into_bytes(),
-        key: key.serialize_pem().into_bytes(),
+        cert: proxy.cert_pem.into_bytes(),
+        key: proxy.key_pem.into_bytes(),
     }
-}
-
-/// A new key and the parameters of a certificate for `cn` with `sans`.
-fn cert_params(cn: &str, sans: &[&str]) -> (rcgen::KeyPair, rcgen::CertificateParams) {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
-    let mut params = rcgen::CertificateParams::new(sans).expect("params");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn);
-    (key, params)
 }
 
 /// listwatch (embedded store, tokens `alice-token` for alice in `dev`) passing through to
@@ -128,22 +117,32 @@ async fn gateway(upstream: SocketAddr, identity: Identity, anonymous: bool) -> S
 
 async fn gateway_with(mut config: GatewayConfig, anonymous: bool) -> SocketAddr {
     config.client.token = Some("listwatch-own-token".into());
-    if config.identity == Identity::FrontProxy {
-        config.client.client_cert = Some(proxy_cert());
-    }
     let dir = std::env::temp_dir().join(format!("lw-gw-{}-{}", std::process::id(), rand_id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let tokens = dir.join("tokens.csv");
     std::fs::write(&tokens, "alice-token,alice,1,\"dev\"\n").expect("tokens");
     let authn = Authenticator::from_token_file(&tokens, anonymous).expect("authn");
-    let app = front(config);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
     let options = ServeOptions {
         authenticator: Some(Arc::new(authn)),
         ..ServeOptions::default()
     };
-    tokio::spawn(serve_with(app, listener, options, std::future::pending()));
+    serve_front(config, options).await
+}
+
+/// [`front`] of `config` (a front proxy's presenting [`proxy_cert`]) served with `options`
+/// on a free port of 127.0.0.1: its address.
+async fn serve_front(mut config: GatewayConfig, options: ServeOptions) -> SocketAddr {
+    if config.identity == Identity::FrontProxy {
+        config.client.client_cert = Some(proxy_cert());
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(serve_with(
+        front(config),
+        listener,
+        options,
+        std::future::pending(),
+    ));
     addr
 }
 
@@ -246,13 +245,21 @@ fn peers(seen: &Seen) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn upstream_connections_are_reused_only_when_their_response_was_read_to_the_end() {
+/// A forwarding gateway (anonymous allowed) in front of a recording upstream, after `n`
+/// ConfigMap creates through it, each answered 200: the upstream's address, the gateway's,
+/// and what the upstream saw.
+async fn forwarded_creates(n: usize) -> (SocketAddr, SocketAddr, Seen) {
     let (up, seen) = upstream().await;
     let gw = gateway(up, Identity::Forward, true).await;
-    for _ in 0..4 {
+    for _ in 0..n {
         assert_eq!(send(gw, "POST", CONFIGMAPS, &[]).await.0, 200);
     }
+    (up, gw, seen)
+}
+
+#[tokio::test]
+async fn upstream_connections_are_reused_only_when_their_response_was_read_to_the_end() {
+    let (up, gw, seen) = forwarded_creates(4).await;
     let p = peers(&seen);
     assert!(
         p.iter().all(|x| *x == p[0]),
@@ -531,77 +538,31 @@ async fn an_upstream_body_that_breaks_off_is_not_relayed_as_complete() {
     );
 }
 
-/// A CA (certificate PEM and its issuer) for the client-certificate test.
-fn ca(name: &str) -> (rcgen::Certificate, rcgen::Issuer<'static, rcgen::KeyPair>) {
-    let (key, mut params) = cert_params(name, &[]);
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let cert = params.self_signed(&key).expect("ca");
-    (cert, rcgen::Issuer::new(params, key))
-}
-
-/// A leaf signed by `issuer`: certificate and key, PEM.
-fn leaf(
-    issuer: &rcgen::Issuer<'static, rcgen::KeyPair>,
-    sans: &[&str],
-    cn: &str,
-) -> (String, String) {
-    let (key, params) = cert_params(cn, sans);
-    let cert = params.signed_by(&key, issuer).expect("sign");
-    (cert.pem(), key.serialize_pem())
-}
-
-/// `text` written to `dir/name`: its path.
-fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, text).expect("write");
-    p
-}
-
-/// A scratch directory `tag` holding a serving certificate for 127.0.0.1 signed by
-/// `issuer` (`tls.crt`, `tls.key`): the directory and the two files.
-fn serving_files(
-    tag: &str,
-    issuer: &rcgen::Issuer<'static, rcgen::KeyPair>,
-) -> (TempDir, std::path::PathBuf, std::path::PathBuf) {
+/// A new cluster CA and a scratch directory `tag` holding a serving certificate for
+/// 127.0.0.1 it signed (`tls.crt`, `tls.key`) and its own certificate (`ca.crt`, the CA
+/// client certificates are checked against): the CA, the directory and the three files.
+fn serving_files(tag: &str) -> (Ca, TempDir, [std::path::PathBuf; 3]) {
+    let cluster = Ca::new("cluster-ca");
     let dir = TempDir::new(tag);
-    let (server_cert, server_key) = leaf(issuer, &["127.0.0.1"], "listwatch");
-    let (cert, key) = (
-        write(&dir, "tls.crt", &server_cert),
-        write(&dir, "tls.key", &server_key),
-    );
-    (dir, cert, key)
+    let serving = cluster.server();
+    let files = [
+        write(&dir, "tls.crt", &serving.cert_pem),
+        write(&dir, "tls.key", &serving.key_pem),
+        write(&dir, "ca.crt", &cluster.cert_pem),
+    ];
+    (cluster, dir, files)
 }
 
-/// Sends one HTTP/1.1 request (with the header lines `headers`) over TLS to `addr` with
-/// client certificate `client`; the response's status line, or the TLS or I/O error.
+/// Sends one HTTP/1.1 request (with the header lines `headers`) over TLS to `addr`, trusting
+/// `ca`, with client certificate `client`; the response's status line, or the TLS or I/O
+/// error.
 async fn https_status(
     addr: SocketAddr,
-    ca_pem: &str,
-    client: (String, String),
+    ca: &Ca,
+    client: &Leaf,
     headers: &str,
 ) -> std::io::Result<String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("ca"))
-        .expect("root");
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_client_auth_cert(
-        vec![CertificateDer::from_pem_slice(client.0.as_bytes()).expect("cert")],
-        PrivateKeyDer::from_pem_slice(client.1.as_bytes()).expect("key"),
-    )
-    .expect("client auth");
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let name = ServerName::try_from("127.0.0.1").expect("name");
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await?;
+    let mut tls = connect(addr, ca, &[], Some(client)).await?;
     let head = format!(
         "POST /api/v1/namespaces/dev/configmaps HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
     );
@@ -615,31 +576,25 @@ async fn https_status(
 #[tokio::test]
 async fn a_client_certificate_failing_verification_never_reaches_the_upstream() {
     let (up, seen) = upstream().await;
-    let (ca_cert, ca_issuer) = ca("cluster-ca");
-    let (_, rogue) = ca("rogue-ca");
-    let (dir, cert, key) = serving_files("gw-tls", &ca_issuer);
-    let client_ca = write(&dir, "ca.crt", &ca_cert.pem());
+    let (cluster, _dir, [cert, key, client_ca]) = serving_files("gw-tls");
+    let rogue = Ca::new("rogue-ca");
     let tls = listwatch_auth::tls::tls_config(&cert, &key, Some(&client_ca)).expect("tls");
-    let mut config = GatewayConfig::new(format!("http://{up}"), Identity::FrontProxy);
-    config.client.client_cert = Some(proxy_cert());
-    let app = front(config);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
     let options = ServeOptions {
         tls: Some(tls),
         authenticator: Some(Arc::new(Authenticator::certificates_only(false))),
         ..ServeOptions::default()
     };
-    tokio::spawn(serve_with(app, listener, options, std::future::pending()));
+    let config = GatewayConfig::new(format!("http://{up}"), Identity::FrontProxy);
+    let addr = serve_front(config, options).await;
     // Signed by a CA listwatch does not trust: refused (handshake or 401), never passed on.
-    let refused = https_status(addr, &ca_cert.pem(), leaf(&rogue, &[], "admin"), "").await;
+    let refused = https_status(addr, &cluster, &rogue.client("admin", &[]), "").await;
     assert!(
         refused.as_ref().map_or(true, |s| s.contains(" 401 ")),
         "{refused:?}"
     );
     assert!(seen.lock().expect("lock").is_empty());
     // A verified one is passed on as its CN.
-    let ok = https_status(addr, &ca_cert.pem(), leaf(&ca_issuer, &[], "carol"), "")
+    let ok = https_status(addr, &cluster, &cluster.client("carol", &[]), "")
         .await
         .expect("served");
     assert!(ok.contains(" 200 "), "{ok}");
@@ -653,59 +608,45 @@ async fn a_client_certificate_failing_verification_never_reaches_the_upstream() 
 #[tokio::test]
 async fn a_trusted_front_proxy_s_headers_name_the_user() {
     let (up, seen) = upstream().await;
-    let (cluster_ca, cluster) = ca("cluster-ca");
-    let (proxy_ca, proxies) = ca("front-proxy-ca");
-    let (dir, cert, key) = serving_files("gw-rh", &cluster);
+    let (cluster, dir, [cert, key, client_ca]) = serving_files("gw-rh");
+    let proxies = Ca::new("front-proxy-ca");
     let trust = listwatch_auth::tls::FrontProxyTrust {
-        ca: write(&dir, "front-proxy-ca.crt", &proxy_ca.pem()),
+        ca: write(&dir, "front-proxy-ca.crt", &proxies.cert_pem),
         allowed_names: vec!["front-proxy-client".into()],
     };
-    let (tls, certs) = listwatch_auth::tls::tls_config_with_front_proxy(
-        &cert,
-        &key,
-        Some(&write(&dir, "ca.crt", &cluster_ca.pem())),
-        &trust,
-    )
-    .expect("tls");
-    let mut config = GatewayConfig::new(format!("http://{up}"), Identity::FrontProxy);
-    config.client.client_cert = Some(proxy_cert());
+    let (tls, certs) =
+        listwatch_auth::tls::tls_config_with_front_proxy(&cert, &key, Some(&client_ca), &trust)
+            .expect("tls");
     let mut authn = Authenticator::certificates_only(false);
     authn.request_headers = Some(Default::default());
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
     let options = ServeOptions {
         tls: Some(tls),
         client_certs: Some(Arc::new(certs)),
         authenticator: Some(Arc::new(authn)),
         ..ServeOptions::default()
     };
-    tokio::spawn(serve_with(
-        front(config),
-        listener,
-        options,
-        std::future::pending(),
-    ));
+    let config = GatewayConfig::new(format!("http://{up}"), Identity::FrontProxy);
+    let addr = serve_front(config, options).await;
     let as_alice = "X-Remote-User: alice\r\nX-Remote-Group: dev\r\nX-Remote-Group: ops\r\n";
-    let ca_pem = cluster_ca.pem();
-    let ca_pem: &str = &ca_pem;
-    let ask = move |client: (String, String), headers: &'static str| {
-        https_status(addr, ca_pem, client, headers)
+    let cluster = &cluster;
+    let ask = move |client: Leaf, headers: &'static str| async move {
+        https_status(addr, cluster, &client, headers).await
     };
 
-    let proxy = leaf(&proxies, &[], "front-proxy-client");
-    let ok = ask(proxy.clone(), as_alice).await.expect("served");
+    let proxy = || proxies.client("front-proxy-client", &[]);
+    let ok = ask(proxy(), as_alice).await.expect("served");
     assert!(ok.contains(" 200 "), "{ok}");
     // A proxy certificate without a user header names no one.
-    let none = ask(proxy, "").await.expect("answered");
+    let none = ask(proxy(), "").await.expect("answered");
     assert!(none.contains(" 401 "), "{none}");
     // The request-header CA's certificate with a name not allowed: headers ignored.
-    let stranger = ask(leaf(&proxies, &[], "someone-else"), as_alice).await;
+    let stranger = ask(proxies.client("someone-else", &[]), as_alice).await;
     assert!(
         stranger.as_ref().is_ok_and(|s| s.contains(" 401 ")),
         "{stranger:?}"
     );
     // A client-CA user's headers are not believed either: it is itself.
-    let mallory = ask(leaf(&cluster, &[], "mallory"), as_alice)
+    let mallory = ask(cluster.client("mallory", &[]), as_alice)
         .await
         .expect("served");
     assert!(mallory.contains(" 200 "), "{mallory}");
@@ -854,11 +795,7 @@ async fn a_write_on_an_idle_connection_the_upstream_closed_is_not_sent_twice() {
 
 #[tokio::test]
 async fn metrics_count_upstream_answers_by_code_and_time() {
-    let (up, _) = upstream().await;
-    let gw = gateway(up, Identity::Forward, true).await;
-    for _ in 0..3 {
-        assert_eq!(send(gw, "POST", CONFIGMAPS, &[]).await.0, 200);
-    }
+    let (_, gw, _) = forwarded_creates(3).await;
     let (_, metrics) = send(gw, "GET", "/metrics", &[]).await;
     for line in [
         "listwatch_gateway_requests_total{route=\"passed\"} 3\n",

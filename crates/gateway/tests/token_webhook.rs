@@ -16,6 +16,7 @@ use listwatch_auth::webhook::ReviewClient;
 use listwatch_auth::{Attributes, Authorizer, Decision};
 use listwatch_kubeclient::{ClientConfig, Kubeconfig};
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
+use listwatch_testkit::tls::{Ca, write};
 
 /// Allows the webhook's user, in its group, everything.
 struct WebhookUserOnly;
@@ -180,18 +181,14 @@ async fn webhook_answers_are_cached_and_a_dead_webhook_is_a_401() {
 async fn an_https_webhook_is_verified_against_its_ca() {
     let dir = std::env::temp_dir().join(format!("lw-webhook-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let (ca_pem, issuer) = ca("webhook-ca");
-    let (other_ca, _) = ca("other");
-    let key = rcgen::KeyPair::generate().expect("key");
-    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("params");
-    let leaf = params.signed_by(&key, &issuer).expect("sign");
-    let cert = dir.join("wh.crt");
-    std::fs::write(&cert, leaf.pem()).expect("cert");
-    let key_file = dir.join("wh.key");
-    std::fs::write(&key_file, key.serialize_pem()).expect("key");
+    let webhook_ca = Ca::new("webhook-ca");
+    let other_ca = Ca::new("other");
+    let leaf = webhook_ca.server();
+    let cert = write(&dir, "wh.crt", &leaf.cert_pem);
+    let key_file = write(&dir, "wh.key", &leaf.key_pem);
     let config = listwatch_auth::tls::tls_config(&cert, &key_file, None).expect("tls");
     let (url, calls, _stop) = webhook(Some(tokio_rustls::TlsAcceptor::from(config))).await;
-    for (trust, want) in [(&ca_pem, 200), (&other_ca, 401)] {
+    for (trust, want) in [(&webhook_ca.cert_pem, 200), (&other_ca.cert_pem, 401)] {
         let hook = hook(
             &url,
             Some(trust.clone().into_bytes()),
@@ -213,16 +210,4 @@ async fn an_https_webhook_is_verified_against_its_ca() {
         "only the verified connection reached it"
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// A self-signed CA: its certificate (PEM) and issuer.
-fn ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    let cert = params.self_signed(&key).expect("ca");
-    (cert.pem(), rcgen::Issuer::new(params, key))
 }

@@ -75,12 +75,7 @@ fn pod_schema_has_kube_types_descriptions_and_markers() {
     // Read-only verbs: GET paths only, with the list parameters kube lists.
     let list = &d["paths"]["/api/v1/namespaces/{namespace}/pods"]["get"];
     assert_eq!(list["x-kubernetes-action"], "list");
-    let names: Vec<&str> = list["parameters"]
-        .as_array()
-        .expect("params")
-        .iter()
-        .filter_map(|p| p["name"].as_str())
-        .collect();
+    let names = listwatch_testkit::member_strings(&list["parameters"], "name");
     assert!(names.contains(&"labelSelector") && names.contains(&"sendInitialEvents"));
     assert!(d["paths"]["/api/v1/namespaces/{namespace}/pods"]["post"].is_null());
     assert!(d["paths"]["/api/v1/pods"]["get"].is_object());

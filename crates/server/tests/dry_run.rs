@@ -4,7 +4,7 @@
 
 use listwatch_testkit::server as common;
 
-use common::{answered, get, json, request, start};
+use common::{answered, get, json, put_scale, request, start};
 use listwatch_server::ServerConfig;
 
 const CMS: &str = "/api/v1/namespaces/dry/configmaps";
@@ -173,11 +173,12 @@ async fn dry_run_scale_and_status_writes_change_nothing() {
     let made = answered(s.addr, "POST", deploys, Some(deploy), 201).await;
     let rv = json(&made.body)["metadata"]["resourceVersion"].clone();
 
-    let scaled = request(
+    let scaled = put_scale(
         s.addr,
-        "PUT",
         &format!("{deploys}/d/scale?dryRun=All"),
-        Some(r#"{"kind":"Scale","apiVersion":"autoscaling/v1","metadata":{"name":"d"},"spec":{"replicas":7}}"#),
+        "d",
+        7,
+        None,
     )
     .await;
     assert_eq!(scaled.status, 200, "{}", scaled.body);

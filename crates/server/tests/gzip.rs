@@ -4,11 +4,11 @@
 
 use listwatch_testkit::server as common;
 
-use std::io::Read;
 use std::time::Duration;
 
 use common::{request, start};
 use listwatch_server::ServerConfig;
+use listwatch_testkit::gunzip;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 async fn raw_get(addr: std::net::SocketAddr, path: &str, gzip: bool) -> (String, Vec<u8>) {
@@ -26,14 +26,6 @@ async fn raw_get(addr: std::net::SocketAddr, path: &str, gzip: bool) -> (String,
         .map(|(k, v)| format!("{k}: {v}\r\n"))
         .collect::<String>();
     (head.to_ascii_lowercase(), r.body)
-}
-
-fn gunzip(b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(b)
-        .read_to_end(&mut out)
-        .expect("single-member gzip");
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

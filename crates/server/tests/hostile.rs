@@ -299,11 +299,7 @@ async fn http2_rapid_reset_is_cut_off_and_others_are_served() {
 /// watch-lists got 429 beyond the first 400 for as long as those lived.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_synced_watch_list_gives_its_list_slot_back() {
-    let s = start_with_limits(LimitConfig {
-        max_lists: 1,
-        ..LimitConfig::default()
-    })
-    .await;
+    let s = start_with_limits(|l| l.max_lists = 1).await;
     let watch_list = "/api/v1/pods?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
     let mut synced = Vec::new();
     for _ in 0..2 {
@@ -330,17 +326,14 @@ async fn a_synced_watch_list_gives_its_list_slot_back() {
 /// Asserts that a LIST (`/api/v1/pods?limit=1`) is answered 200 within `within` (`what`
 /// and the last answer the message when it is not).
 async fn assert_a_list_is_served_within(s: &common::TestServer, within: Duration, what: &str) {
-    let r = common::poll_until(
-        within,
-        || common::get(s.addr, "/api/v1/pods?limit=1"),
-        |r| r.status == 200,
-    )
-    .await;
+    let r = common::get_until(s.addr, "/api/v1/pods?limit=1", within, 200).await;
     assert_eq!(r.status, 200, "{what}: {}", r.body);
 }
 
-/// A server over 50 demo pods with `limits`.
-async fn start_with_limits(limits: LimitConfig) -> common::TestServer {
+/// A server over 50 demo pods with the default limits as `set` changes them.
+async fn start_with_limits(set: impl FnOnce(&mut LimitConfig)) -> common::TestServer {
+    let mut limits = LimitConfig::default();
+    set(&mut limits);
     common::start(
         50,
         ServerConfig {
@@ -357,11 +350,7 @@ async fn start_with_limits(limits: LimitConfig) -> common::TestServer {
 /// on its own, however the resets are batched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rapid_reset_in_small_paced_batches_is_cut_off() {
-    let s = start_with_limits(LimitConfig {
-        max_h2_pending_resets: 0,
-        ..LimitConfig::default()
-    })
-    .await;
+    let s = start_with_limits(|l| l.max_h2_pending_resets = 0).await;
     let (refused, open) = rapid_reset(s.addr, Batches::Paced(20)).await;
     assert!(refused, "paced resets were not cut off");
     assert!(open.lines().all(|l| l.ends_with(" 0")), "{open}");
@@ -372,10 +361,9 @@ async fn rapid_reset_in_small_paced_batches_is_cut_off() {
 /// cut off (so those tests' assertions measure the caps, not the client).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_reset_caps_rapid_reset_is_not_cut_off() {
-    let s = start_with_limits(LimitConfig {
-        max_h2_pending_resets: 0,
-        max_cancelled_requests: 0,
-        ..LimitConfig::default()
+    let s = start_with_limits(|l| {
+        l.max_h2_pending_resets = 0;
+        l.max_cancelled_requests = 0;
     })
     .await;
     for batches in [Batches::Burst, Batches::Paced(20)] {

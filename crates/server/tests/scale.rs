@@ -4,7 +4,7 @@
 
 use listwatch_testkit::server as common;
 
-use common::{answered, get, json, request, request_typed, start};
+use common::{answered, get, json, put_scale, request_typed, start};
 use listwatch_server::ServerConfig;
 
 const DEPLOYS: &str = "/apis/apps/v1/namespaces/s/deployments";
@@ -39,18 +39,10 @@ async fn scale_reads_and_writes_replicas_only() {
     assert_eq!(d["spec"]["template"]["metadata"]["labels"]["a"], "1");
 
     // A PUT naming the first RV is stale now.
-    let stale = format!(
-        r#"{{"kind":"Scale","apiVersion":"autoscaling/v1","metadata":{{"name":"d","resourceVersion":{old_rv}}},"spec":{{"replicas":5}}}}"#
-    );
-    let r = request(s.addr, "PUT", &format!("{DEPLOYS}/d/scale"), Some(&stale)).await;
+    let scale = format!("{DEPLOYS}/d/scale");
+    let r = put_scale(s.addr, &scale, "d", 5, Some(&old_rv)).await;
     assert_eq!(r.status, 409, "{}", r.body);
-    let r = request(
-        s.addr,
-        "PUT",
-        &format!("{DEPLOYS}/d/scale"),
-        Some(r#"{"kind":"Scale","apiVersion":"autoscaling/v1","metadata":{"name":"d"},"spec":{"replicas":-1}}"#),
-    )
-    .await;
+    let r = put_scale(s.addr, &scale, "d", -1, None).await;
     assert_eq!(r.status, 422, "{}", r.body);
     assert_eq!(
         json(&get(s.addr, &format!("{DEPLOYS}/d")).await.body)["spec"]["replicas"],

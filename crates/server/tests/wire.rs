@@ -32,6 +32,12 @@ async fn create_cm(addr: std::net::SocketAddr, ns: &str, name: &str, v: &str) ->
     json(&r.body)
 }
 
+/// A GET of all namespaces' ConfigMaps with `query` (a LIST or a WATCH): what the reference
+/// scenarios read again and again.
+async fn configmaps(a: std::net::SocketAddr, query: &str) -> common::Raw {
+    get(a, &format!("/api/v1/configmaps?{query}")).await
+}
+
 const STATUS_PREFIX: &str =
     r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"#;
 
@@ -48,7 +54,7 @@ async fn reference_scenarios() {
         .expect("num");
 
     // 3. LIST limit=1: continue token and remainingItemCount, byte-compatible token.
-    let r = get(a, "/api/v1/configmaps?limit=1").await;
+    let r = configmaps(a, "limit=1").await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert!(r.body.ends_with("}\n"));
@@ -72,14 +78,14 @@ async fn reference_scenarios() {
     assert!(r.body.starts_with(&format!(r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv2}","continue":"{token}","remainingItemCount":1}},"items":[{{"metadata":{{"name":"anchor-cm","namespace":"default","uid":""#)));
     // A write between pages must not show up in page 2 (consistent snapshot).
     create_cm(a, "default", "anchor-cm3", "v3").await;
-    let r = get(a, &format!("/api/v1/configmaps?limit=1&continue={token}")).await;
+    let r = configmaps(a, &format!("limit=1&continue={token}")).await;
     let page2 = json(&r.body);
     assert_eq!(page2["metadata"]["resourceVersion"], rv2.to_string());
     assert_eq!(page2["items"][0]["metadata"]["name"], "anchor-cm2");
     assert!(page2["metadata"].get("continue").is_none());
 
     // 4. watch-list: ADDED for each object, then the initial-events-end bookmark.
-    let r = get(a, "/api/v1/configmaps?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1").await;
+    let r = configmaps(a, "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1").await;
     assert_eq!(r.status, 200);
     let lines: Vec<&str> = r.body.lines().collect();
     assert_eq!(lines.len(), 4, "{}", r.body);
@@ -98,15 +104,19 @@ async fn reference_scenarios() {
     assert_eq!(r.body.lines().count(), 1);
     assert!(r.body.contains("k8s.io/initial-events-end"));
     // 4c. without allowWatchBookmarks: no bookmark.
-    let r = get(a, "/api/v1/configmaps?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1").await;
+    let r = configmaps(
+        a,
+        "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1",
+    )
+    .await;
     assert_eq!(r.body.lines().count(), 3);
     assert!(!r.body.contains("BOOKMARK"));
 
     // 5. too large RV: wait, then 504 + ResourceVersionTooLarge + Retry-After.
     let t = Instant::now();
-    let r = get(
+    let r = configmaps(
         a,
-        "/api/v1/configmaps?resourceVersion=999999999&resourceVersionMatch=NotOlderThan",
+        "resourceVersion=999999999&resourceVersionMatch=NotOlderThan",
     )
     .await;
     assert!(t.elapsed() >= Duration::from_millis(900));
@@ -119,36 +129,20 @@ async fn reference_scenarios() {
 "#
         )
     );
-    let r = get(
-        a,
-        "/api/v1/configmaps?resourceVersion=999999999&resourceVersionMatch=Exact",
-    )
-    .await;
+    let r = configmaps(a, "resourceVersion=999999999&resourceVersionMatch=Exact").await;
     assert_eq!(r.status, 504);
     // 5d. watch from a future RV: 200 and nothing until the timeout.
-    let r = get(
-        a,
-        "/api/v1/configmaps?watch=1&resourceVersion=999999999&timeoutSeconds=1",
-    )
-    .await;
+    let r = configmaps(a, "watch=1&resourceVersion=999999999&timeoutSeconds=1").await;
     assert_eq!((r.status, r.body.as_str()), (200, ""));
 
     // 6. Exact RV=1 while history reaches back: an empty list at RV 1.
-    let r = get(
-        a,
-        "/api/v1/configmaps?resourceVersionMatch=Exact&resourceVersion=1",
-    )
-    .await;
+    let r = configmaps(a, "resourceVersionMatch=Exact&resourceVersion=1").await;
     assert_eq!(
         r.body,
         "{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[]}\n"
     );
     // 6b. watch from RV 1 replays the creations.
-    let r = get(
-        a,
-        "/api/v1/configmaps?watch=1&resourceVersion=1&timeoutSeconds=1",
-    )
-    .await;
+    let r = configmaps(a, "watch=1&resourceVersion=1&timeoutSeconds=1").await;
     assert_eq!(
         r.body
             .lines()
@@ -158,19 +152,10 @@ async fn reference_scenarios() {
     );
 
     // 7. "compaction": the store relists, history before it is gone.
-    let store = s
-        .source
-        .registry()
-        .get("", "v1", "configmaps")
-        .expect("store")
-        .clone();
+    let store = common::core_store(&s.source, "configmaps");
     s.source.seed(&store, []).expect("relist");
     let compacted = s.source.revision();
-    let r = get(
-        a,
-        "/api/v1/configmaps?resourceVersionMatch=Exact&resourceVersion=1",
-    )
-    .await;
+    let r = configmaps(a, "resourceVersionMatch=Exact&resourceVersion=1").await;
     assert_eq!(
         (r.status, r.body.as_str()),
         (
@@ -178,11 +163,7 @@ async fn reference_scenarios() {
             "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"The resourceVersion for the provided list is too old.\",\"reason\":\"Expired\",\"code\":410}\n"
         )
     );
-    let r = get(
-        a,
-        "/api/v1/configmaps?limit=1&resourceVersion=1&resourceVersionMatch=Exact",
-    )
-    .await;
+    let r = configmaps(a, "limit=1&resourceVersion=1&resourceVersionMatch=Exact").await;
     assert_eq!(r.status, 410);
     let r = get(
         a,
@@ -191,11 +172,7 @@ async fn reference_scenarios() {
     .await;
     assert_eq!(r.status, 200);
     assert_eq!(json(&r.body)["items"].as_array().expect("items").len(), 3);
-    let r = get(
-        a,
-        "/api/v1/configmaps?watch=1&resourceVersion=1&timeoutSeconds=2",
-    )
-    .await;
+    let r = configmaps(a, "watch=1&resourceVersion=1&timeoutSeconds=2").await;
     assert_eq!(r.status, 200);
     assert_eq!(
         r.body,
@@ -204,7 +181,7 @@ async fn reference_scenarios() {
         )
     );
     // 9b. the old continue token: 410 with the inconsistent token to resume from.
-    let r = get(a, &format!("/api/v1/configmaps?limit=1&continue={token}")).await;
+    let r = configmaps(a, &format!("limit=1&continue={token}")).await;
     assert_eq!(r.status, 410);
     let st = json(&r.body);
     assert_eq!(st["reason"], "Expired");
@@ -213,11 +190,7 @@ async fn reference_scenarios() {
         inconsistent,
         "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6LTEsInN0YXJ0IjoiZGVmYXVsdC9hbmNob3ItY21cdTAwMDAifQ"
     );
-    let r = get(
-        a,
-        &format!("/api/v1/configmaps?limit=1&continue={inconsistent}"),
-    )
-    .await;
+    let r = configmaps(a, &format!("limit=1&continue={inconsistent}")).await;
     assert_eq!(json(&r.body)["items"][0]["metadata"]["name"], "anchor-cm2");
 
     // 10–17. errors, byte for byte.
@@ -321,7 +294,7 @@ async fn reference_scenarios() {
         )
     );
     for q in ["limit=0", "limit=-1"] {
-        let r = get(a, &format!("/api/v1/configmaps?{q}")).await;
+        let r = configmaps(a, q).await;
         assert_eq!(
             json(&r.body)["items"].as_array().expect("items").len(),
             3,
@@ -506,12 +479,7 @@ async fn discovery_documents() {
             .any(|r| r["name"] == "pods" && r["kind"] == "Pod" && r["namespaced"] == true)
     );
     let d = json(&get(s.addr, "/apis").await.body);
-    let groups: Vec<&str> = d["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .filter_map(|g| g["name"].as_str())
-        .collect();
+    let groups = listwatch_testkit::member_strings(&d["groups"], "name");
     for g in [
         "apps",
         "batch",
@@ -521,31 +489,16 @@ async fn discovery_documents() {
         assert!(groups.contains(&g), "{g} missing from /apis: {groups:?}");
     }
     let d = json(&get(s.addr, "/apis/apps/v1").await.body);
-    assert!(
-        d["resources"]
-            .as_array()
-            .expect("resources")
-            .iter()
-            .any(|r| r["name"] == "deployments")
-    );
+    let resources = listwatch_testkit::member_strings(&d["resources"], "name");
+    assert!(resources.contains(&"deployments"), "{resources:?}");
     // Ready once the housekeeping loop has measured the pods' protobuf lengths (a moment).
-    let r = listwatch_testkit::poll_until(
-        Duration::from_secs(10),
-        || get(s.addr, "/readyz"),
-        |r| r.status == 200,
-    )
-    .await;
+    let r = common::get_until(s.addr, "/readyz", Duration::from_secs(10), 200).await;
     assert_eq!(r.body, "ok");
     assert_eq!(get(s.addr, "/apis/nope/v1").await.status, 404);
 
     // A cache its source no longer vouches for (being relisted): reads get kube-apiserver's
     // 429 "storage is (re)initializing" and /readyz names it, never stale data.
-    let pods = s
-        .source
-        .registry()
-        .get("", "v1", "pods")
-        .expect("pods")
-        .clone();
+    let pods = common::core_store(&s.source, "pods");
     pods.set_ready(false);
     let r = get(s.addr, "/api/v1/pods").await;
     assert_eq!(r.status, 429);
@@ -574,16 +527,11 @@ async fn readiness_waits_for_the_protobuf_lengths() {
         r.body
     );
     assert!(r.body.contains("[+]cache pods ok"), "{}", r.body);
-    let r = listwatch_testkit::poll_until(
-        Duration::from_secs(60),
-        || get(s.addr, "/readyz?verbose"),
-        |r| r.status == 200,
-    )
-    .await;
+    let r = common::get_until(s.addr, "/readyz?verbose", Duration::from_secs(60), 200).await;
     assert!(r.body.contains("[+]protobuf-lengths ok"), "{}", r.body);
     // What readiness stands for: a protobuf LIST of the pods states its length from the
     // snapshot, without a pass over 20,000 records.
-    let pods = s.source.registry().get("", "v1", "pods").expect("pods");
+    let pods = common::core_store(&s.source, "pods");
     let snap = pods.current();
     for form in [
         listwatch_store::record::EncodedForm::Object,
@@ -601,11 +549,7 @@ async fn readiness_waits_for_a_lengths_pass_over_loaded_caches() {
     source
         .seed(&pods, listwatch_sources::demo::demo_pods(100, 4))
         .expect("seed");
-    let store = source
-        .registry()
-        .get("", "v1", "pods")
-        .expect("pods")
-        .clone();
+    let store = common::core_store(&source, "pods");
     store.set_ready(false);
     let (addr, _app, _stop) = common::serve_views(source.clone(), cfg()).await;
     // Long enough for many 20 ms retries and a one-second pass.
@@ -636,12 +580,7 @@ async fn lengths_stay_measured_only_in_the_forms_lists_ask() {
     use listwatch_store::record::EncodedForm::{Metadata, Object};
     let s = start(10, cfg()).await;
     listwatch_testkit::wait_ready(s.addr, Duration::from_secs(10)).await;
-    let cms = s
-        .source
-        .registry()
-        .get("", "v1", "configmaps")
-        .expect("configmaps")
-        .clone();
+    let cms = common::core_store(&s.source, "configmaps");
     let measured_in = |form| {
         let cms = cms.clone();
         listwatch_testkit::poll_until(

@@ -4,18 +4,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use listwatch_core::builtin_resource;
-use listwatch_store::{Change, Record, Store, StoreConfig};
+use listwatch_store::{Change, Record};
 
 #[test]
 fn concurrent_cursors_see_every_event_in_order() {
-    let info = Arc::new(builtin_resource("configmaps").expect("cm"));
-    let store = Store::new(
-        info.clone(),
-        1,
-        Vec::<Record>::new(),
-        StoreConfig::default(),
-    );
+    let store = listwatch_testkit::store::empty_store("configmaps", 1);
+    let info = store.info().clone();
     const EVENTS: u64 = 20_000;
     const CURSORS: usize = 400;
     let done = Arc::new(AtomicBool::new(false));

@@ -3,12 +3,10 @@
 
 use std::sync::Arc;
 
-use listwatch_core::builtin_resource;
-use listwatch_store::{Change, Record, Store, StoreConfig};
+use listwatch_store::{Change, Record, Store};
 
 fn store() -> Arc<Store> {
-    let info = Arc::new(builtin_resource("configmaps").expect("cm"));
-    Store::new(info, 5, Vec::<Record>::new(), StoreConfig::default())
+    listwatch_testkit::store::empty_store("configmaps", 5)
 }
 
 fn put(store: &Store, name: &str, rv: u64) {

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use common::{front, get, json, kubectls, start};
 use listwatch_server::ServerConfig;
+use listwatch_testkit::workload::template_containers;
 use serde_json::Value;
 use tokio::process::Command;
 
@@ -48,6 +49,19 @@ impl Kubectl {
         out
     }
 
+    /// `kubectl VERB deployment web -n day1 ARGS…`: a step on the workflow's Deployment;
+    /// `(success, stdout, stderr)`.
+    async fn try_on_web(&self, verb: &str, args: &[&str]) -> (bool, String, String) {
+        self.try_run(&[&[verb, "deployment", "web", "-n", "day1"], args].concat())
+            .await
+    }
+
+    /// [`Kubectl::try_on_web`], which must succeed.
+    async fn on_web(&self, verb: &str, args: &[&str]) -> String {
+        self.run(&[&[verb, "deployment", "web", "-n", "day1"], args].concat())
+            .await
+    }
+
     fn file(&self, name: &str, text: &str) -> String {
         let p = self.dir.join(name);
         std::fs::write(&p, text).expect("write manifest");
@@ -55,16 +69,28 @@ impl Kubectl {
     }
 }
 
-const DEPLOY_V1: &str = r#"apiVersion: apps/v1
+/// Deployment `web` in `day1` as the workflow applies it: `replicas` of nginx `image` on
+/// port 80. The first apply (`first`) also has the label `stage: one` and a busybox
+/// sidecar; the second removes both (and changes the image and the replicas).
+fn deployment(replicas: u32, image: &str, first: bool) -> String {
+    let (stage, sidecar) = if first {
+        (
+            "\n    stage: one",
+            "\n      - name: side\n        image: busybox:1.36",
+        )
+    } else {
+        ("", "")
+    };
+    format!(
+        r#"apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: web
   namespace: day1
   labels:
-    app: web
-    stage: one
+    app: web{stage}
 spec:
-  replicas: 1
+  replicas: {replicas}
   selector:
     matchLabels:
       app: web
@@ -75,37 +101,12 @@ spec:
     spec:
       containers:
       - name: web
-        image: nginx:1.25
+        image: {image}
         ports:
-        - containerPort: 80
-      - name: side
-        image: busybox:1.36
-"#;
-
-/// The second apply: image changed, a label and a container removed, replicas 3.
-const DEPLOY_V2: &str = r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  namespace: day1
-  labels:
-    app: web
-spec:
-  replicas: 3
-  selector:
-    matchLabels:
-      app: web
-  template:
-    metadata:
-      labels:
-        app: web
-    spec:
-      containers:
-      - name: web
-        image: nginx:1.27
-        ports:
-        - containerPort: 80
-"#;
+        - containerPort: 80{sidecar}
+"#
+    )
+}
 
 const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/day1/deployments/web";
 
@@ -150,20 +151,18 @@ async fn workflow(bin: PathBuf, addr: SocketAddr) {
 
     // apply twice: the second is a strategic merge patch computed from the last-applied
     // annotation (kubectl's three-way merge), so what the manifest dropped is dropped.
-    let f = k.file("deploy.yaml", DEPLOY_V1);
+    let f = k.file("deploy.yaml", &deployment(1, "nginx:1.25", true));
     k.run(&["apply", "-f", &f]).await;
     let d = object(addr, DEPLOYMENT).await;
     let annotation = "kubectl.kubernetes.io/last-applied-configuration";
     assert!(d["metadata"]["annotations"][annotation].is_string(), "{d}");
-    let f = k.file("deploy.yaml", DEPLOY_V2);
+    let f = k.file("deploy.yaml", &deployment(3, "nginx:1.27", false));
     let out = k.run(&["apply", "-f", &f]).await;
     assert!(out.contains("configured"), "{out}");
     let d = object(addr, DEPLOYMENT).await;
     assert_eq!(d["spec"]["replicas"], 3);
     assert_eq!(d["metadata"]["labels"], serde_json::json!({"app": "web"}));
-    let containers = d["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .expect("containers");
+    let containers = template_containers(&d);
     assert_eq!(containers.len(), 1, "{d}");
     assert_eq!(containers[0]["image"], "nginx:1.27");
     assert_eq!(containers[0]["ports"][0]["containerPort"], 80);
@@ -176,33 +175,25 @@ async fn workflow(bin: PathBuf, addr: SocketAddr) {
     assert_eq!(last["spec"]["replicas"], 3);
 
     // patch, three forms.
-    k.run(&[
+    k.on_web(
         "patch",
-        "deployment",
-        "web",
-        "-n",
-        "day1",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"replicas":2}}"#,
-    ])
+        &["--type=merge", "-p", r#"{"spec":{"replicas":2}}"#],
+    )
     .await;
-    k.run(&[
-        "patch", "deployment", "web", "-n", "day1", "--type=json", "-p",
+    k.on_web("patch", &[
+        "--type=json", "-p",
         r#"[{"op":"test","path":"/spec/replicas","value":2},{"op":"replace","path":"/spec/paused","value":true}]"#,
     ])
     .await;
     let (ok, _, err) = k
-        .try_run(&[
+        .try_on_web(
             "patch",
-            "deployment",
-            "web",
-            "-n",
-            "day1",
-            "--type=json",
-            "-p",
-            r#"[{"op":"test","path":"/spec/replicas","value":9}]"#,
-        ])
+            &[
+                "--type=json",
+                "-p",
+                r#"[{"op":"test","path":"/spec/replicas","value":9}]"#,
+            ],
+        )
         .await;
     // A failed `test` is 422 with kube's generic message.
     assert!(
@@ -210,15 +201,15 @@ async fn workflow(bin: PathBuf, addr: SocketAddr) {
         "{err}"
     );
     // Strategic: containers merge by name (patchMergeKey), so the image is kept.
-    k.run(&[
-        "patch", "deployment", "web", "-n", "day1", "--type=strategic", "-p",
+    k.on_web("patch", &[
+        "--type=strategic", "-p",
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"web","env":[{"name":"MODE","value":"day1"}]}]}}}}"#,
     ])
     .await;
     let d = object(addr, DEPLOYMENT).await;
     assert_eq!(d["spec"]["replicas"], 2);
     assert_eq!(d["spec"]["paused"], true);
-    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    let c = &template_containers(&d)[0];
     assert_eq!(c["image"], "nginx:1.27");
     assert_eq!(
         c["env"],
@@ -226,20 +217,10 @@ async fn workflow(bin: PathBuf, addr: SocketAddr) {
     );
 
     // label and annotate (patches of metadata); a stale --resource-version is refused.
-    k.run(&["label", "deployment", "web", "-n", "day1", "tier=front"])
-        .await;
-    k.run(&["annotate", "deployment", "web", "-n", "day1", "note=hello"])
-        .await;
+    k.on_web("label", &["tier=front"]).await;
+    k.on_web("annotate", &["note=hello"]).await;
     let (ok, _, err) = k
-        .try_run(&[
-            "label",
-            "deployment",
-            "web",
-            "-n",
-            "day1",
-            "x=y",
-            "--resource-version=1",
-        ])
+        .try_on_web("label", &["x=y", "--resource-version=1"])
         .await;
     assert!(!ok && err.contains("the object has been modified"), "{err}");
     let d = object(addr, DEPLOYMENT).await;
@@ -268,8 +249,7 @@ async fn workflow(bin: PathBuf, addr: SocketAddr) {
     assert_eq!(c["data"]["a"], "2");
 
     // scale: through the scale subresource (autoscaling/v1 Scale).
-    k.run(&["scale", "deployment", "web", "-n", "day1", "--replicas=4"])
-        .await;
+    k.on_web("scale", &["--replicas=4"]).await;
     assert_eq!(object(addr, DEPLOYMENT).await["spec"]["replicas"], 4);
     let scale = object(addr, &format!("{DEPLOYMENT}/scale")).await;
     assert_eq!(scale["kind"], "Scale");

@@ -65,13 +65,8 @@ async fn an_etcd_outage_is_told_fast_and_recovered_from() {
     );
 
     etcd.members[0].restart();
-    let ready = common::poll_until(
-        Duration::from_secs(30),
-        || async { common::get(server.addr, "/readyz").await.status },
-        |s| *s == 200,
-    )
-    .await;
-    assert_eq!(ready, 200, "not ready again after etcd came back");
+    let ready = common::get_until(server.addr, "/readyz", Duration::from_secs(30), 200).await;
+    assert_eq!(ready.status, 200, "not ready again after etcd came back");
     assert_eq!(common::get(server.addr, cms).await.status, 200);
     // New watches run normally again.
     let mut again = common::stream_lines(server.addr, &format!("{cms}?watch=1")).await;

@@ -194,11 +194,7 @@ async fn follows_etcd_over_mutual_tls_and_says_why_it_cannot() {
         etcd.put("/registry/configmaps/default/after", "after")
             .await
     );
-    let event = common::next_line(&mut watch, 10).await.expect("an event");
-    assert!(
-        event.contains(r#""type":"ADDED""#) && event.contains(r#""name":"after""#),
-        "{event}"
-    );
+    listwatch_testkit::next_added(&mut watch, "after").await;
 
     // Read-only by default: a write is 405 saying where writes belong, and etcd is untouched.
     let post = post_written(server.addr).await;
@@ -310,18 +306,15 @@ async fn a_renewed_etcd_client_certificate_is_used_without_a_restart() {
     etcd.restart_trusting(&renewed_ca).await;
     etcd.until_written(&renewed, "/registry/configmaps/default/after", "after")
         .await;
-    let status = common::poll_until(
+    let after = common::get_until(
+        server.addr,
+        "/api/v1/namespaces/default/configmaps/after",
         listwatch_etcd::TLS_RELOAD_CHECK * 4,
-        || async {
-            common::get(server.addr, "/api/v1/namespaces/default/configmaps/after")
-                .await
-                .status
-        },
-        |status| *status == 200,
+        200,
     )
     .await;
     assert_eq!(
-        status, 200,
+        after.status, 200,
         "the etcd source did not follow etcd with the renewed client certificate"
     );
 }

@@ -7,8 +7,10 @@
 use std::time::Duration;
 
 use listwatch_testkit::TempDir;
-use listwatch_testkit::kube::KubeCluster;
+use listwatch_testkit::kube::KubeRun;
 use listwatch_testkit::workload::Workload;
+
+listwatch_testkit::kube_tests!(consistent_reads_of_an_idle_collection_are_proven_by_a_bookmark);
 
 /// Pods in the idle collection.
 const PODS: usize = 1_000;
@@ -38,12 +40,9 @@ fn counter(metrics: &str, name: &str) -> u64 {
         .map_or(0, |v| v as u64)
 }
 
-#[test]
-fn consistent_reads_of_an_idle_collection_are_proven_by_a_bookmark() {
-    let test = "consistent_reads_of_an_idle_collection_are_proven_by_a_bookmark";
-    let Some(cluster) = KubeCluster::start_or_skip(test) else {
-        return;
-    };
+fn consistent_reads_of_an_idle_collection_are_proven_by_a_bookmark(
+    KubeRun(_, _, cluster): KubeRun,
+) {
     cluster.apply(&Workload::new().service_accounts("default", &["default"]));
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List",
         "items": (0..PODS).map(pod).collect::<Vec<_>>()});

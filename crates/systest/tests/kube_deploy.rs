@@ -196,8 +196,18 @@ fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
 
     // What the role grants, and what it does not, asked as SubjectAccessReviews (kubectl
     // auth can-i cannot name `uids` and `userextras`, which no API serves): the gateway
-    // writes and reads nothing with its own identity beyond list and watch.
-    let allowed = |verb: &str, group: &str, resource: &str, subresource: &str, ns: &str| {
+    // writes and reads nothing with its own identity beyond list and watch. Each request is
+    // written as for `kubectl auth can-i`: `VERB RESOURCE[.GROUP][/SUBRESOURCE] [-n NS]`.
+    let allowed = |request: &str| {
+        let words: Vec<&str> = request.split_whitespace().collect();
+        let (verb, target) = (words[0], words[1]);
+        let ns = match &words[2..] {
+            [] => "",
+            ["-n", ns] => *ns,
+            rest => panic!("{request}: {rest:?} is not `-n NAMESPACE`"),
+        };
+        let (resource, subresource) = target.split_once('/').unwrap_or((target, ""));
+        let (resource, group) = resource.split_once('.').unwrap_or((resource, ""));
         let review = format!(
             "apiVersion: authorization.k8s.io/v1\nkind: SubjectAccessReview\nspec:\n  \
              user: system:serviceaccount:listwatch:listwatch\n  \
@@ -211,64 +221,35 @@ fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
         );
         said.trim() == "true"
     };
-    let authn = "authentication.k8s.io";
-    for granted in [
-        ("list", "", "secrets", "", ""),
-        ("watch", "", "pods", "", "alpha"),
+    for (request, granted) in [
+        ("list secrets", true),
+        ("watch pods -n alpha", true),
+        ("list customresourcedefinitions.apiextensions.k8s.io", true),
+        ("watch widgets.example.com -n alpha", true),
+        ("create tokenreviews.authentication.k8s.io", true),
+        ("create subjectaccessreviews.authorization.k8s.io", true),
+        ("impersonate users", true),
+        ("impersonate groups", true),
+        ("impersonate serviceaccounts -n alpha", true),
+        ("impersonate uids.authentication.k8s.io", true),
+        ("impersonate userextras.authentication.k8s.io/scopes", true),
         (
-            "list",
-            "apiextensions.k8s.io",
-            "customresourcedefinitions",
-            "",
-            "",
+            "impersonate userextras.authentication.k8s.io/authentication.kubernetes.io/credential-id",
+            true,
         ),
-        ("watch", "example.com", "widgets", "", "alpha"),
-        ("create", authn, "tokenreviews", "", ""),
-        (
-            "create",
-            "authorization.k8s.io",
-            "subjectaccessreviews",
-            "",
-            "",
-        ),
-        ("impersonate", "", "users", "", ""),
-        ("impersonate", "", "groups", "", ""),
-        ("impersonate", "", "serviceaccounts", "", "alpha"),
-        ("impersonate", authn, "uids", "", ""),
-        ("impersonate", authn, "userextras", "scopes", ""),
-        (
-            "impersonate",
-            authn,
-            "userextras",
-            "authentication.kubernetes.io/credential-id",
-            "",
-        ),
+        ("get secrets -n alpha", false),
+        ("create pods -n alpha", false),
+        ("delete nodes", false),
+        ("update clusterroles.rbac.authorization.k8s.io", false),
+        ("create serviceaccounts/token -n alpha", false),
+        ("get pods/log -n alpha", false),
+        ("create pods/exec -n alpha", false),
     ] {
-        let (verb, group, resource, sub, ns) = granted;
-        assert!(
-            allowed(verb, group, resource, sub, ns),
-            "the ClusterRole should grant {granted:?}"
-        );
-    }
-    for refused in [
-        ("get", "", "secrets", "", "alpha"),
-        ("create", "", "pods", "", "alpha"),
-        ("delete", "", "nodes", "", ""),
-        (
-            "update",
-            "rbac.authorization.k8s.io",
-            "clusterroles",
-            "",
-            "",
-        ),
-        ("create", "", "serviceaccounts", "token", "alpha"),
-        ("get", "", "pods", "log", "alpha"),
-        ("create", "", "pods", "exec", "alpha"),
-    ] {
-        let (verb, group, resource, sub, ns) = refused;
-        assert!(
-            !allowed(verb, group, resource, sub, ns),
-            "the ClusterRole should not grant {refused:?}"
+        let should = if granted { "should" } else { "should not" };
+        assert_eq!(
+            allowed(request),
+            granted,
+            "the ClusterRole {should} grant {request}"
         );
     }
 
@@ -384,17 +365,15 @@ fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
     );
     // Passed on as the client: a service account impersonated (serviceaccounts, groups,
     // uids, userextras) is refused by the upstream as itself, not the impersonation.
-    let (ok, said) = cluster.kubectl_as(
-        &reader,
-        &[
-            "create",
-            "configmap",
-            "c",
-            "-n",
-            "alpha",
-            "--from-literal=a=b",
-        ],
-    );
+    let create = [
+        "create",
+        "configmap",
+        "c",
+        "-n",
+        "alpha",
+        "--from-literal=a=b",
+    ];
+    let (ok, said) = cluster.kubectl_as(&reader, &create);
     assert!(
         !ok && said.contains(
             r#"User "system:serviceaccount:alpha:reader" cannot create resource "configmaps""#
@@ -402,17 +381,7 @@ fn the_gateway_deployment_runs_as_its_pod_would_with_only_its_cluster_role() {
         "reader's create passed on as reader: {said}"
     );
     // The cluster's admin (system:masters, impersonated by user and group) writes through it.
-    let (ok, said) = cluster.kubectl_as(
-        &admin,
-        &[
-            "create",
-            "configmap",
-            "c",
-            "-n",
-            "alpha",
-            "--from-literal=a=b",
-        ],
-    );
+    let (ok, said) = cluster.kubectl_as(&admin, &create);
     assert!(ok, "admin's create passed on: {said}");
     let stored = cluster.kubectl_ok(&[
         "get",
@@ -667,29 +636,20 @@ fn the_image_s_entrypoint_is_listwatch_run_as_its_non_root_user() {
             .spawn()
             .expect("chroot runs"),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = Command::new("curl")
-            .args(["-s", "--max-time", "2"])
-            .arg(format!("http://127.0.0.1:{port}/api/v1/pods"))
-            .output()
-            .expect("curl");
-        let body = text(&out.stdout);
-        if let Ok(list) = serde_json::from_str::<serde_json::Value>(&body) {
-            let items = list["items"].as_array().map_or(0, Vec::len);
-            assert_eq!(
-                (list["kind"].as_str(), items),
-                (Some("PodList"), 3),
-                "{body}"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the image's listwatch serves: {body}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let pods = listwatch_testkit::curl_until(
+        &format!("http://127.0.0.1:{port}/api/v1/pods"),
+        Duration::from_secs(30),
+        |body| serde_json::from_slice::<serde_json::Value>(body).is_ok(),
+    );
+    let body = text(&pods);
+    let list: serde_json::Value = serde_json::from_str(&body)
+        .unwrap_or_else(|_| panic!("the image's listwatch serves: {body}"));
+    let items = list["items"].as_array().map_or(0, Vec::len);
+    assert_eq!(
+        (list["kind"].as_str(), items),
+        (Some("PodList"), 3),
+        "{body}"
+    );
 }
 
 /// Whether this process runs as root (podman's image mount and chroot need it).

@@ -29,8 +29,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use listwatch_testkit::kube::{KubeCluster, listwatch_binary};
+use listwatch_testkit::kube::{KubeCluster, KubeRun, listwatch_binary};
 use serde_json::Value;
+
+listwatch_testkit::kube_tests!(etcd_source_serves_what_kube_apiserver_serves_from_the_same_etcd);
 
 const WORKLOAD: &str = include_str!("data/kube-etcd-parity-workload.yaml");
 const CRDS: &str = include_str!("data/kube-etcd-parity-crd.yaml");
@@ -419,20 +421,26 @@ struct Findings {
 }
 
 impl Findings {
-    fn json(&mut self, view: String, got: &Answer, want: &Answer) {
+    /// Counts the view and compares its statuses: whether both are 200, so the bodies are
+    /// compared. Equal error statuses pass: their messages name what each server serves
+    /// (kube-apiserver's 406 lists YAML, which listwatch does not serve); differing ones are
+    /// a difference.
+    fn statuses_agree(&mut self, view: &str, got: &Answer, want: &Answer) -> bool {
         self.views += 1;
-        if got.status == want.status && want.status != 200 {
-            // Error Statuses: the same code; their messages name what each server serves
-            // (kube-apiserver's 406 lists YAML, which listwatch does not serve).
-            return;
+        if got.status == want.status {
+            return want.status == 200;
         }
-        if got.status != want.status {
-            self.differences.push(format!(
-                "{view}: status {} (listwatch), {} (kube-apiserver): {}",
-                got.status,
-                want.status,
-                String::from_utf8_lossy(&got.body[..got.body.len().min(300)])
-            ));
+        self.differences.push(format!(
+            "{view}: status {} (listwatch), {} (kube-apiserver): {}",
+            got.status,
+            want.status,
+            String::from_utf8_lossy(&got.body[..got.body.len().min(300)])
+        ));
+        false
+    }
+
+    fn json(&mut self, view: String, got: &Answer, want: &Answer) {
+        if !self.statuses_agree(&view, got, want) {
             return;
         }
         let (g, w) = (got.json(), want.json());
@@ -446,16 +454,10 @@ impl Findings {
     }
 
     fn bytes(&mut self, view: String, got: &Answer, want: &Answer) {
-        self.views += 1;
-        if got.status == want.status && want.status != 200 {
+        if !self.statuses_agree(&view, got, want) {
             return;
         }
-        if got.status != want.status {
-            self.differences.push(format!(
-                "{view}: status {} (listwatch), {} (kube-apiserver)",
-                got.status, want.status
-            ));
-        } else if got.body != want.body {
+        if got.body != want.body {
             let at = got
                 .body
                 .iter()
@@ -498,23 +500,17 @@ fn start_listwatch(cluster: &KubeCluster, port: u16) -> Killed {
         .spawn()
         .expect("listwatch starts");
     let server = Killed(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = Command::new("curl")
-            .args(["-s", "--max-time", "2"])
-            .arg(format!("http://{listen}/readyz"))
-            .output()
-            .expect("curl");
-        if out.stdout == b"ok" {
-            return server;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "listwatch not ready: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let ready = listwatch_testkit::curl_until(
+        &format!("http://{listen}/readyz"),
+        Duration::from_secs(60),
+        |body| body == b"ok",
+    );
+    assert!(
+        ready == b"ok",
+        "listwatch not ready: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    server
 }
 
 /// Polls `probe` until it holds, for at most `within`.
@@ -909,12 +905,9 @@ const NO_PRINTER: &[&str] = &[
     "storage.k8s.io/v1/volumeattributesclasses",
 ];
 
-#[test]
-fn etcd_source_serves_what_kube_apiserver_serves_from_the_same_etcd() {
-    let test = "etcd_source_serves_what_kube_apiserver_serves_from_the_same_etcd";
-    let Some(cluster) = KubeCluster::start_or_skip(test) else {
-        return;
-    };
+fn etcd_source_serves_what_kube_apiserver_serves_from_the_same_etcd(
+    KubeRun(test, _, cluster): KubeRun,
+) {
     let began = Instant::now();
     let dir = std::env::temp_dir().join(format!("lw-kube-etcd-parity-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

@@ -20,9 +20,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use listwatch_testkit::kube::{KubeCluster, SecondApiServer, fork_binary, or_skip};
+use listwatch_testkit::kube::{KubeCluster, KubeRun, SecondApiServer, fork_binary, or_skip};
 use listwatch_testkit::metric_sum;
 use listwatch_testkit::workload::{Subject, Workload};
+
+listwatch_testkit::kube_tests!(
+    reads_listwatch_serves_inside_the_fork_are_audited_and_counted_by_apf
+);
 
 /// Namespaces `alpha`, `beta` and `rw` with their `default` service accounts (no controller
 /// makes them here), pods, config maps; service accounts `reader` (bound in `alpha` to read
@@ -476,13 +480,9 @@ fn get_as(cluster: &KubeCluster, url: &str, token: &str, agent: &str) -> (u16, S
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
-#[test]
-fn reads_listwatch_serves_inside_the_fork_are_audited_and_counted_by_apf() {
-    let test = "reads_listwatch_serves_inside_the_fork_are_audited_and_counted_by_apf";
-    let started = Instant::now();
-    let Some(cluster) = KubeCluster::start_or_skip(test) else {
-        return;
-    };
+fn reads_listwatch_serves_inside_the_fork_are_audited_and_counted_by_apf(
+    KubeRun(test, started, cluster): KubeRun,
+) {
     let Some(fork) = or_skip(test, fork_binary()) else {
         return;
     };

@@ -8,8 +8,12 @@
 use std::path::PathBuf;
 
 use listwatch_testkit::TempDir;
-use listwatch_testkit::kube::KubeCluster;
+use listwatch_testkit::kube::KubeRun;
 use listwatch_testkit::workload::{Subject, Workload};
+
+listwatch_testkit::kube_tests!(
+    in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens
+);
 
 /// Namespaces `alpha` and `beta` (with the `default` service accounts no controller makes
 /// here), each with pods and a secret; service accounts `reader` (bound in `alpha` to read
@@ -31,12 +35,9 @@ fn workload() -> Workload {
         .grant_reads("beta", &["pods", "secrets"], Subject::User("bob"))
 }
 
-#[test]
-fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens() {
-    let test = "in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens";
-    let Some(cluster) = KubeCluster::start_or_skip(test) else {
-        return;
-    };
+fn in_front_of_a_cluster_reads_follow_the_cluster_s_rbac_and_its_tokens(
+    KubeRun(_, _, cluster): KubeRun,
+) {
     cluster.apply(&workload());
     let token = |sa: &str| cluster.service_account_token("alpha", sa);
     let (reader, nogrant) = (token("reader"), token("nogrant"));

@@ -8,10 +8,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
 
 use listwatch_testkit::TempDir;
-use listwatch_testkit::kube::{KubeCluster, or_skip};
+use listwatch_testkit::kube::{KubeRun, or_skip};
+
+listwatch_testkit::kube_tests!(client_go_informers_sync_through_the_gateway_and_see_their_writes);
 
 /// Where ../shared/k8s/build.sh extracts kube-apiserver's tree (client-go in its vendor/)
 /// and installs its Go toolchain.
@@ -63,13 +64,9 @@ fn informer_check() -> Result<PathBuf, String> {
     Ok(work.join("informer-check"))
 }
 
-#[test]
-fn client_go_informers_sync_through_the_gateway_and_see_their_writes() {
-    let test = "client_go_informers_sync_through_the_gateway_and_see_their_writes";
-    let started = Instant::now();
-    let Some(cluster) = KubeCluster::start_or_skip(test) else {
-        return;
-    };
+fn client_go_informers_sync_through_the_gateway_and_see_their_writes(
+    KubeRun(test, started, cluster): KubeRun,
+) {
     let Some(program) = or_skip(test, informer_check()) else {
         return;
     };

@@ -23,8 +23,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use listwatch_testkit::TempDir;
-use listwatch_testkit::kube::{KubeCluster, Listwatch, front_proxy_identity};
-use listwatch_testkit::workload::{Subject, Workload};
+use listwatch_testkit::kube::{KubeCluster, KubeRun, Listwatch, front_proxy_identity};
+use listwatch_testkit::workload::{Subject, Workload, template_containers};
+
+listwatch_testkit::kube_tests!(
+    kubectl_s_day_one_workflow_through_the_gateway,
+    the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode,
+    writes_through_one_gateway_are_in_consistent_reads_through_another
+);
 
 /// Whether kubectl's error says Forbidden (`Error from server (Forbidden)` for reads,
 /// `... is forbidden: User ...` for some writes).
@@ -67,13 +73,7 @@ items:
   data: {color: blue, size: large}
 "#;
 
-#[test]
-fn kubectl_s_day_one_workflow_through_the_gateway() {
-    let test = "kubectl_s_day_one_workflow_through_the_gateway";
-    let started = Instant::now();
-    let Some(cluster) = KubeCluster::start_or_skip(test) else {
-        return;
-    };
+fn kubectl_s_day_one_workflow_through_the_gateway(KubeRun(test, started, cluster): KubeRun) {
     let scratch = TempDir::new("kube-day-one");
     let dir = &scratch.0;
     let lw = cluster.gateway(dir, "gateway", &[]);
@@ -178,9 +178,7 @@ fn kubectl_s_day_one_workflow_through_the_gateway() {
         "strategic",
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"c","image":"nginx:1.28"}]}}}}"#,
     );
-    let containers = web["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .expect("containers");
+    let containers = template_containers(&web);
     // Strategic: the list merged by name (the sidecar kept, c's ports kept).
     assert_eq!(containers.len(), 2, "strategic patch: {containers:?}");
     assert_eq!(containers[0]["image"], "nginx:1.28");
@@ -393,13 +391,9 @@ fn team() -> Workload {
         )
 }
 
-#[test]
-fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode() {
-    let test = "the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode";
-    let started = Instant::now();
-    let Some(cluster) = KubeCluster::start_or_skip(test) else {
-        return;
-    };
+fn the_client_s_identity_reaches_kube_apiserver_in_every_identity_mode(
+    KubeRun(test, started, cluster): KubeRun,
+) {
     cluster.apply(&team());
     let token = |sa: &str| cluster.service_account_token("team", sa);
     let (writer_token, nogrant_token) = (token("writer"), token("nogrant"));
@@ -666,13 +660,9 @@ async fn client(kubeconfig: &Path) -> kube::Client {
     kube::Client::try_from(config).expect("kube client")
 }
 
-#[test]
-fn writes_through_one_gateway_are_in_consistent_reads_through_another() {
-    let test = "writes_through_one_gateway_are_in_consistent_reads_through_another";
-    let started = Instant::now();
-    let Some(cluster) = KubeCluster::start_or_skip(test) else {
-        return;
-    };
+fn writes_through_one_gateway_are_in_consistent_reads_through_another(
+    KubeRun(test, started, cluster): KubeRun,
+) {
     cluster.kubectl_ok(&["create", "namespace", "ryw"]);
     cluster.kubectl_ok(&["create", "serviceaccount", "default", "-n", "ryw"]);
     let scratch = TempDir::new("kube-two-gateways");

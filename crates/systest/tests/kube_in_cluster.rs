@@ -10,9 +10,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use listwatch_testkit::kube::{KubeCluster, Listwatch};
+use listwatch_testkit::kube::{KubeRun, Listwatch};
 use listwatch_testkit::workload::{Subject, Workload};
 use listwatch_testkit::{PipeLines, TempDir};
+
+listwatch_testkit::kube_tests!(
+    in_a_pod_it_follows_the_cluster_through_token_and_certificate_rotation
+);
 
 /// listwatch's own service account (cluster-admin here; deploy/ has the least-privilege
 /// role) and the two Secrets its two tokens are bound to.
@@ -63,12 +67,9 @@ fn file_serial(cert: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-#[test]
-fn in_a_pod_it_follows_the_cluster_through_token_and_certificate_rotation() {
-    let test = "in_a_pod_it_follows_the_cluster_through_token_and_certificate_rotation";
-    let Some(cluster) = KubeCluster::start_or_skip(test) else {
-        return;
-    };
+fn in_a_pod_it_follows_the_cluster_through_token_and_certificate_rotation(
+    KubeRun(_, _, cluster): KubeRun,
+) {
     cluster.apply(&setup());
     let token = |secret: &str| {
         cluster

@@ -153,26 +153,25 @@ async fn reflector_converges(strategy: InitialListStrategy, endpoint: Endpoint) 
     driver.abort();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reflector_list_watch() {
-    reflector_converges(InitialListStrategy::ListWatch, Endpoint::Direct).await;
+/// A test of [`reflector_converges`] for each way a reflector starts and endpoint it reads.
+macro_rules! reflector_tests {
+    ($($name:ident: $strategy:ident, $endpoint:ident;)+) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                reflector_converges(InitialListStrategy::$strategy, Endpoint::$endpoint).await;
+            }
+        )+
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reflector_streaming_list() {
-    reflector_converges(InitialListStrategy::StreamingList, Endpoint::Direct).await;
-}
-
-/// Informers of a client whose only endpoint is a front listwatch: they sync from its
-/// caches while their own writes go through it to the upstream.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reflector_list_watch_through_a_front() {
-    reflector_converges(InitialListStrategy::ListWatch, Endpoint::Front).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reflector_streaming_list_through_a_front() {
-    reflector_converges(InitialListStrategy::StreamingList, Endpoint::Front).await;
+// Through a front: informers of a client whose only endpoint is a front listwatch sync from
+// its caches while their own writes go through it to the upstream.
+reflector_tests! {
+    reflector_list_watch: ListWatch, Direct;
+    reflector_streaming_list: StreamingList, Direct;
+    reflector_list_watch_through_a_front: ListWatch, Front;
+    reflector_streaming_list_through_a_front: StreamingList, Front;
 }
 
 /// The initial phase ends exactly after the existing objects, and live events follow.

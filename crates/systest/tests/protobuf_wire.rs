@@ -7,7 +7,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 
 use common::etcd::serve_corpus;
 use serde_json::Value;
@@ -35,11 +34,7 @@ fn exchanges() -> BTreeMap<String, Exchange> {
         if e["stored_gzipped"].as_bool() == Some(true)
             || file.extension().is_some_and(|x| x == "gz")
         {
-            let mut d = Vec::new();
-            flate2::read::GzDecoder::new(&body[..])
-                .read_to_end(&mut d)
-                .expect("gunzip");
-            body = d;
+            body = listwatch_testkit::gunzip(&body);
         }
         let x = Exchange {
             name: s(&e["name"]),
@@ -149,8 +144,15 @@ fn frames(mut body: &[u8]) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-async fn fetch(addr: std::net::SocketAddr, x: &Exchange) -> listwatch_testkit::Response {
-    listwatch_testkit::get_with(addr, &x.path, &[("Accept", &x.accept)]).await
+/// The recorded exchange `name` and listwatch's answer to the same request.
+async fn replay<'x>(
+    addr: std::net::SocketAddr,
+    exchanges: &'x BTreeMap<String, Exchange>,
+    name: &str,
+) -> (&'x Exchange, listwatch_testkit::Response) {
+    let want = &exchanges[name];
+    let got = listwatch_testkit::get_with(addr, &want.path, &[("Accept", &want.accept)]).await;
+    (want, got)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,8 +184,7 @@ async fn protobuf_answers_equal_kube_apiservers() {
         "pom-get-pod-json",
         "widgets-as-protobuf",
     ] {
-        let want = &x[name];
-        let got = fetch(server.addr, want).await;
+        let (want, got) = replay(server.addr, &x, name).await;
         let body_ok = if name == "widgets-as-protobuf" {
             // Same Status but for the media types named: listwatch does not name YAML,
             // which it does not serve (docs/protobuf.md).
@@ -224,8 +225,7 @@ async fn protobuf_answers_equal_kube_apiservers() {
         "list-pods-q",
         "pom-list-pods",
     ] {
-        let want = &x[name];
-        let got = fetch(server.addr, want).await;
+        let (want, got) = replay(server.addr, &x, name).await;
         assert_eq!(got.status, 200, "{name}");
         assert_eq!(
             got.header("content-type"),
@@ -285,14 +285,8 @@ async fn protobuf_answers_equal_kube_apiservers() {
             &[("Accept", &want.accept), ("Accept-Encoding", "gzip")],
         )
         .await;
-        let mut plain = Vec::new();
-        flate2::read::GzDecoder::new(&got.body[..])
-            .read_to_end(&mut plain)
-            .expect("gunzip ours");
-        let mut want_plain = Vec::new();
-        flate2::read::GzDecoder::new(&want.body[..])
-            .read_to_end(&mut want_plain)
-            .expect("gunzip theirs");
+        let plain = listwatch_testkit::gunzip(&got.body);
+        let want_plain = listwatch_testkit::gunzip(&want.body);
         let (_, _, gi) = list_items(&plain);
         let (_, _, wi) = list_items(&want_plain);
         check(
@@ -305,8 +299,7 @@ async fn protobuf_answers_equal_kube_apiservers() {
     // Watch-list: the same initial events, then the initial-events-end bookmark (at the
     // store's current resourceVersion).
     for name in ["watchlist-pods", "pom-watch-pods"] {
-        let want = &x[name];
-        let got = fetch(server.addr, want).await;
+        let (want, got) = replay(server.addr, &x, name).await;
         assert_eq!(
             got.header("content-type"),
             Some(want.content_type.as_str()),
@@ -371,8 +364,7 @@ async fn protobuf_answers_equal_kube_apiservers() {
         "list-pods-all-json",
         "pom-list-pods-json",
     ] {
-        let want = &x[name];
-        let got = fetch(server.addr, want).await;
+        let (want, got) = replay(server.addr, &x, name).await;
         check(
             name,
             got.status == want.status
@@ -389,8 +381,7 @@ async fn protobuf_answers_equal_kube_apiservers() {
 
     // A watch from a compacted resourceVersion: one ERROR frame with a 410 Expired Status.
     {
-        let want = &x["err-410-watch"];
-        let got = fetch(server.addr, want).await;
+        let (want, got) = replay(server.addr, &x, "err-410-watch").await;
         let g = frames(&got.body);
         let w = frames(&want.body);
         let status = |f: &[(String, Vec<u8>)]| {
@@ -412,13 +403,7 @@ async fn protobuf_answers_equal_kube_apiservers() {
         );
     }
 
-    assert!(
-        failures.is_empty(),
-        "{} differ ({same} equal):\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    assert!(same >= 25, "only {same} compared");
+    listwatch_testkit::assert_no_differences(&failures, same + failures.len(), 25);
 }
 
 /// A protobuf body decoded with prost's messages: `k8s\0` + `runtime.Unknown` → raw.

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client, Config};
 use listwatch_auth::authn::Authenticator;
 use listwatch_auth::tokens::{OidcConfig, OidcTokens, ServiceAccountTokens};
+use listwatch_testkit::jwt::sign;
 use serde_json::{Value, json};
 
 const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
@@ -58,17 +59,6 @@ fn base64(data: &[u8]) -> String {
         .expect("ascii")
         .trim_matches('"')
         .to_string()
-}
-
-fn sign(claims: &Value, private_pem: &str, alg: jsonwebtoken::Algorithm) -> String {
-    let key = match alg {
-        jsonwebtoken::Algorithm::ES256 => {
-            jsonwebtoken::EncodingKey::from_ec_pem(private_pem.as_bytes())
-        }
-        _ => jsonwebtoken::EncodingKey::from_rsa_pem(private_pem.as_bytes()),
-    }
-    .expect("signing key");
-    jsonwebtoken::encode(&jsonwebtoken::Header::new(alg), claims, &key).expect("sign")
 }
 
 /// An RSA key made by `openssl` (ring cannot generate RSA keys): its private PEM (PKCS#8)

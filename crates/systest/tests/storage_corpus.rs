@@ -342,17 +342,17 @@ async fn deleting_a_crd_stops_serving_its_resources() {
         )
         .await
         .expect("delete CRD");
-    let gone = common::poll_until(
+    let gone = common::get_until(
+        server.addr,
+        "/apis/example.com/v1/widgets",
         std::time::Duration::from_secs(10),
-        || async {
-            common::get(server.addr, "/apis/example.com/v1/widgets")
-                .await
-                .status
-        },
-        |s| *s == 404,
+        404,
     )
     .await;
-    assert_eq!(gone, 404, "widgets still served after its CRD was deleted");
+    assert_eq!(
+        gone.status, 404,
+        "widgets still served after its CRD was deleted"
+    );
     let d = common::get(server.addr, "/apis/example.com/v1").await;
     assert!(
         !d.body.contains("\"widgets\""),

@@ -16,7 +16,7 @@ use listwatch_gateway::{Gateway, GatewayConfig, Identity};
 use listwatch_kubeclient::ClientConfig;
 use listwatch_server::{App, ServeOptions, ServerConfig, serve_with};
 use listwatch_sources::{EmbeddedSource, Registry, Source, demo};
-use listwatch_testkit::{listen_local, next_line, send, try_stream_lines};
+use listwatch_testkit::{listen_local, send, try_stream_lines};
 use listwatch_upstream::UpstreamSource;
 
 async fn serve(app: Arc<App>) -> SocketAddr {
@@ -129,11 +129,7 @@ async fn a_write_through_the_front_shows_in_a_watch_on_the_front() {
     .await
     .expect("watch");
     create(front, "through").await;
-    let line = next_line(&mut lines, 10).await.expect("an event");
-    assert!(
-        line.contains("\"ADDED\"") && line.contains("\"through\""),
-        "{line}"
-    );
+    listwatch_testkit::next_added(&mut lines, "through").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

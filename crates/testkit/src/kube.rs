@@ -69,6 +69,48 @@ pub fn or_skip<T>(test: &str, part: Result<T, String>) -> Option<T> {
     }
 }
 
+/// One run of a real-apiserver test ([`kube_tests!`](crate::kube_tests)): the test's name
+/// (what its skip and timing lines start with), when it began (before its cluster started)
+/// and its cluster; a test takes it apart as `KubeRun(test, started, cluster)`.
+pub struct KubeRun(
+    /// The test's name.
+    pub &'static str,
+    /// When the test began, before its cluster started.
+    pub std::time::Instant,
+    /// The cluster started for it.
+    pub KubeCluster,
+);
+
+impl KubeRun {
+    /// Starts a cluster for `test`; `None` when it is skipped, as
+    /// [`KubeCluster::start_or_skip`].
+    pub fn start_or_skip(test: &'static str) -> Option<KubeRun> {
+        let started = std::time::Instant::now();
+        KubeCluster::start_or_skip(test).map(|cluster| KubeRun(test, started, cluster))
+    }
+}
+
+/// The `#[test]`s of a file of the real-apiserver tier: for each function named (in this
+/// module, taking a [`KubeRun`]), a test of the same name (in a module `kube_tests`) that
+/// starts a cluster and runs the function on it, or is skipped with the one reason it
+/// cannot run here ([`KubeCluster::start_or_skip`]). The name is written once, where the
+/// test's own body can be formatted as any function.
+#[macro_export]
+macro_rules! kube_tests {
+    ($($name:ident),+ $(,)?) => {
+        mod kube_tests {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(run) = $crate::kube::KubeRun::start_or_skip(stringify!($name)) {
+                        super::$name(run);
+                    }
+                }
+            )+
+        }
+    };
+}
+
 /// A running etcd (mutual TLS) and kube-apiserver 1.36, stopped when dropped.
 pub struct KubeCluster {
     /// kube-apiserver's secure port on 127.0.0.1.

@@ -5,11 +5,15 @@
 //! starts the real parts (kube-apiserver, etcd over TLS, the listwatch binary) for the
 //! system tests.
 
+#[cfg(feature = "jwt")]
+pub mod jwt;
 pub mod kube;
 pub mod openssl;
 pub mod process;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "store")]
+pub mod store;
 #[cfg(feature = "server")]
 pub mod tls;
 pub mod workload;
@@ -262,6 +266,18 @@ pub async fn next_line(lines: &mut Lines, secs: u64) -> Option<String> {
         .flatten()
 }
 
+/// Asserts that the next line of a watch, within 10 s, is the ADDED event of the object
+/// `name`.
+pub async fn next_added(lines: &mut Lines, name: &str) {
+    let line = next_line(lines, 10).await.expect("an event");
+    let event: serde_json::Value = serde_json::from_str(&line)
+        .unwrap_or_else(|e| panic!("a watch event is JSON ({e}): {line}"));
+    assert!(
+        event["type"] == "ADDED" && event["object"]["metadata"]["name"] == name,
+        "not the ADDED event of {name}: {line}"
+    );
+}
+
 /// Whether the server ends the stream within `secs` (lines still arriving are skipped).
 pub async fn ends_within(lines: &mut Lines, secs: u64) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
@@ -293,6 +309,30 @@ pub fn unlisted_port() -> u16 {
     }
 }
 
+/// `gz` decoded by a single-member gzip decoder, the way curl and tower-http read a body
+/// (the test fails when it is not gzip).
+pub fn gunzip(gz: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut plain = Vec::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_end(&mut plain)
+        .expect("single-member gzip");
+    plain
+}
+
+/// The verdict of a comparison of `compared` cases: fails listing every one of
+/// `differences`, and fails when fewer than `at_least` cases were compared (a corpus gone
+/// missing must not pass as agreement).
+pub fn assert_no_differences(differences: &[String], compared: usize, at_least: usize) {
+    assert!(
+        differences.is_empty(),
+        "{} of {compared} differ:\n{}",
+        differences.len(),
+        differences.join("\n")
+    );
+    assert!(compared >= at_least, "only {compared} compared");
+}
+
 /// The string member `field` of each element of the JSON array `list` (the resource names
 /// of a discovery document, the column names of a Table).
 pub fn member_strings<'a>(list: &'a serde_json::Value, field: &str) -> Vec<&'a str> {
@@ -316,6 +356,23 @@ where
             return v;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `curl -s --max-time 2 URL` every 200 ms until `done` holds for what it printed or
+/// `within` has passed, and what it printed last: for waiting on a server in a child
+/// process (the caller asserts on the body it gets).
+pub fn curl_until(url: &str, within: Duration, done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "--max-time", "2", url])
+            .output()
+            .expect("curl runs");
+        if done(&out.stdout) || std::time::Instant::now() >= deadline {
+            return out.stdout;
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

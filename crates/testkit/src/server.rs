@@ -39,6 +39,14 @@ pub async fn start(demo_pods: usize, config: ServerConfig) -> TestServer {
     }
 }
 
+/// The store of the core (`v1`) `resource` in `source` (the test fails when there is none).
+pub fn core_store(source: &EmbeddedSource, resource: &str) -> Arc<listwatch_store::Store> {
+    source
+        .registry()
+        .get("", "v1", resource)
+        .unwrap_or_else(|| panic!("no store of {resource}"))
+}
+
 /// Serves `source` on a free port of 127.0.0.1, with events.k8s.io/v1 and autoscaling/v1
 /// as views of what it stores, until the returned sender is dropped.
 pub async fn serve_views(
@@ -144,6 +152,28 @@ pub async fn answered(
     r
 }
 
+/// A PUT of an autoscaling/v1 `Scale` of `name` asking for `replicas` to `scale_path` (a
+/// `…/scale` path, with its query), naming `resource_version` when given (a stale one is
+/// refused with 409).
+pub async fn put_scale(
+    addr: SocketAddr,
+    scale_path: &str,
+    name: &str,
+    replicas: i64,
+    resource_version: Option<&serde_json::Value>,
+) -> Raw {
+    let mut scale = serde_json::json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas},
+    });
+    if let Some(rv) = resource_version {
+        scale["metadata"]["resourceVersion"] = rv.clone();
+    }
+    request(addr, "PUT", scale_path, Some(&scale.to_string())).await
+}
+
 /// [`get`], asserting that it is answered with `status` (the body the message).
 pub async fn get_expecting(addr: SocketAddr, path: &str, status: u16) -> Raw {
     answered(addr, "GET", path, None, status).await
@@ -155,6 +185,17 @@ pub async fn get(addr: SocketAddr, path: &str) -> Raw {
 }
 
 pub use crate::{Lines, ends_within, next_line, poll_until, try_stream_lines};
+
+/// GETs `path` until it is answered with `status` or `within` has passed: the last answer
+/// (the caller asserts on it), for what a server does asynchronously.
+pub async fn get_until(
+    addr: SocketAddr,
+    path: &str,
+    within: std::time::Duration,
+    status: u16,
+) -> Raw {
+    poll_until(within, || get(addr, path), |r| r.status == status).await
+}
 
 /// Opens a streaming GET and returns a line reader over the de-chunked body.
 pub async fn stream_lines(addr: SocketAddr, path: &str) -> Lines {

@@ -219,6 +219,14 @@ pub fn custom_resource_definition(
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec}}}}]}})
 }
 
+/// The containers of `workload`'s pod template (a Deployment's, a DaemonSet's), as read
+/// back from a server (the test fails when it has none).
+pub fn template_containers(workload: &Value) -> &[Value] {
+    workload["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no pod template containers in {workload}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -151,10 +151,7 @@ impl Etcd {
         let (client_port, peer_port) = (free_port(), free_port());
         let db = dir.0.join("snapshot.db");
         let gz = std::fs::read(snapshot_gz).expect("snapshot file");
-        let mut raw = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut raw)
-            .expect("gunzip snapshot");
-        std::fs::write(&db, raw).expect("write snapshot");
+        std::fs::write(&db, listwatch_testkit::gunzip(&gz)).expect("write snapshot");
         let cluster = format!("m0=http://127.0.0.1:{peer_port}");
         let status = std::process::Command::new("etcdctl")
             .env("ETCDCTL_API", "3")
@@ -372,13 +369,8 @@ pub async fn serve_corpus() -> (Etcd, EtcdServer) {
         "/apis/example.com/v1beta1/widgets",
         "/apis/example.com/v1/clusterthings",
     ] {
-        let served = super::poll_until(
-            Duration::from_secs(10),
-            || async { super::get(server.addr, path).await.status },
-            |s| *s == 200,
-        )
-        .await;
-        assert_eq!(served, 200, "{path} not served from its CRD");
+        let served = super::get_until(server.addr, path, Duration::from_secs(10), 200).await;
+        assert_eq!(served.status, 200, "{path} not served from its CRD");
     }
     (etcd, server)
 }

@@ -151,11 +151,11 @@ impl State {
                 if upgrade.as_deref() == Some("spdy/3.1") =>
             {
                 self.served.lock().push(format!("{s}-spdy"));
-                self.spdy(s, req, query)
+                self.upgrade(Transport::Spdy, s, req, query)
             }
             Some(s @ ("exec" | "attach" | "portforward")) if websocket => {
                 self.served.lock().push(s.into());
-                self.upgrade(s, req, query)
+                self.upgrade(Transport::WebSocket, s, req, query)
             }
             _ => self.proxy(req).await,
         };
@@ -177,87 +177,95 @@ impl State {
         }
     }
 
-    /// Accepts a WebSocket upgrade offering the subprotocol `sub` needs, and runs the
-    /// session on the upgraded connection.
+    /// Accepts the upgrade of `sub` (`exec`, `attach`, `portforward`) to `transport` when
+    /// the client offers the protocol the session needs there, and runs the session on the
+    /// upgraded connection.
     fn upgrade(
         self: Arc<Self>,
+        transport: Transport,
         sub: &str,
         mut req: Request<Incoming>,
         query: Vec<(String, String)>,
     ) -> Response<Body> {
-        let wanted = protocol(sub, PORTFORWARD_TUNNEL, CHANNEL_V5);
-        let offered = offers(req.headers(), header::SEC_WEBSOCKET_PROTOCOL, wanted);
-        let Some(key) = req.headers().get(header::SEC_WEBSOCKET_KEY) else {
-            return text(StatusCode::BAD_REQUEST, "no Sec-WebSocket-Key".into());
+        let switching = Response::builder()
+            .status(StatusCode::SWITCHING_PROTOCOLS)
+            .header(header::CONNECTION, "Upgrade");
+        let switching = match transport {
+            Transport::WebSocket => {
+                let wanted = protocol(sub, PORTFORWARD_TUNNEL, CHANNEL_V5);
+                let offered = offers(req.headers(), header::SEC_WEBSOCKET_PROTOCOL, wanted);
+                let Some(key) = req.headers().get(header::SEC_WEBSOCKET_KEY) else {
+                    return text(StatusCode::BAD_REQUEST, "no Sec-WebSocket-Key".into());
+                };
+                if !offered {
+                    // As a kubelet that only speaks `wanted`: the client may fall back (to
+                    // SPDY, which this upstream does not speak, so a test sees it fail).
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        format!("{sub}: subprotocol {wanted} not offered"),
+                    );
+                }
+                switching
+                    .header(header::UPGRADE, "websocket")
+                    .header(
+                        header::SEC_WEBSOCKET_ACCEPT,
+                        derive_accept_key(key.as_bytes()),
+                    )
+                    .header(header::SEC_WEBSOCKET_PROTOCOL, wanted)
+            }
+            Transport::Spdy => {
+                let wanted = protocol(sub, PORTFORWARD_V1, CHANNEL_V4);
+                if !offers(req.headers(), "x-stream-protocol-version", wanted) {
+                    return text(
+                        StatusCode::FORBIDDEN,
+                        format!("{sub}: protocol {wanted} not offered"),
+                    );
+                }
+                switching
+                    .header(header::UPGRADE, "SPDY/3.1")
+                    .header("X-Stream-Protocol-Version", wanted)
+            }
         };
-        if !offered {
-            // As a kubelet that only speaks `wanted`: the client may fall back (to SPDY,
-            // which this upstream does not speak, so a test sees it fail).
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!("{sub}: subprotocol {wanted} not offered"),
-            );
-        }
-        let accept = derive_accept_key(key.as_bytes());
         let on = hyper::upgrade::on(&mut req);
         let sub = sub.to_string();
         tokio::spawn(async move {
             let Ok(upgraded) = on.await else { return };
-            let ws =
-                WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
-            match sub.as_str() {
-                "exec" => exec(ws, &query, &self.commands).await,
-                "attach" => attach(ws).await,
-                _ => portforward(ws).await,
+            match transport {
+                Transport::WebSocket => {
+                    let ws = WebSocketStream::from_raw_socket(
+                        TokioIo::new(upgraded),
+                        Role::Server,
+                        None,
+                    )
+                    .await;
+                    match sub.as_str() {
+                        "exec" => exec(ws, &query, &self.commands).await,
+                        "attach" => attach(ws).await,
+                        _ => portforward(ws).await,
+                    }
+                }
+                Transport::Spdy => {
+                    let conn = SpdyConnection::new(upgraded);
+                    match sub.as_str() {
+                        "exec" => spdy_exec(conn, &query, &self.commands).await,
+                        "attach" => spdy_attach(conn, &query).await,
+                        _ => spdy_portforward(conn).await,
+                    }
+                }
             }
         });
-        Response::builder()
-            .status(StatusCode::SWITCHING_PROTOCOLS)
-            .header(header::UPGRADE, "websocket")
-            .header(header::CONNECTION, "Upgrade")
-            .header(header::SEC_WEBSOCKET_ACCEPT, accept)
-            .header(header::SEC_WEBSOCKET_PROTOCOL, wanted)
-            .body(empty())
-            .expect("a valid 101")
+        switching.body(empty()).expect("a valid 101")
     }
 }
 
-impl State {
-    /// Accepts `sub` (`exec`, `attach`, `portforward`) over SPDY/3.1 (remotecommand
-    /// `v4.channel.k8s.io`, or `portforward.k8s.io`: what kubectl falls back to when the
-    /// WebSocket upgrade is refused) and runs the session.
-    fn spdy(
-        self: Arc<Self>,
-        sub: &str,
-        mut req: Request<Incoming>,
-        query: Vec<(String, String)>,
-    ) -> Response<Body> {
-        let wanted = protocol(sub, PORTFORWARD_V1, CHANNEL_V4);
-        if !offers(req.headers(), "x-stream-protocol-version", wanted) {
-            return text(
-                StatusCode::FORBIDDEN,
-                format!("{sub}: protocol {wanted} not offered"),
-            );
-        }
-        let on = hyper::upgrade::on(&mut req);
-        let sub = sub.to_string();
-        tokio::spawn(async move {
-            let Ok(upgraded) = on.await else { return };
-            let conn = SpdyConnection::new(upgraded);
-            match sub.as_str() {
-                "exec" => spdy_exec(conn, &query, &self.commands).await,
-                "attach" => spdy_attach(conn, &query).await,
-                _ => spdy_portforward(conn).await,
-            }
-        });
-        Response::builder()
-            .status(StatusCode::SWITCHING_PROTOCOLS)
-            .header(header::UPGRADE, "SPDY/3.1")
-            .header(header::CONNECTION, "Upgrade")
-            .header("X-Stream-Protocol-Version", wanted)
-            .body(empty())
-            .expect("a valid 101")
-    }
+/// What a streaming session's connection is upgraded to: a WebSocket (remotecommand
+/// `v5.channel.k8s.io`, or `portforward.k8s.io`'s tunnel), or SPDY/3.1 (remotecommand
+/// `v4.channel.k8s.io`, or `portforward.k8s.io`: what kubectl falls back to when the
+/// WebSocket upgrade is refused).
+#[derive(Clone, Copy)]
+enum Transport {
+    WebSocket,
+    Spdy,
 }
 
 /// The protocol a session of `sub` speaks: `portforward`'s, or the remote command
