@@ -175,18 +175,22 @@ fn protobuf_to_json(raw: &[u8]) -> Result<Vec<u8>, String> {
     Ok(json)
 }
 
-/// One LIST page's metadata and pods, decoded as the reflector does (protobuf through JSON).
-fn decode_page(mut bytes: Vec<u8>, protobuf: bool) -> Result<(ListMeta, Vec<Pod>), String> {
+/// Decodes one LIST page as the reflector does (protobuf through JSON), each pod into
+/// `store`; returns the page's metadata.
+fn decode_page(
+    mut bytes: Vec<u8>,
+    protobuf: bool,
+    store: &mut PodStore,
+) -> Result<ListMeta, String> {
     if protobuf {
         bytes = protobuf_to_json(&bytes)?;
     }
     let page: PodList = serde_json::from_slice(&bytes).map_err(|e| format!("decode: {e}"))?;
-    let pods = page
-        .items
-        .iter()
-        .map(|raw| serde_json::from_str(raw.get()).map_err(|e| format!("pod: {e}")))
-        .collect::<Result<Vec<Pod>, String>>()?;
-    Ok((page.metadata, pods))
+    for raw in page.items {
+        let p: Pod = serde_json::from_str(raw.get()).map_err(|e| format!("pod: {e}"))?;
+        store.insert(p);
+    }
+    Ok(page.metadata)
 }
 
 /// Reads a whole body (as client-go does for a LIST: it decodes the complete response),
@@ -234,15 +238,20 @@ async fn list(
         // informers decoding 40,000 pods each on the two workers held them for seconds, and
         // another informer's TLS handshake, never polled meanwhile, outlived the server's
         // deadline for it (the run then counted a server fault that was the harness's).
+        // The store goes with the page, so each pod is stored (or, discarding, dropped) as it
+        // is decoded, as before: a page's pods are never all held at once.
         let protobuf = form.protobuf;
-        let (metadata, pods) = tokio::task::spawn_blocking(move || decode_page(bytes, protobuf))
-            .await
-            .map_err(|e| format!("decode: {e}"))??;
+        let mut taken = std::mem::take(store);
+        let (taken, decoded) = tokio::task::spawn_blocking(move || {
+            let decoded = decode_page(bytes, protobuf, &mut taken);
+            (taken, decoded)
+        })
+        .await
+        .map_err(|e| format!("decode: {e}"))?;
+        *store = taken;
+        let metadata = decoded?;
         if list_rv.is_empty() {
             list_rv = metadata.resource_version.unwrap_or_default();
-        }
-        for p in pods {
-            store.insert(p);
         }
         match metadata.continue_token.filter(|c| !c.is_empty()) {
             Some(c) => cont = c,
