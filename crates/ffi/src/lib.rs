@@ -563,6 +563,10 @@ impl LwStream {
     }
 
     fn poll(&mut self, frame: &mut LwFrame) -> i32 {
+        // The host is done with the last frame: let its chunk go now, not at the next one.
+        // A watch would otherwise keep its last chunk (a watch-list's initial events,
+        // allocated for a full chunk) for as long as it stays idle.
+        self.held = Bytes::new();
         loop {
             match std::mem::replace(&mut self.state, StreamState::Done) {
                 StreamState::Head(fut) => {
@@ -1044,5 +1048,106 @@ pub unsafe extern "C" fn lw_string_free(s: *mut c_char) {
     if !s.is_null() {
         // SAFETY: `s` came from CString::into_raw in `set_err`.
         drop(unsafe { CString::from_raw(s) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Calls the C ABI as a host would, on Rust strings.
+    fn handle(inst: *const LwInstance, uri: &str, headers: &str) -> *mut LwStream {
+        let (mut stream, mut id) = (std::ptr::null_mut(), 0);
+        let (user, groups) = ("admin", "system:masters");
+        // SAFETY: every pointer is valid for its length; out and id are writable.
+        let rc = unsafe {
+            lw_handle(
+                inst,
+                b"GET".as_ptr(),
+                3,
+                uri.as_ptr(),
+                uri.len(),
+                headers.as_ptr(),
+                headers.len(),
+                user.as_ptr(),
+                user.len(),
+                groups.as_ptr(),
+                groups.len(),
+                0,
+                &mut stream,
+                &mut id,
+            )
+        };
+        assert_eq!(rc, LW_OK);
+        stream
+    }
+
+    #[test]
+    fn an_idle_watch_lets_its_last_chunk_go() {
+        let config = br#"{"startRv": 1, "source": {"hostFed": {}}}"#;
+        let (mut inst, mut err) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: valid config bytes; out and err writable.
+        let rc = unsafe { lw_new(config.as_ptr(), config.len(), &mut inst, &mut err) };
+        assert_eq!(rc, LW_OK);
+        let pod = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"default","uid":"u1"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#;
+        // SAFETY: a live instance; valid bytes.
+        let rc = unsafe {
+            lw_feed_put(
+                inst,
+                b"/v1/pods".as_ptr(),
+                8,
+                2,
+                pod.as_ptr(),
+                pod.len(),
+                &mut err,
+            )
+        };
+        assert_eq!(rc, LW_OK);
+        let stream = handle(
+            inst,
+            "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true",
+            "Accept: application/json\r\n",
+        );
+        let mut frame = LwFrame {
+            status: 0,
+            data: std::ptr::null(),
+            len: 0,
+        };
+        let mut data = Vec::new();
+        // The initial event and the bookmark that ends them, then the watch waits.
+        for _ in 0..500 {
+            // SAFETY: a live stream, polled from this thread only.
+            match unsafe { lw_stream_poll(stream, &mut frame) } {
+                LW_HEAD => {}
+                LW_DATA => {
+                    // SAFETY: valid until the next poll.
+                    data.extend_from_slice(unsafe {
+                        std::slice::from_raw_parts(frame.data, frame.len)
+                    })
+                }
+                LW_PENDING
+                    if data.ends_with(b"\n")
+                        && String::from_utf8_lossy(&data).contains("initial-events-end") =>
+                {
+                    break;
+                }
+                LW_PENDING => std::thread::sleep(Duration::from_millis(10)),
+                other => panic!("poll: {other}"),
+            }
+        }
+        let text = String::from_utf8_lossy(&data);
+        assert!(text.contains(r#""name":"a""#), "{text}");
+        // SAFETY: the stream is live; nothing else polls it.
+        let held = unsafe { &(*stream).held };
+        assert!(
+            held.is_empty(),
+            "an idle watch still holds {} bytes",
+            held.len()
+        );
+        // SAFETY: handed back once each.
+        unsafe {
+            lw_stream_free(stream);
+            lw_free(inst);
+        }
     }
 }
