@@ -162,6 +162,8 @@ type ListWatch struct {
 
 	life  sync.RWMutex // held (shared) by Feed calls; Close frees the instance under it
 	freed bool
+
+	writeBuffers sync.Pool // pump's gathering buffers, shared by the instance's responses
 }
 
 // Error is a failure reported by the library.
@@ -254,6 +256,7 @@ func New(cfg Config) (*ListWatch, error) {
 	}
 	lw := &ListWatch{cfg: cfg, inst: inst, waiters: map[uint64]chan struct{}{},
 		dispatched: make(chan struct{}), closing: make(chan struct{})}
+	lw.writeBuffers.New = newWriteBuffer
 	lw.Feed.lw = lw
 	if cfg.Discovery {
 		lw.flags = C.LW_HANDLE_DISCOVERY
@@ -381,8 +384,12 @@ func (lw *ListWatch) serve(w http.ResponseWriter, r *http.Request, flags C.uint3
 	return true
 }
 
-// pump moves the response from the stream to w: the head, then each chunk written and
-// flushed before the next is asked for — the client's pace is the encoder's.
+// pump moves the response from the stream to w: the head, then the body, written as the
+// stream yields it — the client's pace is the encoder's, since Write blocks while the
+// connection cannot take more. Small chunks (a LIST item, an event) are gathered in a
+// pooled buffer and written together, flushed only when the stream has nothing more for
+// now: a host's handler chain wraps w (kube-apiserver's tracing allocates on every Write
+// and Flush), and one call per item made garbage at the rate of the LIST.
 func (lw *ListWatch) pump(w http.ResponseWriter, r *http.Request, stream *C.LwStream, wake chan struct{}) {
 	rc := http.NewResponseController(w)
 	var frame C.LwFrame
@@ -395,12 +402,37 @@ func (lw *ListWatch) pump(w http.ResponseWriter, r *http.Request, stream *C.LwSt
 		}
 	}
 	defer initDone()
+	// The gathering buffer, taken from the pool at the first chunk and given back before
+	// the goroutine parks: an idle watch holds none.
+	var gathered *[]byte
+	defer func() {
+		if gathered != nil {
+			lw.writeBuffers.Put(gathered)
+		}
+	}()
+	// writeGathered writes what is gathered (false: the client is gone).
+	writeGathered := func() bool {
+		if gathered == nil || len(*gathered) == 0 {
+			return true
+		}
+		_, err := w.Write(*gathered)
+		*gathered = (*gathered)[:0]
+		unflushed = true
+		return err == nil
+	}
 	for {
 		// Polled after the waiter is registered: a wake-up before that is not lost.
 		switch code := C.lw_stream_poll(stream, &frame); code {
 		case C.LW_PENDING:
-			// Nothing more to send for now: what is buffered (a watch's headers) goes out
-			// before the goroutine parks.
+			// Nothing more to send for now: what is gathered or buffered (a watch's
+			// headers) goes out before the goroutine parks.
+			if !writeGathered() {
+				return
+			}
+			if gathered != nil {
+				lw.writeBuffers.Put(gathered)
+				gathered = nil
+			}
 			if unflushed {
 				if err := rc.Flush(); err != nil {
 					return
@@ -426,17 +458,26 @@ func (lw *ListWatch) pump(w http.ResponseWriter, r *http.Request, stream *C.LwSt
 			w.WriteHeader(int(frame.status))
 			wroteHead, unflushed = true, true
 		case C.LW_DATA:
-			// The chunk is the stream's memory, valid until the next poll; net/http copies
-			// or writes it before Write returns.
+			// The chunk is the stream's memory, valid until the next poll: copied into the
+			// gathering buffer, or (a large one) written before polling again.
 			chunk := unsafe.Slice((*byte)(unsafe.Pointer(frame.data)), int(frame.len))
-			if _, err := w.Write(chunk); err != nil {
+			if gathered == nil {
+				gathered = lw.writeBuffers.Get().(*[]byte)
+			}
+			if len(*gathered)+len(chunk) > cap(*gathered) && !writeGathered() {
 				return
 			}
-			if err := rc.Flush(); err != nil {
-				return
+			if len(chunk) >= cap(*gathered) {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+				unflushed = true
+			} else {
+				*gathered = append(*gathered, chunk...)
 			}
-			unflushed = false
 		case C.LW_END:
+			// The rest goes out as the handler returns.
+			writeGathered()
 			return
 		default:
 			if !wroteHead {
@@ -447,6 +488,16 @@ func (lw *ListWatch) pump(w http.ResponseWriter, r *http.Request, stream *C.LwSt
 			panic(http.ErrAbortHandler)
 		}
 	}
+}
+
+// writeBufferBytes is the size of pump's gathering buffers: listwatch's default chunk, or
+// three of the fork's 16 KiB chunks.
+const writeBufferBytes = 64 << 10
+
+// newWriteBuffer makes one of pump's gathering buffers (for ListWatch.writeBuffers).
+func newWriteBuffer() any {
+	b := make([]byte, 0, writeBufferBytes)
+	return &b
 }
 
 // Ready reports listwatch's own readiness (its /readyz: the source is healthy and every

@@ -569,6 +569,52 @@ func TestServerConfigReachesTheServer(t *testing.T) {
 	}
 }
 
+// countingWriter stands for a host's wrapping ResponseWriter (kube-apiserver's tracing
+// allocates on every call): it counts the calls that reach it.
+type countingWriter struct {
+	http.ResponseWriter
+	writes, flushes int
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) { c.writes++; return c.ResponseWriter.Write(b) }
+func (c *countingWriter) Flush()                      { c.flushes++; c.ResponseWriter.(http.Flusher).Flush() }
+
+// A LIST in small chunks (16 KiB, as the fork has them) reaches the host's writer in
+// buffers of several chunks, and is flushed when the stream waits, not per chunk.
+func TestSmallChunksAreWrittenTogether(t *testing.T) {
+	lw, err := New(Config{StartRV: 1, Server: ServerConfig{ChunkBytes: 16 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lw.Close() })
+	const items = 500
+	value := strings.Repeat("v", 3<<10)
+	for i := 0; i < items; i++ {
+		if err := lw.Feed.Put(ConfigMaps, uint64(i+2), cm("n", fmt.Sprintf("c%03d", i), value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var counted *countingWriter
+	handler := lw.Wrap(http.NotFoundHandler())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		counted = &countingWriter{ResponseWriter: w}
+		handler.ServeHTTP(counted, r)
+	}))
+	t.Cleanup(srv.Close)
+	code, _, body := get(t, srv.URL+"/api/v1/configmaps", "application/json")
+	var list struct{ Items []json.RawMessage }
+	if err := json.Unmarshal(body, &list); code != http.StatusOK || err != nil || len(list.Items) != items {
+		t.Fatalf("LIST: %d, %d items, %v", code, len(list.Items), err)
+	}
+	// 64 KiB buffers take three chunks of 16 KiB (and a bit): a chunk at a time made 101.
+	if most := len(body)/(40<<10) + 2; counted.writes > most {
+		t.Errorf("%d writes for %d bytes in %d items, want at most %d", counted.writes, len(body), items, most)
+	}
+	if counted.flushes > 2 {
+		t.Errorf("%d flushes for one LIST that never waited, want at most 2", counted.flushes)
+	}
+}
+
 // etcdPut writes key=value through etcd's JSON gateway (standard library only).
 func etcdPut(t *testing.T, etcd, key, value string) {
 	t.Helper()

@@ -170,7 +170,11 @@ impl<P: Producer> Body for StreamedBody<P> {
         }
         let this = &mut *self;
         let now = std::time::Instant::now();
+        // Turns share a runtime's workers. A body polled outside any task (a host's own
+        // thread, through the C ABI) shares nothing by yielding: it would only go through a
+        // wake-up round trip, and the host would flush a part-filled buffer each time.
         match this.turn_started {
+            _ if tokio::task::try_id().is_none() => {}
             Some(t) if now.duration_since(t) >= TURN => {
                 // A bulk body yields deferred, as `tokio::task::yield_now` does: the worker
                 // first runs what is queued, then polls for I/O and starts the tasks it
