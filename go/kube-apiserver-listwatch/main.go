@@ -132,7 +132,7 @@ func start(fs *pflag.FlagSet, tunables *serverFlags, keepCache bool) (*listwatch
 // what kube-apiserver accepted — 5,000 nodes' watch-lists of one user, say — so they are
 // off unless set; its LIST cap follows kube-apiserver's in-flight limits.
 type serverFlags struct {
-	maxLists, maxListsPerUser, maxWatchesPerUser, bufferBudget, chunkBytes int
+	maxLists, maxListsPerUser, maxWatchesPerUser, bufferBudget, chunkBytes, shareBytes int
 	bookmarkInterval                                                       time.Duration
 }
 
@@ -152,6 +152,8 @@ func addServerFlags(fs *pflag.FlagSet) *serverFlags {
 	// with 429 beyond that).
 	fs.IntVar(&s.chunkBytes, "listwatch-chunk-bytes", 16<<10,
 		"Bytes of one response chunk at most (a response in flight holds two). 0: listwatch's default (64 KiB).")
+	fs.IntVar(&s.shareBytes, "listwatch-protobuf-share-bytes", 0,
+		"Bytes of protobuf items kept for concurrent LISTs and watch-lists to share, instead of each transcoding them. 0: listwatch's default (32 MiB); -1: none kept.")
 	fs.DurationVar(&s.bookmarkInterval, "listwatch-bookmark-interval", 0,
 		"Period of bookmarks on watches that asked for them. 0: listwatch's default (1m).")
 	return s
@@ -182,6 +184,7 @@ func (s *serverFlags) config(fs *pflag.FlagSet) listwatch.ServerConfig {
 		ResponseBufferBudget: s.bufferBudget,
 		ChunkBytes:           s.chunkBytes,
 		BookmarkInterval:     s.bookmarkInterval,
+		ProtobufShareBytes:   s.shareBytes,
 	}
 }
 

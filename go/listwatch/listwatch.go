@@ -115,6 +115,7 @@ type ServerConfig struct {
 	ResponseBufferBudget int           // bytes all streaming LISTs may buffer, two chunks each [256 MiB]
 	ChunkBytes           int           // bytes of one response chunk at most [64 KiB]
 	BookmarkInterval     time.Duration // period of bookmarks on watches that asked for them [60 s]
+	ProtobufShareBytes   int           // bytes of protobuf items kept for concurrent LISTs to share [32 MiB]; NoLimit: none
 }
 
 // wire is the JSON of the library's "server" section: absent keeps the default, 0 is no cap.
@@ -139,6 +140,7 @@ func (s ServerConfig) wire() map[string]any {
 	if s.BookmarkInterval > 0 {
 		m["bookmarkIntervalMs"] = s.BookmarkInterval.Milliseconds()
 	}
+	limit("protobufShareBytes", s.ProtobufShareBytes)
 	return m
 }
 

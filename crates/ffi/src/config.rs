@@ -29,7 +29,7 @@ pub struct Config {
 }
 
 /// The server tunables a host may set (listwatch's `ServerConfig`): admission caps, the
-/// chunk size, the bookmark period. Every field is optional; for the caps 0 means no cap.
+/// chunk size, the bookmark period, the protobuf sharing window. Every field is optional; for the caps 0 means no cap.
 ///
 /// ```json
 /// {"maxLists": 6000, "maxListsPerUser": 0, "maxWatchesPerUser": 0, "chunkBytes": 65536}
@@ -59,6 +59,10 @@ pub struct ServerSettings {
     /// Period of bookmarks on watches that asked for them, in milliseconds (default 60 s).
     #[serde(default)]
     pub bookmark_interval_ms: Option<u64>,
+    /// Bytes of protobuf items kept for concurrent LISTs and watch-lists to share (default
+    /// 32 MiB; 0: none kept).
+    #[serde(default)]
+    pub protobuf_share_bytes: Option<usize>,
 }
 
 impl ServerSettings {
@@ -81,6 +85,7 @@ impl ServerSettings {
         );
         // Below a few KiB every chunk would be mostly framing.
         set(&mut c.chunk_bytes, self.chunk_bytes.map(|b| b.max(4 << 10)));
+        set(&mut c.protobuf_share_bytes, self.protobuf_share_bytes);
         if let Some(ms) = self.bookmark_interval_ms {
             c.bookmark_interval = std::time::Duration::from_millis(ms.max(1));
         }
