@@ -520,7 +520,9 @@ func TestBadConfig(t *testing.T) {
 // and a bookmark period of 200 ms sends a watch that asked for bookmarks one within
 // seconds of the store moving (the default period is a minute).
 func TestServerConfigReachesTheServer(t *testing.T) {
-	h := newHost(t, Config{StartRV: 1, Server: ServerConfig{MaxWatchesPerUser: 2, BookmarkInterval: 200 * time.Millisecond}})
+	// ProtobufShareBytes has no effect to see here; set, it must be a key the library takes.
+	h := newHost(t, Config{StartRV: 1, Server: ServerConfig{MaxWatchesPerUser: 2,
+		BookmarkInterval: 200 * time.Millisecond, ProtobufShareBytes: 8 << 20}})
 	open := func(user, query string) *http.Response {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodGet, h.srv.URL+"/api/v1/namespaces/w/configmaps?watch=1&resourceVersion=1"+query, nil)

@@ -447,7 +447,8 @@ main() {
   local started t0 load_start
   started=$(date -u '+%Y-%m-%d %H:%M') t0=$SECONDS load_start=$(loadavg)
   rm -rf $W; mkdir -p $W/reports $W/logs $OUT
-  [ -n "${VERSUS_ROWS:-}" ] || rm -f $OUT/*.json # a partial run keeps the other rows' figures
+  # A partial run (some rows, or some servers) keeps the other rows' and servers' figures.
+  [ -n "${VERSUS_ROWS:-}${VERSUS_TARGETS:-}" ] || rm -f $OUT/*.json
   build
   start_cluster
   load_pods
