@@ -133,7 +133,7 @@ func start(fs *pflag.FlagSet, tunables *serverFlags, keepCache bool) (*listwatch
 // off unless set; its LIST cap follows kube-apiserver's in-flight limits.
 type serverFlags struct {
 	maxLists, maxListsPerUser, maxWatchesPerUser, bufferBudget, chunkBytes, shareBytes int
-	bookmarkInterval                                                       time.Duration
+	bookmarkInterval                                                                   time.Duration
 }
 
 func addServerFlags(fs *pflag.FlagSet) *serverFlags {
