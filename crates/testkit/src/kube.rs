@@ -383,9 +383,17 @@ impl KubeCluster {
     /// `kubectl --kubeconfig KC ARGS`, `stdin` fed to it when given.
     pub fn kubectl_with(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
         use std::io::Write as _;
+        // A discovery cache of this process's own: kubectl's default is per host and port,
+        // and a cluster started on the same port by an earlier run left resources there
+        // (a CRD since gone) that kubectl then takes as served, POSTs, and gets 404.
+        let cache = self
+            .dir
+            .join(format!("kubectl-cache-{}", std::process::id()));
         let mut child = Command::new("kubectl")
             .arg("--kubeconfig")
             .arg(kubeconfig)
+            .arg("--cache-dir")
+            .arg(cache)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
