@@ -463,18 +463,18 @@ func (lw *ListWatch) pump(w http.ResponseWriter, r *http.Request, stream *C.LwSt
 			// The chunk is the stream's memory, valid until the next poll: copied into the
 			// gathering buffer, or (a large one) written before polling again.
 			chunk := unsafe.Slice((*byte)(unsafe.Pointer(frame.data)), int(frame.len))
-			if gathered == nil {
-				gathered = lw.writeBuffers.Get().(*[]byte)
-			}
-			if len(*gathered)+len(chunk) > cap(*gathered) && !writeGathered() {
+			if gathered != nil && len(*gathered)+len(chunk) > cap(*gathered) && !writeGathered() {
 				return
 			}
-			if len(chunk) >= cap(*gathered) {
+			if len(chunk) >= writeBufferBytes {
 				if _, err := w.Write(chunk); err != nil {
 					return
 				}
 				unflushed = true
 			} else {
+				if gathered == nil {
+					gathered = lw.writeBuffers.Get().(*[]byte)
+				}
 				*gathered = append(*gathered, chunk...)
 			}
 		case C.LW_END:

@@ -29,7 +29,8 @@ pub struct Config {
 }
 
 /// The server tunables a host may set (listwatch's `ServerConfig`): admission caps, the
-/// chunk size, the bookmark period, the protobuf sharing window. Every field is optional; for the caps 0 means no cap.
+/// chunk size, the bookmark period, the protobuf sharing window. Every field is optional;
+/// for the caps 0 means no cap.
 ///
 /// ```json
 /// {"maxLists": 6000, "maxListsPerUser": 0, "maxWatchesPerUser": 0, "chunkBytes": 65536}
